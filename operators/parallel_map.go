@@ -1,0 +1,143 @@
+package operators
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/pubsubflow/pubsubflow/stage"
+)
+
+// Mode selects how ParallelMap orders its output.
+type Mode int
+
+const (
+	// Unordered emits each result as soon as it is ready.
+	Unordered Mode = iota
+	// Ordered emits results in input order, holding at most Window
+	// elements between input and output.
+	Ordered
+	// Keyed runs elements of one key one at a time in arrival order and
+	// elements of different keys in parallel. Results of one key are
+	// emitted in input order.
+	Keyed
+)
+
+// Options configure ParallelMap. The zero value means Unordered.
+type Options[T, R any] struct {
+	Mode Mode
+	// Window bounds the elements an Ordered map holds between input and
+	// output (in flight plus waiting to be emitted in order), and the
+	// elements a Keyed map buffers behind busy keys. Zero means 2×n for
+	// Ordered and 1000 for Keyed.
+	Window int
+	// Key returns an element's key in Keyed mode (required there).
+	Key func(T) string
+	// OnError, if set, turns an element's error (including a recovered
+	// panic) into a result: emit reports whether to emit r. When nil, the
+	// first error fails the group.
+	OnError func(v T, err error) (r R, emit bool)
+}
+
+// PanicError is the error for an element whose function panicked.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("operators: function panicked: %v", e.Value) }
+
+// ParallelMap returns a flow that applies f to each element with n fixed
+// worker goroutines (n < 1 is treated as 1).
+func ParallelMap[T, R any](n int, f func(context.Context, T) (R, error), opt Options[T, R]) stage.Flow[T, R] {
+	n = max(n, 1)
+	pm := &parallelMap[T, R]{n: n, f: f, opt: opt}
+	switch opt.Mode {
+	case Ordered:
+		return stage.FlowFunc[T, R](pm.ordered)
+	case Keyed:
+		if opt.Key == nil {
+			return stage.FlowFunc[T, R](func(g *stage.Group, in <-chan T) <-chan R {
+				g.Fail(fmt.Errorf("operators: ParallelMap in Keyed mode needs Options.Key"))
+				out := make(chan R)
+				close(out)
+				return out
+			})
+		}
+		return stage.FlowFunc[T, R](pm.keyed)
+	default:
+		return stage.FlowFunc[T, R](pm.unordered)
+	}
+}
+
+type parallelMap[T, R any] struct {
+	n   int
+	f   func(context.Context, T) (R, error)
+	opt Options[T, R]
+}
+
+// call runs f, turning a panic into a *PanicError and applying OnError.
+// ok reports whether r is to be emitted; err is a failure for the group.
+func (pm *parallelMap[T, R]) call(ctx context.Context, v T) (r R, ok bool, err error) {
+	r, err = safeCall(ctx, pm.f, v)
+	if err == nil {
+		return r, true, nil
+	}
+	if pm.opt.OnError != nil {
+		r, ok = pm.opt.OnError(v, err)
+		return r, ok, nil
+	}
+	return r, false, err
+}
+
+func safeCall[T, R any](ctx context.Context, f func(context.Context, T) (R, error), v T) (r R, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &PanicError{Value: p, Stack: debug.Stack()}
+		}
+	}()
+	return f(ctx, v)
+}
+
+// send delivers r unless the group is done.
+func send[R any](ctx context.Context, out chan<- R, r R) bool {
+	select {
+	case out <- r:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (pm *parallelMap[T, R]) unordered(g *stage.Group, in <-chan T) <-chan R {
+	out := make(chan R)
+	workers := stage.NewGroup(g.Context())
+	for range pm.n {
+		workers.Go(func(ctx context.Context) error {
+			for {
+				var v T
+				var ok bool
+				select {
+				case v, ok = <-in:
+					if !ok {
+						return nil
+					}
+				case <-ctx.Done():
+					return nil
+				}
+				r, emit, err := pm.call(ctx, v)
+				if err != nil {
+					return err
+				}
+				if emit && !send(ctx, out, r) {
+					return nil
+				}
+			}
+		})
+	}
+	g.Go(func(context.Context) error {
+		defer close(out)
+		return workers.Wait()
+	})
+	return out
+}

@@ -1,0 +1,12 @@
+// Package stage holds the building blocks every pubsubflow stage is made of:
+// a Group that owns the goroutines of one running pipeline (context, first
+// error, wait), the Source/Flow/Sink interfaces stages implement, a ring
+// buffer, and Eager, the bounded eager-pull stage.
+//
+// Eager is the answer to one bug shape: a one-in-one-out step that does its
+// bookkeeping only when downstream asks for the next element. Eager receives
+// whenever its buffer has room, runs its on-receipt hook at once, and emits on
+// downstream demand; with a full buffer it stops receiving, and that
+// backpressure reaches whatever feeds it. The package knows nothing of
+// Pub/Sub.
+package stage

@@ -1,0 +1,85 @@
+package stage
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// Group owns the goroutines of one running pipeline. It is errgroup-like:
+// the first error cancels the group's context and is what Wait returns; Wait
+// returns only after every goroutine started with Go has returned.
+//
+// Errors that are only the echo of the group's own cancellation
+// (context.Canceled after the group was cancelled) are not recorded, so a
+// teardown never masks the error that caused it.
+type Group struct {
+	parent context.Context
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu  sync.Mutex
+	err error
+}
+
+// NewGroup returns a Group whose context is derived from parent.
+func NewGroup(parent context.Context) *Group {
+	ctx, cancel := context.WithCancel(parent)
+	return &Group{parent: parent, ctx: ctx, cancel: cancel}
+}
+
+// Context is cancelled when any goroutine fails, when Cancel is called, or
+// when the parent context is done. Stages select on it for every send and
+// receive.
+func (g *Group) Context() context.Context { return g.ctx }
+
+// Go runs f in a goroutine owned by the group. A non-nil error from f is
+// recorded (the first one wins) and cancels the group.
+func (g *Group) Go(f func(ctx context.Context) error) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		if err := f(g.ctx); err != nil {
+			g.Fail(err)
+		}
+	}()
+}
+
+// Fail records err as the group's error if it is the first, and cancels the
+// group. Cancellation echoes are ignored once the group is cancelled.
+func (g *Group) Fail(err error) {
+	if err == nil {
+		return
+	}
+	g.mu.Lock()
+	echo := g.ctx.Err() != nil && errors.Is(err, context.Canceled)
+	if g.err == nil && !echo {
+		g.err = err
+	}
+	g.mu.Unlock()
+	g.cancel()
+}
+
+// Cancel stops every goroutine of the group without recording an error.
+func (g *Group) Cancel() { g.cancel() }
+
+// Err returns the first recorded error so far, or nil.
+func (g *Group) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
+// Wait blocks until every goroutine has returned and then returns the first
+// error. When no goroutine failed but the parent context was cancelled, it
+// returns the parent's error, so a cancelled pipeline is never mistaken for a
+// completed one.
+func (g *Group) Wait() error {
+	g.wg.Wait()
+	g.cancel()
+	if err := g.Err(); err != nil {
+		return err
+	}
+	return g.parent.Err()
+}
