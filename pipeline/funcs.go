@@ -1,0 +1,81 @@
+package pipeline
+
+import (
+	"context"
+
+	"github.com/pubsubflow/pubsubflow/stage"
+)
+
+// Slice is a source that emits the elements of vals in order.
+func Slice[T any](vals ...T) stage.Source[T] {
+	return stage.SourceFunc[T](func(g *stage.Group) <-chan T {
+		out := make(chan T)
+		g.Go(func(ctx context.Context) error {
+			defer close(out)
+			for _, v := range vals {
+				select {
+				case out <- v:
+				case <-ctx.Done():
+					return nil
+				}
+			}
+			return nil
+		})
+		return out
+	})
+}
+
+// ForEach is a sink that calls f for each element, in order, on one
+// goroutine. An error from f fails the pipeline.
+func ForEach[T any](f func(context.Context, T) error) stage.Sink[T] {
+	return stage.SinkFunc[T](func(g *stage.Group, in <-chan T) error {
+		ctx := g.Context()
+		for {
+			select {
+			case v, ok := <-in:
+				if !ok {
+					return nil
+				}
+				if err := f(ctx, v); err != nil {
+					return err
+				}
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	})
+}
+
+// Filter is a flow that keeps the elements for which keep returns true and
+// hands every other element to dropped (if not nil), so nothing vanishes
+// silently.
+func Filter[T any](keep func(T) bool, dropped func(T)) stage.Flow[T, T] {
+	return stage.FlowFunc[T, T](func(g *stage.Group, in <-chan T) <-chan T {
+		out := make(chan T)
+		g.Go(func(ctx context.Context) error {
+			defer close(out)
+			for {
+				select {
+				case v, ok := <-in:
+					if !ok {
+						return nil
+					}
+					if !keep(v) {
+						if dropped != nil {
+							dropped(v)
+						}
+						continue
+					}
+					select {
+					case out <- v:
+					case <-ctx.Done():
+						return nil
+					}
+				case <-ctx.Done():
+					return nil
+				}
+			}
+		})
+		return out
+	})
+}

@@ -1,0 +1,71 @@
+// Package pipeline is the DSL that wires stages together:
+//
+//	err := pipeline.From(src).Via(f, g).To(sink)
+//
+// To blocks until the sink has finished and returns the first error of any
+// stage; cancelling the context (FromContext) tears every stage down, and a
+// failing stage cancels the rest. A step that changes the element type is a
+// package function, Map, because Go methods cannot take type parameters.
+//
+// Streams, StreamsSource, StreamsFlow and StreamsSink are the interop
+// surface with github.com/reugn/go-streams: all conversion from any and all
+// type checks live in this package, and a wrong element type is an error,
+// never a panic.
+package pipeline
+
+import (
+	"context"
+
+	"github.com/pubsubflow/pubsubflow/stage"
+)
+
+// Pipeline is a source with zero or more flows applied, not yet running.
+// It is a value: Via returns a new Pipeline and the receiver is unchanged.
+type Pipeline[T any] struct {
+	ctx context.Context
+	src stage.Source[T]
+}
+
+// From starts a pipeline at src under context.Background(). Stop it by
+// closing whatever src is bound to, or use FromContext.
+func From[T any](src stage.Source[T]) Pipeline[T] {
+	return FromContext(context.Background(), src)
+}
+
+// FromContext starts a pipeline at src that stops when ctx is done.
+func FromContext[T any](ctx context.Context, src stage.Source[T]) Pipeline[T] {
+	return Pipeline[T]{ctx: ctx, src: src}
+}
+
+// Via appends flows that keep the element type.
+func (p Pipeline[T]) Via(flows ...stage.Flow[T, T]) Pipeline[T] {
+	for _, f := range flows {
+		p = Map(p, f)
+	}
+	return p
+}
+
+// Map appends a flow that changes the element type.
+func Map[T, R any](p Pipeline[T], f stage.Flow[T, R]) Pipeline[R] {
+	src := p.src
+	return Pipeline[R]{ctx: p.ctx, src: stage.SourceFunc[R](func(g *stage.Group) <-chan R {
+		return f.Run(g, src.Run(g))
+	})}
+}
+
+// To runs the pipeline into sink and blocks until every stage has exited.
+// It returns the first stage error, the context's error if the pipeline was
+// cancelled, or nil when the source was exhausted and the sink finished.
+func (p Pipeline[T]) To(sink stage.Sink[T]) error {
+	g := stage.NewGroup(p.ctx)
+	if err := sink.Run(g, p.src.Run(g)); err != nil {
+		g.Fail(err)
+	}
+	g.Cancel() // the sink is done: stop whatever still runs upstream
+	return g.Wait()
+}
+
+// Run is To without the chained form: it runs src through flows into sink.
+func Run[T any](ctx context.Context, src stage.Source[T], sink stage.Sink[T], flows ...stage.Flow[T, T]) error {
+	return FromContext(ctx, src).Via(flows...).To(sink)
+}
