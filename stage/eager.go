@@ -48,6 +48,17 @@ type Eager[T any] struct {
 	// messages that were not yet handed to processing.
 	Discard <-chan struct{}
 
+	// Ready, if set, gates emission of the oldest buffered element: it
+	// returns nil when v may be emitted now, or a channel that is closed
+	// when Ready should be asked again. Exactly-once tracking uses it to
+	// hand a message on only after its receipt modack was confirmed.
+	Ready func(v T) <-chan struct{}
+
+	// Skip, if set, is asked before emitting the oldest element; true
+	// removes it without emitting (for example a message whose lease
+	// already ended while it waited in the buffer).
+	Skip func(v T) bool
+
 	// Observe, if set, is called with the buffered count after every change,
 	// on the stage's goroutine (for gauges and tests).
 	Observe func(buffered int)
@@ -126,8 +137,20 @@ func (e *Eager[T]) loop(ctx context.Context, in <-chan T, out chan<- T) error {
 		if hasPending {
 			wake = e.Wake()
 		}
+		var ready <-chan struct{}
 		if buf.Len() > 0 && !discarding {
-			send, head = out, buf.Front()
+			head = buf.Front()
+			if e.Skip != nil && e.Skip(head) {
+				buf.Pop()
+				e.observe(buf.Len())
+				continue
+			}
+			if e.Ready != nil {
+				ready = e.Ready(head)
+			}
+			if ready == nil {
+				send = out
+			}
 		}
 
 		select {
@@ -151,6 +174,7 @@ func (e *Eager[T]) loop(ctx context.Context, in <-chan T, out chan<- T) error {
 			buf.Pop()
 			e.observe(buf.Len())
 		case <-wake:
+		case <-ready:
 		case <-discard:
 			discard, discarding = nil, true
 			dropAll()

@@ -225,3 +225,47 @@ func BenchmarkEager(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+// TestEagerReadyAndSkip: the head waits for Ready; skipped elements are
+// removed without being emitted, and reception goes on meanwhile.
+func TestEagerReadyAndSkip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewGroup(context.Background())
+		gate := make(chan struct{})
+		open := false
+		received := 0
+		e := &Eager[int]{
+			Bound: 10,
+			Ready: func(int) <-chan struct{} {
+				if open {
+					return nil
+				}
+				return gate
+			},
+			Skip:      func(v int) bool { return v%2 == 1 },
+			OnReceive: func(context.Context, int) error { received++; return nil },
+		}
+		out := e.Run(g, feed(g, 6))
+		synctest.Wait()
+		select {
+		case v := <-out:
+			t.Fatalf("emitted %d before ready", v)
+		default:
+		}
+		if received != 6 {
+			t.Fatalf("received %d while the head waited", received)
+		}
+		open = true
+		close(gate)
+		var got []int
+		for v := range out {
+			got = append(got, v)
+		}
+		if len(got) != 3 || got[0] != 0 || got[1] != 2 || got[2] != 4 {
+			t.Fatalf("emitted %v, want [0 2 4]", got)
+		}
+		if err := g.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
