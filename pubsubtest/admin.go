@@ -1,0 +1,399 @@
+package pubsubtest
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"strings"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// deletedTopic is what the real service reports as the topic of a
+// subscription whose topic was deleted.
+const deletedTopic = "_deleted-topic_"
+
+type topic struct {
+	pb   *pubsubpb.Topic
+	subs map[string]*subscription
+}
+
+// subscription is one subscription's state: the ready queue, the live ack
+// ids, the ordering keys and the open streams.
+type subscription struct {
+	name     string
+	pb       *pubsubpb.Subscription // config; replaced, never mutated, on update
+	topic    *topic                 // nil once the topic is deleted
+	props    *pubsubpb.StreamingPullResponse_SubscriptionProperties
+	ready    ring[*entry]
+	out      map[string]*entry        // live ack id → entry
+	keys     map[string]*ring[*entry] // ordering key → messages waiting behind the one out
+	streams  map[*stream]struct{}     // open streams
+	pullWait chan struct{}            // closed when messages become ready; nil without waiters
+	stats    SubStats
+}
+
+func (sub *subscription) ordered() bool     { return sub.pb.GetEnableMessageOrdering() }
+func (sub *subscription) exactlyOnce() bool { return sub.pb.GetEnableExactlyOnceDelivery() }
+
+func (sub *subscription) setConfig(pb *pubsubpb.Subscription) {
+	sub.pb = pb
+	sub.props = &pubsubpb.StreamingPullResponse_SubscriptionProperties{
+		ExactlyOnceDeliveryEnabled: pb.GetEnableExactlyOnceDelivery(),
+		MessageOrderingEnabled:     pb.GetEnableMessageOrdering(),
+	}
+}
+
+// validName reports whether name is "projects/{project}/{kind}/{id}".
+func validName(name, kind string) bool {
+	parts := strings.Split(name, "/")
+	return len(parts) == 4 && parts[0] == "projects" && parts[1] != "" && parts[2] == kind && parts[3] != ""
+}
+
+func invalidArg(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+func (s *Server) checkAckDeadline(secs int32) error {
+	if secs < s.cfg.minAckSeconds() || secs > 600 {
+		return invalidArg("Invalid ack deadline given: %d seconds; it must be between %d and 600.", secs, s.cfg.minAckSeconds())
+	}
+	return nil
+}
+
+// CreateTopic implements pubsubpb.PublisherServer.
+func (s *rpcServer) CreateTopic(_ context.Context, req *pubsubpb.Topic) (*pubsubpb.Topic, error) {
+	if !validName(req.GetName(), "topics") {
+		return nil, invalidArg("Invalid [topics] name: (name=%s)", req.GetName())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.topics[req.Name] != nil {
+		return nil, status.Errorf(codes.AlreadyExists, "Topic already exists")
+	}
+	t := &topic{pb: proto.Clone(req).(*pubsubpb.Topic), subs: make(map[string]*subscription)}
+	s.topics[req.Name] = t
+	return proto.Clone(t.pb).(*pubsubpb.Topic), nil
+}
+
+// GetTopic implements pubsubpb.PublisherServer.
+func (s *rpcServer) GetTopic(_ context.Context, req *pubsubpb.GetTopicRequest) (*pubsubpb.Topic, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.topics[req.GetTopic()]
+	if t == nil {
+		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetTopic())
+	}
+	return proto.Clone(t.pb).(*pubsubpb.Topic), nil
+}
+
+// UpdateTopic implements pubsubpb.PublisherServer: it copies the top-level
+// fields named in update_mask.
+func (s *rpcServer) UpdateTopic(_ context.Context, req *pubsubpb.UpdateTopicRequest) (*pubsubpb.Topic, error) {
+	if req.GetTopic() == nil || len(req.GetUpdateMask().GetPaths()) == 0 {
+		return nil, invalidArg("topic and update_mask are required")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.topics[req.Topic.GetName()]
+	if t == nil {
+		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.Topic.GetName())
+	}
+	next := proto.Clone(t.pb).(*pubsubpb.Topic)
+	if err := applyMask(next, req.Topic, req.UpdateMask.Paths, "name"); err != nil {
+		return nil, err
+	}
+	t.pb = next
+	return proto.Clone(next).(*pubsubpb.Topic), nil
+}
+
+// applyMask copies the top-level fields in paths from src to dst.
+func applyMask(dst, src proto.Message, paths []string, immutable ...string) error {
+	d, sr := dst.ProtoReflect(), src.ProtoReflect()
+	for _, p := range paths {
+		for _, im := range immutable {
+			if p == im {
+				return invalidArg("field %q cannot be updated", p)
+			}
+		}
+		fd := d.Descriptor().Fields().ByName(protoreflect.Name(p))
+		if fd == nil {
+			return invalidArg("invalid update_mask path %q", p)
+		}
+		if sr.Has(fd) {
+			d.Set(fd, sr.Get(fd))
+		} else {
+			d.Clear(fd)
+		}
+	}
+	return nil
+}
+
+// page returns names[token:token+size] and the next token.
+func page(names []string, size int32, token string) ([]string, string, error) {
+	sort.Strings(names)
+	start := 0
+	if token != "" {
+		n, err := strconv.Atoi(token)
+		if err != nil || n < 0 || n > len(names) {
+			return nil, "", invalidArg("invalid page token %q", token)
+		}
+		start = n
+	}
+	end := len(names)
+	if size > 0 && start+int(size) < end {
+		end = start + int(size)
+	}
+	next := ""
+	if end < len(names) {
+		next = strconv.Itoa(end)
+	}
+	return names[start:end], next, nil
+}
+
+// ListTopics implements pubsubpb.PublisherServer.
+func (s *rpcServer) ListTopics(_ context.Context, req *pubsubpb.ListTopicsRequest) (*pubsubpb.ListTopicsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for n := range s.topics {
+		if strings.HasPrefix(n, req.GetProject()+"/") {
+			names = append(names, n)
+		}
+	}
+	names, next, err := page(names, req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	resp := &pubsubpb.ListTopicsResponse{NextPageToken: next}
+	for _, n := range names {
+		resp.Topics = append(resp.Topics, proto.Clone(s.topics[n].pb).(*pubsubpb.Topic))
+	}
+	return resp, nil
+}
+
+// ListTopicSubscriptions implements pubsubpb.PublisherServer.
+func (s *rpcServer) ListTopicSubscriptions(_ context.Context, req *pubsubpb.ListTopicSubscriptionsRequest) (*pubsubpb.ListTopicSubscriptionsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.topics[req.GetTopic()]
+	if t == nil {
+		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetTopic())
+	}
+	var names []string
+	for n := range t.subs {
+		names = append(names, n)
+	}
+	names, next, err := page(names, req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	return &pubsubpb.ListTopicSubscriptionsResponse{Subscriptions: names, NextPageToken: next}, nil
+}
+
+// ListTopicSnapshots implements pubsubpb.PublisherServer; snapshots are not
+// supported, so the list is always empty.
+func (s *rpcServer) ListTopicSnapshots(_ context.Context, req *pubsubpb.ListTopicSnapshotsRequest) (*pubsubpb.ListTopicSnapshotsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.topics[req.GetTopic()] == nil {
+		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetTopic())
+	}
+	return &pubsubpb.ListTopicSnapshotsResponse{}, nil
+}
+
+// DeleteTopic implements pubsubpb.PublisherServer. As in the real service,
+// its subscriptions remain, with topic "_deleted-topic_".
+func (s *rpcServer) DeleteTopic(_ context.Context, req *pubsubpb.DeleteTopicRequest) (*emptypb.Empty, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.topics[req.GetTopic()]
+	if t == nil {
+		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetTopic())
+	}
+	delete(s.topics, req.Topic)
+	for _, sub := range t.subs {
+		cfg := proto.Clone(sub.pb).(*pubsubpb.Subscription)
+		cfg.Topic = deletedTopic
+		sub.setConfig(cfg)
+		sub.topic = nil
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// DetachSubscription implements pubsubpb.PublisherServer: the subscription
+// is marked detached, its open streams end with FAILED_PRECONDITION and it
+// receives no further message.
+func (s *rpcServer) DetachSubscription(_ context.Context, req *pubsubpb.DetachSubscriptionRequest) (*pubsubpb.DetachSubscriptionResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub := s.subs[req.GetSubscription()]
+	if sub == nil {
+		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetSubscription())
+	}
+	cfg := proto.Clone(sub.pb).(*pubsubpb.Subscription)
+	cfg.Detached = true
+	sub.setConfig(cfg)
+	if sub.topic != nil {
+		delete(sub.topic.subs, sub.name)
+		sub.topic = nil
+	}
+	for st := range sub.streams {
+		s.finishLocked(st, status.Error(codes.FailedPrecondition, "Subscription is detached."))
+	}
+	return &pubsubpb.DetachSubscriptionResponse{}, nil
+}
+
+// CreateSubscription implements pubsubpb.SubscriberServer. An ack deadline
+// of 0 means 10 s; otherwise it must be within 10–600 s (see
+// WithMinAckDeadline). The subscription receives messages published after
+// it was created.
+func (s *rpcServer) CreateSubscription(_ context.Context, req *pubsubpb.Subscription) (*pubsubpb.Subscription, error) {
+	if !validName(req.GetName(), "subscriptions") {
+		return nil, invalidArg("Invalid [subscriptions] name: (name=%s)", req.GetName())
+	}
+	cfg := proto.Clone(req).(*pubsubpb.Subscription)
+	if cfg.AckDeadlineSeconds == 0 {
+		cfg.AckDeadlineSeconds = 10
+	}
+	if err := s.checkAckDeadline(cfg.AckDeadlineSeconds); err != nil {
+		return nil, err
+	}
+	cfg.State = pubsubpb.Subscription_ACTIVE
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.topics[cfg.Topic]
+	if t == nil {
+		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", cfg.Topic)
+	}
+	if s.subs[cfg.Name] != nil {
+		return nil, status.Errorf(codes.AlreadyExists, "Subscription already exists")
+	}
+	sub := &subscription{
+		name:    cfg.Name,
+		topic:   t,
+		out:     make(map[string]*entry),
+		keys:    make(map[string]*ring[*entry]),
+		streams: make(map[*stream]struct{}),
+	}
+	sub.setConfig(cfg)
+	s.subs[cfg.Name] = sub
+	t.subs[cfg.Name] = sub
+	return proto.Clone(cfg).(*pubsubpb.Subscription), nil
+}
+
+// GetSubscription implements pubsubpb.SubscriberServer.
+func (s *rpcServer) GetSubscription(_ context.Context, req *pubsubpb.GetSubscriptionRequest) (*pubsubpb.Subscription, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub := s.subs[req.GetSubscription()]
+	if sub == nil {
+		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetSubscription())
+	}
+	return proto.Clone(sub.pb).(*pubsubpb.Subscription), nil
+}
+
+// UpdateSubscription implements pubsubpb.SubscriberServer: it copies the
+// top-level fields named in update_mask. Name, topic and message ordering
+// cannot change, as in the real service.
+func (s *rpcServer) UpdateSubscription(_ context.Context, req *pubsubpb.UpdateSubscriptionRequest) (*pubsubpb.Subscription, error) {
+	if req.GetSubscription() == nil || len(req.GetUpdateMask().GetPaths()) == 0 {
+		return nil, invalidArg("subscription and update_mask are required")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub := s.subs[req.Subscription.GetName()]
+	if sub == nil {
+		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.Subscription.GetName())
+	}
+	next := proto.Clone(sub.pb).(*pubsubpb.Subscription)
+	if err := applyMask(next, req.Subscription, req.UpdateMask.Paths, "name", "topic", "enable_message_ordering"); err != nil {
+		return nil, err
+	}
+	if next.AckDeadlineSeconds == 0 {
+		next.AckDeadlineSeconds = 10
+	}
+	if err := s.checkAckDeadline(next.AckDeadlineSeconds); err != nil {
+		return nil, err
+	}
+	sub.setConfig(next)
+	return proto.Clone(next).(*pubsubpb.Subscription), nil
+}
+
+// ListSubscriptions implements pubsubpb.SubscriberServer.
+func (s *rpcServer) ListSubscriptions(_ context.Context, req *pubsubpb.ListSubscriptionsRequest) (*pubsubpb.ListSubscriptionsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for n := range s.subs {
+		if strings.HasPrefix(n, req.GetProject()+"/") {
+			names = append(names, n)
+		}
+	}
+	names, next, err := page(names, req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	resp := &pubsubpb.ListSubscriptionsResponse{NextPageToken: next}
+	for _, n := range names {
+		resp.Subscriptions = append(resp.Subscriptions, proto.Clone(s.subs[n].pb).(*pubsubpb.Subscription))
+	}
+	return resp, nil
+}
+
+// DeleteSubscription implements pubsubpb.SubscriberServer: its open streams
+// end with NOT_FOUND and its messages are dropped.
+func (s *rpcServer) DeleteSubscription(_ context.Context, req *pubsubpb.DeleteSubscriptionRequest) (*emptypb.Empty, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.deleteSubLocked(req.GetSubscription()) {
+		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetSubscription())
+	}
+	return &emptypb.Empty{}, nil
+}
+
+func (s *Server) deleteSubLocked(name string) bool {
+	sub := s.subs[name]
+	if sub == nil {
+		return false
+	}
+	delete(s.subs, name)
+	if sub.topic != nil {
+		delete(sub.topic.subs, name)
+	}
+	for _, e := range sub.out {
+		s.leases.remove(e)
+		e.state = stateGone
+	}
+	sub.out = make(map[string]*entry)
+	sub.ready = ring[*entry]{}
+	sub.keys = make(map[string]*ring[*entry])
+	for st := range sub.streams {
+		s.finishLocked(st, status.Errorf(codes.NotFound, "Subscription does not exist (resource=%s).", name))
+	}
+	if sub.pullWait != nil {
+		close(sub.pullWait)
+		sub.pullWait = nil
+	}
+	return true
+}
+
+// ModifyPushConfig implements pubsubpb.SubscriberServer: the push config is
+// stored but nothing is pushed.
+func (s *rpcServer) ModifyPushConfig(_ context.Context, req *pubsubpb.ModifyPushConfigRequest) (*emptypb.Empty, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub := s.subs[req.GetSubscription()]
+	if sub == nil {
+		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetSubscription())
+	}
+	cfg := proto.Clone(sub.pb).(*pubsubpb.Subscription)
+	cfg.PushConfig = req.PushConfig
+	sub.setConfig(cfg)
+	return &emptypb.Empty{}, nil
+}

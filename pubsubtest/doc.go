@@ -1,0 +1,49 @@
+// Package pubsubtest is a strict, fast, in-process Google Cloud Pub/Sub
+// server for tests. It serves pubsubpb.PublisherServer and
+// pubsubpb.SubscriberServer over real gRPC, on loopback TCP or (WithBufconn)
+// on an in-memory listener that works inside a testing/synctest bubble, so
+// that tests about time (heartbeats, leases, expiry, backoff) run in
+// virtual time.
+//
+// Unlike cloud.google.com/go/pubsub/v2/pstest it enforces what the real
+// service enforces and what our clients claim to respect:
+//
+//   - StreamingPull: the first request must name an existing subscription
+//     (INVALID_ARGUMENT when empty, NOT_FOUND when unknown) and set the
+//     stream ack deadline (10–600 s; see WithMinAckDeadline). A later
+//     request that sets subscription, client_id, max_outstanding_messages,
+//     max_outstanding_bytes or protocol_version ends the stream with
+//     INVALID_ARGUMENT and MsgInitialOnly; a later
+//     stream_ack_deadline_seconds is allowed. A later request with neither
+//     acks nor modacks is a heartbeat, answered with an empty response when
+//     the stream's protocol_version is at least 1.
+//   - Server-side flow control per stream: no new message while the
+//     stream's unsettled messages or bytes (encoded PubsubMessage size) are
+//     at max_outstanding_messages / max_outstanding_bytes (≤ 0: no limit).
+//   - Up to WithMaxMessagesPerResponse messages per response (default
+//     100). Work per message is O(log outstanding): queues, and one timer
+//     goroutine over a heap of ack deadlines; nothing scans all messages.
+//   - Every delivery gets a fresh ack id and DeliveryAttempt = number of
+//     deliveries so far, starting at 1 (the real service sets it only with
+//     a dead-letter policy). An expired deadline or a modack of 0 s (nack)
+//     makes the message ready again; ack ids that are not live are ignored,
+//     except on exactly-once subscriptions, where Acknowledge and
+//     ModifyAckDeadline fail with INVALID_ARGUMENT carrying an
+//     errdetails.ErrorInfo (reason ErrorInfoReason) whose metadata maps each
+//     failed ack id to ReasonInvalidAckID, as the real service does.
+//     Modack seconds must be 0–600, and Acknowledge / ModifyAckDeadline
+//     requests over 512 KiB encoded are refused with INVALID_ARGUMENT.
+//   - Ordering: on a subscription with message ordering, at most one
+//     message per ordering key is outstanding, in publish order.
+//   - Every StreamingPull response carries the subscription properties
+//     (exactly-once, ordering); on exactly-once subscriptions acks and
+//     modacks sent on the stream are confirmed in the next response.
+//
+// Tests read counters (SubscriptionStats, MessageStats, MethodStats,
+// Streams) and inject faults (KillStreams, KillStream, FailNext,
+// SetLatency, StallStreams, StallStream, FailNextAckIDs, Restart).
+//
+// A Server starts no package-level goroutine and shares no state; Close
+// stops every goroutine it started. Its lock is never held across a send,
+// a wait or a timer.
+package pubsubtest

@@ -1,0 +1,220 @@
+package pubsubtest
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+const methodStreamingPull = "StreamingPull"
+
+// methodState holds the counters and the injected faults of one RPC method.
+type methodState struct {
+	stats    MethodStats
+	failN    int
+	failCode codes.Code
+	failMsg  string
+	latency  time.Duration
+}
+
+func (m *methodState) noteRequest(size int) {
+	m.stats.Requests++
+	if size > m.stats.MaxRequestBytes {
+		m.stats.MaxRequestBytes = size
+	}
+}
+
+// methodLocked returns the state of a method by short name ("Acknowledge").
+func (s *Server) methodLocked(name string) *methodState {
+	m := s.methods[name]
+	if m == nil {
+		m = &methodState{}
+		s.methods[name] = m
+	}
+	return m
+}
+
+func shortMethod(full string) string {
+	return full[strings.LastIndexByte(full, '/')+1:]
+}
+
+// beginCall counts a call and takes the faults injected for it: the
+// latency to add and the error to fail with (nil: none).
+func (s *Server) beginCall(method string) (time.Duration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.methodLocked(method)
+	m.stats.Calls++
+	var err error
+	if m.failN > 0 {
+		m.failN--
+		m.stats.Injected++
+		err = status.Error(m.failCode, m.failMsg)
+	}
+	return m.latency, err
+}
+
+func (s *Server) endCall(method string, err error) {
+	if err == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.methodLocked(method).stats.Errors++
+}
+
+func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	method := shortMethod(info.FullMethod)
+	if m, ok := req.(proto.Message); ok {
+		size := proto.Size(m)
+		s.mu.Lock()
+		s.methodLocked(method).noteRequest(size)
+		s.mu.Unlock()
+	}
+	resp, err := s.runCall(ctx, method, func() (any, error) { return handler(ctx, req) })
+	s.endCall(method, err)
+	return resp, err
+}
+
+func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	method := shortMethod(info.FullMethod)
+	_, err := s.runCall(ss.Context(), method, func() (any, error) { return nil, handler(srv, ss) })
+	s.endCall(method, err)
+	return err
+}
+
+// runCall applies the injected latency, then the injected failure, then
+// runs the call.
+func (s *Server) runCall(ctx context.Context, method string, call func() (any, error)) (any, error) {
+	latency, fail := s.beginCall(method)
+	if latency > 0 {
+		switch err := s.waitDone(ctx, latency); {
+		case err == ErrClosed:
+			return nil, status.Error(codes.Unavailable, "pubsubtest: server closed")
+		case err != nil:
+			return nil, status.FromContextError(err).Err()
+		}
+	}
+	if fail != nil {
+		return nil, fail
+	}
+	return call()
+}
+
+// FailNext makes the next n calls of method fail with code, before the
+// call does anything. method is the short RPC name: "Publish", "Pull",
+// "Acknowledge", "ModifyAckDeadline", "StreamingPull" (the stream fails
+// as it opens), "CreateSubscription", …. n = 0 cancels.
+func (s *Server) FailNext(method string, n int, code codes.Code) {
+	s.FailNextWithMessage(method, n, code, "pubsubtest: injected fault")
+}
+
+// FailNextWithMessage is FailNext with a chosen status message.
+func (s *Server) FailNextWithMessage(method string, n int, code codes.Code, msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.methodLocked(method)
+	m.failN, m.failCode, m.failMsg = n, code, msg
+}
+
+// SetLatency delays every later call of method by d before it runs (for
+// StreamingPull: the opening of each stream); 0 removes the delay. The
+// delay ends early when the caller cancels or the server closes.
+func (s *Server) SetLatency(method string, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.methodLocked(method).latency = d
+}
+
+// FailNextAckIDs makes the next n ack ids received on exactly-once
+// subscriptions (in Acknowledge, ModifyAckDeadline or stream requests) fail
+// with the given per-ack-id reason instead of being applied, e.g.
+// ReasonTransientUnordered, which Google's clients retry. n = 0 cancels.
+func (s *Server) FailNextAckIDs(n int, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ackFaults, s.ackReason = n, reason
+}
+
+// ackFaultLocked returns the injected reason for the next ack id of sub, or
+// "" when none applies.
+func (s *Server) ackFaultLocked(sub *subscription) string {
+	if s.ackFaults == 0 || !sub.exactlyOnce() {
+		return ""
+	}
+	s.ackFaults--
+	return s.ackReason
+}
+
+// KillStreams ends every open stream with the given status and returns how
+// many it ended. The messages out on them stay out until their deadlines.
+func (s *Server) KillStreams(code codes.Code, msg string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, st := range s.streams {
+		if !st.finished {
+			s.finishLocked(st, status.Error(code, msg))
+			n++
+		}
+	}
+	return n
+}
+
+// KillStream ends one open stream (by StreamInfo.ID) with the given status;
+// it reports whether the stream was open.
+func (s *Server) KillStream(id int64, code codes.Code, msg string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.streamLocked(id)
+	if st == nil || st.finished {
+		return false
+	}
+	s.finishLocked(st, status.Error(code, msg))
+	return true
+}
+
+func (s *Server) streamLocked(id int64) *stream {
+	if id < 1 || id > int64(len(s.streams)) {
+		return nil
+	}
+	return s.streams[id-1] // ids are 1, 2, … in order of opening
+}
+
+// StallStreams stops (true) or resumes (false) sending on every stream,
+// present and future: no message and no heartbeat answer goes out while
+// stalled, but requests are still read and applied. A stream is stalled
+// while either StallStreams or StallStream says so.
+func (s *Server) StallStreams(stalled bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stallAll = stalled
+	for _, st := range s.streams {
+		st.info.Stalled = stalled || st.stalled
+		if !stalled && !st.finished {
+			st.wake()
+		}
+	}
+}
+
+// StallStream stalls or resumes one stream (see StallStreams); it reports
+// whether the stream exists.
+func (s *Server) StallStream(id int64, stalled bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.streamLocked(id)
+	if st == nil {
+		return false
+	}
+	st.stalled = stalled
+	st.info.Stalled = stalled || s.stallAll
+	if !stalled {
+		st.wake()
+	}
+	return true
+}

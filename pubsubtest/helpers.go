@@ -1,0 +1,110 @@
+package pubsubtest
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// SubscriptionConfig configures CreateSubscription.
+type SubscriptionConfig struct {
+	Name  string // full name, or a short id expanded with the server's project
+	Topic string // full name, or a short id
+	// AckDeadline is the subscription's ack deadline (for Pull), in whole
+	// seconds; 0 means 10 s.
+	AckDeadline               time.Duration
+	EnableMessageOrdering     bool
+	EnableExactlyOnceDelivery bool
+}
+
+// Project is the project that short names are expanded with (see
+// WithProject).
+func (s *Server) Project() string { return s.cfg.project }
+
+// TopicName expands a short topic id to "projects/{project}/topics/{id}";
+// a full name is returned unchanged.
+func (s *Server) TopicName(id string) string { return s.expand(id, "topics") }
+
+// SubscriptionName expands a short subscription id to
+// "projects/{project}/subscriptions/{id}"; a full name is returned unchanged.
+func (s *Server) SubscriptionName(id string) string { return s.expand(id, "subscriptions") }
+
+func (s *Server) subName(name string) string { return s.expand(name, "subscriptions") }
+
+func (s *Server) expand(name, kind string) string {
+	if strings.HasPrefix(name, "projects/") || name == "" {
+		return name
+	}
+	return "projects/" + s.cfg.project + "/" + kind + "/" + name
+}
+
+// CreateTopic creates a topic directly, without gRPC, and returns its full
+// name.
+func (s *Server) CreateTopic(ctx context.Context, name string) (string, error) {
+	t, err := s.Publisher().CreateTopic(ctx, &pubsubpb.Topic{Name: s.TopicName(name)})
+	if err != nil {
+		return "", err
+	}
+	return t.Name, nil
+}
+
+// CreateSubscription creates a subscription directly, without gRPC, and
+// returns its full name.
+func (s *Server) CreateSubscription(ctx context.Context, cfg SubscriptionConfig) (string, error) {
+	sub, err := s.Subscriber().CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name:                      s.SubscriptionName(cfg.Name),
+		Topic:                     s.TopicName(cfg.Topic),
+		AckDeadlineSeconds:        int32((cfg.AckDeadline + time.Second - 1) / time.Second),
+		EnableMessageOrdering:     cfg.EnableMessageOrdering,
+		EnableExactlyOnceDelivery: cfg.EnableExactlyOnceDelivery,
+	})
+	if err != nil {
+		return "", err
+	}
+	return sub.Name, nil
+}
+
+// DeleteSubscription deletes a subscription directly, without gRPC: its open
+// streams end with NOT_FOUND.
+func (s *Server) DeleteSubscription(_ context.Context, name string) error {
+	name = s.SubscriptionName(name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.deleteSubLocked(name) {
+		return status.Errorf(codes.NotFound, "Resource not found (resource=%s).", name)
+	}
+	return nil
+}
+
+// Publish publishes directly, without gRPC, and returns the message ids.
+// The messages are copied (their data and attribute map are shared, so do
+// not change them afterwards); the same rules as the Publish RPC apply.
+func (s *Server) Publish(_ context.Context, topicName string, msgs ...*pubsubpb.PubsubMessage) ([]string, error) {
+	if err := checkMessages(msgs); err != nil {
+		return nil, err
+	}
+	own := make([]*pubsubpb.PubsubMessage, len(msgs))
+	for i, m := range msgs {
+		own[i] = &pubsubpb.PubsubMessage{Data: m.Data, Attributes: m.Attributes, OrderingKey: m.OrderingKey}
+	}
+	topicName = s.TopicName(topicName)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.topics[topicName]
+	if t == nil {
+		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", topicName)
+	}
+	return s.publishLocked(t, own), nil
+}
+
+// Publisher returns the server as a pubsubpb.PublisherServer, to call its
+// RPC methods directly (no interceptors: no counters, no injected faults).
+func (s *Server) Publisher() pubsubpb.PublisherServer { return &rpcServer{Server: s} }
+
+// Subscriber returns the server as a pubsubpb.SubscriberServer (see
+// Publisher).
+func (s *Server) Subscriber() pubsubpb.SubscriberServer { return &rpcServer{Server: s} }

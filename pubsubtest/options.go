@@ -1,0 +1,109 @@
+package pubsubtest
+
+import (
+	"fmt"
+	"time"
+)
+
+// Option configures a Server made by NewServer.
+type Option func(*config)
+
+type config struct {
+	addr               string
+	bufconn            bool
+	bufSize            int
+	minAckDeadline     time.Duration
+	maxPerResponse     int
+	maxResponseBytes   int
+	project            string
+	recordRequests     bool
+	pullWait           time.Duration
+	maxRecvMsgSize     int
+	maxAckRequestBytes int
+}
+
+func defaultConfig() config {
+	return config{
+		addr:               "127.0.0.1:0",
+		bufSize:            1 << 20,
+		minAckDeadline:     10 * time.Second,
+		maxPerResponse:     100,
+		maxResponseBytes:   4<<20 - 64<<10,
+		project:            "test-project",
+		pullWait:           10 * time.Second,
+		maxRecvMsgSize:     32 << 20,
+		maxAckRequestBytes: 512 << 10,
+	}
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.bufSize <= 0:
+		return fmt.Errorf("pubsubtest: bufconn size %d must be positive", c.bufSize)
+	case c.minAckDeadline < 0 || c.minAckDeadline > 600*time.Second:
+		return fmt.Errorf("pubsubtest: min ack deadline %v must be within 0–600s", c.minAckDeadline)
+	case c.maxPerResponse <= 0:
+		return fmt.Errorf("pubsubtest: max messages per response %d must be positive", c.maxPerResponse)
+	case c.maxResponseBytes <= 0:
+		return fmt.Errorf("pubsubtest: max response bytes %d must be positive", c.maxResponseBytes)
+	case c.project == "":
+		return fmt.Errorf("pubsubtest: empty project")
+	case c.pullWait <= 0:
+		return fmt.Errorf("pubsubtest: pull wait %v must be positive", c.pullWait)
+	}
+	return nil
+}
+
+// minAckSeconds is the smallest ack deadline in whole seconds that the server
+// accepts for subscriptions and streams (10 unless WithMinAckDeadline lowered
+// it; never below 1, since the API counts whole seconds).
+func (c *config) minAckSeconds() int32 {
+	s := int32((c.minAckDeadline + time.Second - 1) / time.Second)
+	if s < 1 {
+		s = 1
+	}
+	return s
+}
+
+// WithAddr makes the server listen on the given TCP address instead of
+// "127.0.0.1:0" (an ephemeral loopback port).
+func WithAddr(addr string) Option { return func(c *config) { c.addr = addr } }
+
+// WithBufconn makes the server listen on an in-memory
+// google.golang.org/grpc/test/bufconn listener instead of TCP. Connect with
+// Server.Dial, Server.DialOptions or Server.ClientConn. Unlike TCP, it works
+// inside a testing/synctest bubble when the server and its clients are all
+// created inside the bubble.
+func WithBufconn() Option { return func(c *config) { c.bufconn = true } }
+
+// WithBufconnSize sets the buffer size of the in-memory listener (default
+// 1 MiB); it only matters with WithBufconn.
+func WithBufconnSize(n int) Option { return func(c *config) { c.bufSize = n } }
+
+// WithMinAckDeadline lowers (or raises) the smallest ack deadline accepted on
+// CreateSubscription, UpdateSubscription and StreamingPull (the real service:
+// 10 s). The API counts whole seconds, so the effective minimum is d rounded
+// up to a second, at least 1 s. Modack seconds stay 0–600 as in the API.
+func WithMinAckDeadline(d time.Duration) Option { return func(c *config) { c.minAckDeadline = d } }
+
+// WithMaxMessagesPerResponse sets how many messages one StreamingPull response
+// carries at most (default 100).
+func WithMaxMessagesPerResponse(n int) Option { return func(c *config) { c.maxPerResponse = n } }
+
+// WithMaxResponseBytes sets the approximate encoded size above which a
+// StreamingPull response takes no further message (default just under 4 MiB,
+// gRPC's default receive limit; a larger single message is still sent alone).
+func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponseBytes = n } }
+
+// WithProject sets the project used to expand short names given to the
+// helper methods (CreateTopic, CreateSubscription, Publish, …); default
+// "test-project".
+func WithProject(p string) Option { return func(c *config) { c.project = p } }
+
+// WithRecordStreamRequests keeps every StreamingPullRequest received, for
+// Server.StreamRequests. Off by default, since it holds every ack id.
+func WithRecordStreamRequests() Option { return func(c *config) { c.recordRequests = true } }
+
+// WithPullWait sets how long a unary Pull without return_immediately waits
+// for a message before it returns an empty response (default 10 s).
+func WithPullWait(d time.Duration) Option { return func(c *config) { c.pullWait = d } }

@@ -1,0 +1,171 @@
+package pubsubtest
+
+import (
+	"strconv"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+)
+
+// SubStats are the counters of one subscription since it was created.
+type SubStats struct {
+	Published   int64 // messages enqueued for it (published to its topic after it was created)
+	Delivered   int64 // deliveries, first ones and redeliveries, on streams and by Pull
+	Redelivered int64 // deliveries with a delivery attempt above 1
+	Acked       int64 // successful acks (the first one of each message)
+	Nacked      int64 // modacks with 0 seconds of a live ack id
+	ModAcks     int64 // deadline extensions (modacks with 1–600 s) of a live ack id
+	Expired     int64 // leases that reached their ack deadline
+	// MaxOutstanding is the most messages ever outstanding at once on any
+	// one stream of the subscription.
+	MaxOutstanding int64
+	// Outstanding is the number of messages delivered and not yet settled
+	// (on any stream or by Pull), now.
+	Outstanding int64
+	// Backlog is the number of messages waiting to be delivered, now.
+	Backlog int64
+	// RejectedRequests counts requests refused with INVALID_ARGUMENT: a
+	// later StreamingPull request with initial-only fields, a bad ack
+	// deadline or modack, an ack or modack request over 512 KiB.
+	RejectedRequests int64
+	Streams          int64 // StreamingPull streams opened
+}
+
+// MessageStats are the counters of one message over all subscriptions.
+type MessageStats struct {
+	Deliveries int64
+	Acks       int64
+}
+
+// MethodStats are the counters of one RPC method.
+type MethodStats struct {
+	Calls    int64 // calls (for StreamingPull: streams opened)
+	Errors   int64 // calls that ended with an error, injected ones included
+	Injected int64 // calls failed by FailNext
+	// Requests counts request messages (for StreamingPull every request on
+	// every stream) and MaxRequestBytes is the largest encoded one.
+	Requests        int64
+	MaxRequestBytes int
+}
+
+// StreamInfo describes one StreamingPull stream, open or closed.
+type StreamInfo struct {
+	ID           int64 // 1, 2, … in order of opening, for KillStream and StallStream
+	Subscription string
+	// Values of the initial request.
+	ClientID               string
+	MaxOutstandingMessages int64
+	MaxOutstandingBytes    int64
+	ProtocolVersion        int64
+	InitialAckDeadline     time.Duration
+	// AckDeadline is the current stream ack deadline (later requests may
+	// change it).
+	AckDeadline time.Duration
+
+	Requests         int64 // requests received, the initial one included
+	Heartbeats       int64 // later requests with neither acks nor modacks
+	HeartbeatReplies int64 // empty responses sent to answer heartbeats
+	Responses        int64 // responses sent
+	// Rejected counts later requests refused (each one ended the stream).
+	Rejected int64
+
+	Delivered               int64 // messages delivered on the stream
+	Outstanding             int64 // delivered on it and unsettled, now
+	OutstandingBytes        int64
+	MaxOutstanding          int64 // most messages outstanding at once
+	MaxOutstandingBytesSeen int64 // most bytes outstanding at once
+
+	Open    bool
+	Stalled bool
+	Code    codes.Code // final status code once closed (OK while open)
+	Err     string     // final error text, if any
+}
+
+// SubscriptionStats returns the counters of a subscription (full name, or
+// short id expanded with the server's project); zero if it does not exist.
+func (s *Server) SubscriptionStats(name string) SubStats {
+	name = s.subName(name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub := s.subs[name]
+	if sub == nil {
+		return SubStats{}
+	}
+	st := sub.stats
+	st.Outstanding = int64(len(sub.out))
+	st.Backlog = st.Published - st.Acked - st.Outstanding
+	return st
+}
+
+// MessageStats returns the counters of a message by id; zero if unknown.
+func (s *Server) MessageStats(id string) MessageStats {
+	seq, err := strconv.ParseUint(id, 10, 64)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil || seq == 0 || seq > uint64(len(s.msgStats)) {
+		return MessageStats{}
+	}
+	c := s.msgStats[seq-1]
+	return MessageStats{Deliveries: int64(c.deliveries), Acks: int64(c.acks)}
+}
+
+// MethodStats returns the counters of a method by short name
+// ("Acknowledge", "ModifyAckDeadline", "StreamingPull", "Publish", …).
+func (s *Server) MethodStats(method string) MethodStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m := s.methods[method]; m != nil {
+		return m.stats
+	}
+	return MethodStats{}
+}
+
+// Streams describes every stream ever opened on a subscription (full name
+// or short id), open and closed, in order of opening. An empty name means
+// every subscription.
+func (s *Server) Streams(sub string) []StreamInfo {
+	if sub != "" {
+		sub = s.subName(sub)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []StreamInfo
+	for _, st := range s.streams {
+		if sub == "" || st.info.Subscription == sub {
+			out = append(out, st.infoLocked())
+		}
+	}
+	return out
+}
+
+// Stream describes one stream by id.
+func (s *Server) Stream(id int64) (StreamInfo, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.streamLocked(id)
+	if st == nil {
+		return StreamInfo{}, false
+	}
+	return st.infoLocked(), true
+}
+
+func (st *stream) infoLocked() StreamInfo {
+	i := st.info
+	i.Outstanding = st.outMsgs
+	i.OutstandingBytes = st.outBytes
+	return i
+}
+
+// StreamRequests returns every request received on a stream, the initial
+// one first. It needs WithRecordStreamRequests; otherwise it returns nil.
+// The requests must not be modified.
+func (s *Server) StreamRequests(id int64) []*pubsubpb.StreamingPullRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.streamLocked(id)
+	if st == nil {
+		return nil
+	}
+	return append([]*pubsubpb.StreamingPullRequest(nil), st.requests...)
+}

@@ -1,0 +1,349 @@
+package pubsubtest
+
+import (
+	"errors"
+	"io"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// stream is one open (or finished) StreamingPull call.
+type stream struct {
+	id          int64
+	sub         *subscription
+	info        StreamInfo
+	ackDeadline time.Duration
+	maxMsgs     int64 // ≤ 0: no limit
+	maxBytes    int64 // ≤ 0: no limit
+	outMsgs     int64 // delivered on this stream and not yet settled
+	outBytes    int64
+	stalled     bool
+	hbPending   bool // a heartbeat waits for its answer
+	ackConf     *pubsubpb.StreamingPullResponse_AcknowledgeConfirmation
+	modConf     *pubsubpb.StreamingPullResponse_ModifyAckDeadlineConfirmation
+	requests    []*pubsubpb.StreamingPullRequest // with WithRecordStreamRequests
+
+	finished bool
+	err      error         // final status, set before doneCh closes
+	wakeCh   chan struct{} // cap 1: something may be ready to send
+	doneCh   chan struct{} // closed when the stream must end
+}
+
+func (st *stream) wake() {
+	select {
+	case st.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// atLimit reports whether server-side flow control forbids another message.
+func (st *stream) atLimit() bool {
+	return st.maxMsgs > 0 && st.outMsgs >= st.maxMsgs || st.maxBytes > 0 && st.outBytes >= st.maxBytes
+}
+
+// StreamingPull implements pubsubpb.SubscriberServer. The first request
+// must name an existing subscription and carry the stream ack deadline;
+// later requests may only carry acks, modacks and a new stream ack
+// deadline. Messages go out in batches while the stream is under its
+// max_outstanding_messages / max_outstanding_bytes limits (≤ 0: none).
+func (s *rpcServer) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) error {
+	req, err := ss.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return invalidArg("The stream closed before its initial request.")
+		}
+		return err
+	}
+	st, err := s.openStream(req)
+	if err != nil {
+		return err
+	}
+	s.wg.Add(1) // before Close's Wait: Close stops gRPC, which waits for this handler, first
+	go s.recvLoop(ss, st)
+	err = s.sendLoop(ss, st)
+	s.mu.Lock()
+	s.finishLocked(st, err)
+	s.mu.Unlock()
+	return err
+}
+
+func (s *Server) checkModacks(req *pubsubpb.StreamingPullRequest) error {
+	if len(req.ModifyDeadlineSeconds) != len(req.ModifyDeadlineAckIds) {
+		return invalidArg("modify_deadline_seconds and modify_deadline_ack_ids must have the same length (%d != %d).", len(req.ModifyDeadlineSeconds), len(req.ModifyDeadlineAckIds))
+	}
+	for _, d := range req.ModifyDeadlineSeconds {
+		if d < 0 || d > 600 {
+			return invalidArg("Invalid ack deadline given: %d seconds; it must be between 0 and 600.", d)
+		}
+	}
+	return nil
+}
+
+func (s *Server) openStream(req *pubsubpb.StreamingPullRequest) (*stream, error) {
+	size := proto.Size(req)
+	if req.Subscription == "" {
+		return nil, invalidArg("The initial request must name a subscription.")
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.methodLocked(methodStreamingPull).noteRequest(size)
+	sub := s.subs[req.Subscription]
+	if sub == nil {
+		return nil, status.Errorf(codes.NotFound, "Subscription does not exist (resource=%s).", req.Subscription)
+	}
+	err := s.checkAckDeadline(req.StreamAckDeadlineSeconds)
+	if err == nil {
+		err = s.checkModacks(req)
+	}
+	if err != nil {
+		sub.stats.RejectedRequests++
+		return nil, err
+	}
+	s.nextStream++
+	deadline := time.Duration(req.StreamAckDeadlineSeconds) * time.Second
+	st := &stream{
+		id:          s.nextStream,
+		sub:         sub,
+		ackDeadline: deadline,
+		maxMsgs:     req.MaxOutstandingMessages,
+		maxBytes:    req.MaxOutstandingBytes,
+		wakeCh:      make(chan struct{}, 1),
+		doneCh:      make(chan struct{}),
+		info: StreamInfo{
+			ID:                     s.nextStream,
+			Subscription:           sub.name,
+			ClientID:               req.ClientId,
+			MaxOutstandingMessages: req.MaxOutstandingMessages,
+			MaxOutstandingBytes:    req.MaxOutstandingBytes,
+			ProtocolVersion:        req.ProtocolVersion,
+			InitialAckDeadline:     deadline,
+			AckDeadline:            deadline,
+			Requests:               1,
+			Open:                   true,
+		},
+	}
+	if s.cfg.recordRequests {
+		st.requests = append(st.requests, req)
+	}
+	s.streams = append(s.streams, st)
+	sub.streams[st] = struct{}{}
+	sub.stats.Streams++
+	s.applyStreamAcksLocked(st, req, now)
+	st.wake()
+	return st, nil
+}
+
+// recvLoop reads the requests after the first one. It ends when the call
+// does (the stream context is cancelled once the handler has returned).
+func (s *Server) recvLoop(ss pubsubpb.Subscriber_StreamingPullServer, st *stream) {
+	defer s.wg.Done()
+	for {
+		req, err := ss.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = nil // the client half-closed: end the call with OK
+			}
+			s.mu.Lock()
+			s.finishLocked(st, err)
+			s.mu.Unlock()
+			return
+		}
+		if !s.handleStreamRequest(st, req) {
+			return
+		}
+	}
+}
+
+// checkLaterRequest applies the real service's rule that only the first
+// request of a stream carries the stream's settings.
+func (s *Server) checkLaterRequest(req *pubsubpb.StreamingPullRequest) error {
+	if req.Subscription != "" || req.ClientId != "" || req.MaxOutstandingMessages != 0 ||
+		req.MaxOutstandingBytes != 0 || req.ProtocolVersion != 0 {
+		return status.Error(codes.InvalidArgument, MsgInitialOnly)
+	}
+	if err := s.checkModacks(req); err != nil {
+		return err
+	}
+	if req.StreamAckDeadlineSeconds != 0 {
+		return s.checkAckDeadline(req.StreamAckDeadlineSeconds)
+	}
+	return nil
+}
+
+// handleStreamRequest applies one later request; it reports false once the
+// stream is finished.
+func (s *Server) handleStreamRequest(st *stream, req *pubsubpb.StreamingPullRequest) bool {
+	size := proto.Size(req)
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st.finished {
+		return false
+	}
+	s.methodLocked(methodStreamingPull).noteRequest(size)
+	st.info.Requests++
+	if s.cfg.recordRequests {
+		st.requests = append(st.requests, req)
+	}
+	if err := s.checkLaterRequest(req); err != nil {
+		st.sub.stats.RejectedRequests++
+		st.info.Rejected++
+		s.finishLocked(st, err)
+		return false
+	}
+	if req.StreamAckDeadlineSeconds != 0 {
+		st.ackDeadline = time.Duration(req.StreamAckDeadlineSeconds) * time.Second
+		st.info.AckDeadline = st.ackDeadline
+	}
+	if len(req.AckIds) == 0 && len(req.ModifyDeadlineAckIds) == 0 {
+		st.info.Heartbeats++
+		if st.info.ProtocolVersion >= 1 {
+			st.hbPending = true
+			st.wake()
+		}
+		return true
+	}
+	s.applyStreamAcksLocked(st, req, now)
+	return true
+}
+
+// applyStreamAcksLocked applies the acks and modacks of a stream request;
+// on an exactly-once subscription the next response confirms them.
+func (s *Server) applyStreamAcksLocked(st *stream, req *pubsubpb.StreamingPullRequest, now time.Time) {
+	sub := st.sub
+	eod := sub.exactlyOnce()
+	for _, id := range req.AckIds {
+		reason := s.ackFaultLocked(sub)
+		ok := reason == "" && s.ackLocked(sub, id)
+		if !eod {
+			continue
+		}
+		if st.ackConf == nil {
+			st.ackConf = &pubsubpb.StreamingPullResponse_AcknowledgeConfirmation{}
+		}
+		switch {
+		case ok:
+			st.ackConf.AckIds = append(st.ackConf.AckIds, id)
+		case reason == ReasonTransientUnordered:
+			st.ackConf.UnorderedAckIds = append(st.ackConf.UnorderedAckIds, id)
+		case reason != "" && reason != ReasonInvalidAckID:
+			st.ackConf.TemporaryFailedAckIds = append(st.ackConf.TemporaryFailedAckIds, id)
+		default:
+			st.ackConf.InvalidAckIds = append(st.ackConf.InvalidAckIds, id)
+		}
+	}
+	for i, id := range req.ModifyDeadlineAckIds {
+		reason := s.ackFaultLocked(sub)
+		ok := reason == "" && s.modackLocked(sub, id, req.ModifyDeadlineSeconds[i], now)
+		if !eod {
+			continue
+		}
+		if st.modConf == nil {
+			st.modConf = &pubsubpb.StreamingPullResponse_ModifyAckDeadlineConfirmation{}
+		}
+		switch {
+		case ok:
+			st.modConf.AckIds = append(st.modConf.AckIds, id)
+		case reason != "" && reason != ReasonInvalidAckID:
+			st.modConf.TemporaryFailedAckIds = append(st.modConf.TemporaryFailedAckIds, id)
+		default:
+			st.modConf.InvalidAckIds = append(st.modConf.InvalidAckIds, id)
+		}
+	}
+	if st.ackConf != nil || st.modConf != nil {
+		st.wake()
+	}
+}
+
+// sendLoop runs on the handler goroutine: it sends whatever nextResponse
+// builds and otherwise waits for a wake-up, without holding s.mu.
+func (s *Server) sendLoop(ss pubsubpb.Subscriber_StreamingPullServer, st *stream) error {
+	ctx := ss.Context()
+	for {
+		resp, done, err := s.nextResponse(st)
+		if done {
+			return err
+		}
+		if resp != nil {
+			if err := ss.Send(resp); err != nil {
+				return err
+			}
+			continue
+		}
+		select {
+		case <-st.wakeCh:
+		case <-st.doneCh:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+// nextResponse takes up to the per-response maximum of ready messages that
+// flow control allows, plus a pending heartbeat answer or exactly-once
+// confirmations. It returns nil when there is nothing to send (or the
+// stream is stalled) and done once the stream must end.
+func (s *Server) nextResponse(st *stream) (resp *pubsubpb.StreamingPullResponse, done bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st.finished {
+		return nil, true, st.err
+	}
+	if st.stalled || s.stallAll {
+		return nil, false, nil
+	}
+	sub := st.sub
+	var msgs []*pubsubpb.ReceivedMessage
+	if n := sub.ready.len(); n > 0 && !st.atLimit() {
+		msgs = make([]*pubsubpb.ReceivedMessage, 0, min(n, s.cfg.maxPerResponse))
+		now := time.Now()
+		budget := int64(s.cfg.maxResponseBytes)
+		for sub.ready.len() > 0 && len(msgs) < s.cfg.maxPerResponse && !st.atLimit() {
+			e := sub.ready.front()
+			size := e.msg.size + 32 // ack id and framing
+			if len(msgs) > 0 && size > budget {
+				break
+			}
+			budget -= size
+			sub.ready.popFront()
+			msgs = append(msgs, s.deliverLocked(e, st, st.ackDeadline, now))
+		}
+	}
+	if len(msgs) == 0 && !st.hbPending && st.ackConf == nil && st.modConf == nil {
+		return nil, false, nil
+	}
+	resp = &pubsubpb.StreamingPullResponse{
+		ReceivedMessages:              msgs,
+		AcknowledgeConfirmation:       st.ackConf,
+		ModifyAckDeadlineConfirmation: st.modConf,
+		SubscriptionProperties:        sub.props,
+	}
+	if st.hbPending && len(msgs) == 0 {
+		st.info.HeartbeatReplies++
+	}
+	st.hbPending, st.ackConf, st.modConf = false, nil, nil
+	st.info.Responses++
+	return resp, false, nil
+}
+
+// finishLocked makes the stream end with err (nil: OK) unless it already
+// has; the handler returns err to the client.
+func (s *Server) finishLocked(st *stream, err error) {
+	if st.finished {
+		return
+	}
+	st.finished = true
+	st.err = err
+	st.info.Open = false
+	st.info.Code = status.Code(err)
+	if err != nil {
+		st.info.Err = err.Error()
+	}
+	delete(st.sub.streams, st)
+	close(st.doneCh)
+}
