@@ -74,6 +74,7 @@ type Message struct {
 	delay   time.Duration
 	settler Settler
 	result  *Result
+	handed  atomic.Bool
 }
 
 // FromReceived builds a Message from a StreamingPull response element.
@@ -171,3 +172,11 @@ func (m *Message) Result() *Result { return m.result }
 
 // SetResult attaches the exactly-once result (by the settle path).
 func (m *Message) SetResult(r *Result) { m.result = r }
+
+// MarkHandedOff records that the message left the subscriber's buffers for
+// processing (the Subscriber's stats tell buffered and processing apart).
+// It reports false if it was already marked.
+func (m *Message) MarkHandedOff() bool { return m.handed.CompareAndSwap(false, true) }
+
+// HandedOff reports whether MarkHandedOff was called.
+func (m *Message) HandedOff() bool { return m.handed.Load() }
