@@ -1,0 +1,77 @@
+package connect
+
+import (
+	"context"
+	"fmt"
+
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/google"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials/oauth"
+)
+
+// Dial returns a client connection for Pub/Sub, owned by the caller (Close
+// it). It uses grpc.NewClient, so it does not wait for the connection; ctx
+// bounds only the lookup of Application Default Credentials. Wrap the
+// connection with pubsubpb.NewSubscriberClient or NewPublisherClient.
+func Dial(ctx context.Context, o Options) (*grpc.ClientConn, error) {
+	opts, target, err := DialOptions(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("pubsubflow/connect: new client for %s: %w", target, err)
+	}
+	return cc, nil
+}
+
+// DialOptions returns the target and the gRPC dial options Dial would use,
+// for callers that build their connection themselves.
+func DialOptions(ctx context.Context, o Options) ([]grpc.DialOption, string, error) {
+	if err := o.Validate(); err != nil {
+		return nil, "", err
+	}
+	r := o.resolve()
+	ua := o.UserAgent
+	if ua == "" {
+		ua = DefaultUserAgent
+	}
+	opts := []grpc.DialOption{grpc.WithUserAgent(ua)}
+	if r.insecure {
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	} else {
+		ts, err := tokenSource(ctx, o.TokenSource)
+		if err != nil {
+			return nil, "", err
+		}
+		opts = append(opts,
+			grpc.WithTransportCredentials(credentials.NewTLS(nil)), // system roots
+			grpc.WithPerRPCCredentials(oauth.TokenSource{TokenSource: ts}),
+		)
+	}
+	if len(o.UnaryInterceptors) > 0 {
+		opts = append(opts, grpc.WithChainUnaryInterceptor(o.UnaryInterceptors...))
+	}
+	if len(o.StreamInterceptors) > 0 {
+		opts = append(opts, grpc.WithChainStreamInterceptor(o.StreamInterceptors...))
+	}
+	opts = append(opts, o.DialOptions...)
+	return opts, r.target, nil
+}
+
+// tokenSource returns ts, or Application Default Credentials for Scope.
+// oauth2's sources cache a token until shortly before it expires and then
+// fetch a fresh one.
+func tokenSource(ctx context.Context, ts oauth2.TokenSource) (oauth2.TokenSource, error) {
+	if ts != nil {
+		return ts, nil
+	}
+	ts, err := google.DefaultTokenSource(ctx, Scope)
+	if err != nil {
+		return nil, fmt.Errorf("pubsubflow/connect: application default credentials: %w", err)
+	}
+	return ts, nil
+}

@@ -1,0 +1,39 @@
+package connect_test
+
+import (
+	"context"
+	"fmt"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/pubsubflow/pubsubflow/connect"
+)
+
+// Dial an emulator (or any plaintext test server). With no Endpoint and no
+// PUBSUB_EMULATOR_HOST, Dial would use TLS to pubsub.googleapis.com:443 and
+// Application Default Credentials.
+func ExampleDial() {
+	cc, err := connect.Dial(context.Background(), connect.Options{Endpoint: "localhost:8085", Insecure: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cc.Close()
+	_ = pubsubpb.NewSubscriberClient(cc) // hand this to source.Subscribe
+	fmt.Println(cc.Target())
+	// Output: localhost:8085
+}
+
+func ExampleWithRouting() {
+	ctx := connect.WithRouting(context.Background(), "subscription", "projects/p/subscriptions/s")
+	md, _ := metadata.FromOutgoingContext(ctx)
+	fmt.Println(md.Get(connect.RequestParamsKey)[0])
+	// Output: subscription=projects%2Fp%2Fsubscriptions%2Fs
+}
+
+func ExampleDialOptions() {
+	opts, target, err := connect.DialOptions(context.Background(), connect.Options{Endpoint: "localhost:8085", Insecure: true})
+	fmt.Println(len(opts) > 0, target, err)
+	// Output: true localhost:8085 <nil>
+}
