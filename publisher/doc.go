@@ -1,0 +1,26 @@
+// Package publisher publishes messages to one Pub/Sub topic through a
+// batching worker, and offers the publish step of a pipeline (Stage,
+// Forward).
+//
+// Publish never sends an RPC itself: it takes a flow-control permit, adds
+// the message to the open batch of its ordering key and returns a Result
+// at once. A batch closes when it reaches Config.MaxMessages (default 100)
+// or Config.MaxBytes (default 1 MB), or when Config.Delay (default 10 ms)
+// has passed since its first message, and never exceeds the API's limits
+// (1000 messages, 10 MB per request). Closed batches are sent by at most
+// Config.MaxInFlightBatches goroutines, started on demand; a transient
+// failure is retried with backoff until Config.RetryDeadline.
+//
+// Ordering keys (Config.EnableOrdering): messages with the same key are
+// sent in Publish order, with at most one batch of a key in flight. When a
+// batch of a key fails for good, the key is paused: the messages queued
+// behind it and every later Publish with that key fail at once with a
+// *PausedError (errors.Is(err, ErrPaused)) until ResumePublish(key).
+//
+// Flow control (Config.Flow) bounds the messages and bytes published and
+// not yet settled; at the limit Publish blocks (the default) or fails fast
+// with ErrFlowControlled.
+//
+// Close flushes every batch, waits for their results and stops every
+// goroutine the Publisher started.
+package publisher

@@ -1,0 +1,82 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Errors a Result may resolve to before any RPC is made.
+var (
+	// ErrClosed: Publish after Close (or while it runs).
+	ErrClosed = errors.New("publisher: closed")
+	// ErrPaused is matched (errors.Is) by a *PausedError.
+	ErrPaused = errors.New("publisher: ordering key paused after a failed publish; call ResumePublish")
+	// ErrFlowControlled: the flow-control limit was reached and
+	// Config.Flow.FailFast is set.
+	ErrFlowControlled = errors.New("publisher: flow control limit reached")
+	// ErrOrderingDisabled: a message has an ordering key but
+	// Config.EnableOrdering is false.
+	ErrOrderingDisabled = errors.New("publisher: message has an ordering key but Config.EnableOrdering is false")
+	// ErrEmptyMessage: a message has neither data nor attributes, which the
+	// service refuses (it would fail the whole batch).
+	ErrEmptyMessage = errors.New("publisher: message has neither data nor attributes")
+	// ErrMessageTooLarge: a message does not fit in one Publish request
+	// (MaxRequestBytes).
+	ErrMessageTooLarge = errors.New("publisher: message exceeds the request size limit")
+	// ErrNilMessage: Publish(nil), or a Stage conversion returned nil.
+	ErrNilMessage = errors.New("publisher: nil message")
+)
+
+// PausedError is the error of a message whose ordering key is paused: the
+// message was queued behind a batch of the same key that failed, or was
+// published after that failure and before ResumePublish. Cause is the
+// failure that paused the key. errors.Is(err, ErrPaused) holds; the gRPC
+// code of a PausedError is FAILED_PRECONDITION, not Cause's, so that
+// callers do not retry a paused key blindly.
+type PausedError struct {
+	Key   string
+	Cause error
+}
+
+func (e *PausedError) Error() string {
+	return fmt.Sprintf("publisher: ordering key %q paused after a failed publish (call ResumePublish): %v", e.Key, e.Cause)
+}
+
+// Is reports ErrPaused.
+func (e *PausedError) Is(target error) bool { return target == ErrPaused }
+
+// Unwrap returns the failure that paused the key.
+func (e *PausedError) Unwrap() error { return e.Cause }
+
+// GRPCStatus makes status.Code report FAILED_PRECONDITION.
+func (e *PausedError) GRPCStatus() *status.Status {
+	return status.New(codes.FailedPrecondition, e.Error())
+}
+
+// retryableCodes are the transient Publish failures, as Google's clients
+// classify them.
+var retryableCodes = map[codes.Code]bool{
+	codes.Aborted:           true,
+	codes.Canceled:          true, // by the server or a proxy; our own cancellation is checked first
+	codes.DeadlineExceeded:  true,
+	codes.Internal:          true,
+	codes.ResourceExhausted: true,
+	codes.Unavailable:       true,
+	codes.Unknown:           true,
+}
+
+// DefaultRetryable is the default Config.Retryable: ABORTED, CANCELLED,
+// DEADLINE_EXCEEDED, INTERNAL, RESOURCE_EXHAUSTED, UNAVAILABLE and UNKNOWN
+// are transient; everything else (NOT_FOUND, PERMISSION_DENIED,
+// INVALID_ARGUMENT, …) is final. A plain context error is final.
+func DefaultRetryable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	s, ok := status.FromError(err)
+	return ok && retryableCodes[s.Code()]
+}

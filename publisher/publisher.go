@@ -1,0 +1,347 @@
+package publisher
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc"
+
+	"github.com/pubsubflow/pubsubflow/stage"
+)
+
+// Publisher publishes to one topic through a batching worker. Make it with
+// New or NewFromClient and stop it with Close; its methods are safe for
+// concurrent use.
+type Publisher struct {
+	client     pubsubpb.PublisherClient
+	topic      string
+	cfg        Config
+	topicBytes int // encoded topic field of every request
+	batchLimit int // most message bytes one batch may hold
+	flow       *flowController
+
+	// ctx bounds every RPC and backoff; it is cancelled only when a
+	// Shutdown deadline passes (abort) or after Close finished.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	closing   bool
+	free      keyState // unordered messages
+	keys      map[string]*keyState
+	ready     *stage.Ring[*batch] // closed batches waiting for a sender
+	timers    *stage.Ring[*batch] // open batches in opening order (deadline order)
+	live      map[*batch]struct{} // every batch not yet done, for Flush
+	senders   int
+	timerWake chan struct{} // the timer list went from empty to non-empty
+	stop      chan struct{} // closed by Close to stop the timer goroutine
+	wg        sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+
+	stats counters
+}
+
+type counters struct {
+	published, failed, batches, retries atomic.Int64
+}
+
+// Stats is a snapshot of a Publisher's counters.
+type Stats struct {
+	Published int64 // messages with a server-assigned id
+	Failed    int64 // messages whose batch failed (paused keys included)
+	Batches   int64 // Publish RPCs that succeeded
+	Retries   int64 // Publish RPCs retried
+	// OutstandingMessages and OutstandingBytes are held by flow control
+	// now: published and not yet settled.
+	OutstandingMessages int
+	OutstandingBytes    int
+}
+
+// New returns a Publisher for topic ("projects/{project}/topics/{topic}")
+// over conn, for example a *grpc.ClientConn. The caller keeps ownership of
+// conn: Close does not close it.
+func New(conn grpc.ClientConnInterface, topic string, cfg Config) (*Publisher, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("publisher: nil connection")
+	}
+	return NewFromClient(pubsubpb.NewPublisherClient(conn), topic, cfg)
+}
+
+// NewFromClient is New over a PublisherClient (the seam for tests and for
+// callers with their own stub). It starts one goroutine (the batch timer);
+// Close stops it.
+func NewFromClient(client pubsubpb.PublisherClient, topic string, cfg Config) (*Publisher, error) {
+	if client == nil {
+		return nil, fmt.Errorf("publisher: nil client")
+	}
+	if err := checkTopic(topic); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	p := &Publisher{
+		client:     client,
+		topic:      topic,
+		cfg:        cfg,
+		topicBytes: fieldBytes(len(topic)),
+		flow:       newFlowController(cfg.Flow),
+		keys:       make(map[string]*keyState),
+		ready:      stage.NewRing[*batch](cfg.MaxInFlightBatches),
+		timers:     stage.NewRing[*batch](64),
+		live:       make(map[*batch]struct{}),
+		timerWake:  make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+	}
+	p.batchLimit = min(cfg.MaxBytes, MaxRequestBytes-p.topicBytes)
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.wg.Add(1)
+	go p.timerLoop()
+	return p, nil
+}
+
+func checkTopic(topic string) error {
+	parts := strings.Split(topic, "/")
+	if len(parts) != 4 || parts[0] != "projects" || parts[1] == "" || parts[2] != "topics" || parts[3] == "" {
+		return fmt.Errorf("publisher: topic %q is not of the form projects/{project}/topics/{topic}", topic)
+	}
+	return nil
+}
+
+// Topic returns the topic's full name.
+func (p *Publisher) Topic() string { return p.topic }
+
+// Publish adds m to the open batch of its ordering key and returns its
+// Result at once, unless flow control is at its limit: then it blocks
+// until there is room or ctx is done (Config.Flow.FailFast: it fails at
+// once). ctx bounds only that wait; once accepted the message is published
+// whatever becomes of ctx. Errors known at once (closed publisher, paused
+// key, invalid message, flow control) are in the returned Result.
+func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
+	if m == nil {
+		return failed(ErrNilMessage)
+	}
+	if m.OrderingKey != "" && !p.cfg.EnableOrdering {
+		return failed(ErrOrderingDisabled)
+	}
+	if len(m.Data) == 0 && len(m.Attributes) == 0 {
+		return failed(ErrEmptyMessage)
+	}
+	pm, size, reqBytes := m.toProto()
+	if p.topicBytes+reqBytes > MaxRequestBytes {
+		return failed(fmt.Errorf("%w: %d bytes encoded, limit %d per request", ErrMessageTooLarge, p.topicBytes+reqBytes, MaxRequestBytes))
+	}
+	// Fail fast on a paused key or a closed publisher before waiting for
+	// flow control; both are checked again once the permit is held.
+	if err := p.precheck(m.OrderingKey); err != nil {
+		return failed(err)
+	}
+	if err := p.flow.acquire(ctx, size); err != nil {
+		return failed(err)
+	}
+	p.mu.Lock()
+	ks, err := p.keyLocked(m.OrderingKey)
+	if err != nil {
+		p.mu.Unlock()
+		p.flow.release(1, size)
+		return failed(err)
+	}
+	r := p.addLocked(ks, pm, size, reqBytes)
+	p.mu.Unlock()
+	return r
+}
+
+func (p *Publisher) precheck(key string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		return ErrClosed
+	}
+	if ks := p.keys[key]; key != "" && ks != nil && ks.paused != nil {
+		return ks.paused
+	}
+	return nil
+}
+
+// keyLocked returns the batching state of key, creating it, or the error
+// that refuses a message for it.
+func (p *Publisher) keyLocked(key string) (*keyState, error) {
+	if p.closing {
+		return nil, ErrClosed
+	}
+	if key == "" {
+		return &p.free, nil
+	}
+	ks := p.keys[key]
+	if ks == nil {
+		ks = &keyState{key: key}
+		p.keys[key] = ks
+	}
+	if ks.paused != nil {
+		return nil, ks.paused
+	}
+	return ks, nil
+}
+
+// addLocked appends a message to the open batch of ks, closing batches on
+// the count and byte thresholds.
+func (p *Publisher) addLocked(ks *keyState, pm *pubsubpb.PubsubMessage, size, reqBytes int) *Result {
+	b := ks.open
+	if b != nil && b.bytes+reqBytes > p.batchLimit {
+		p.sealLocked(b) // m would take it over the limit: m opens the next one
+		b = nil
+	}
+	if b == nil {
+		b = p.openLocked(ks)
+	}
+	r := &Result{done: b.done, b: b, i: len(b.msgs)}
+	b.msgs = append(b.msgs, pm)
+	b.n++
+	b.bytes += reqBytes
+	b.flowBytes += size
+	if len(b.msgs) >= p.cfg.MaxMessages || b.bytes >= p.batchLimit {
+		p.sealLocked(b)
+	}
+	return r
+}
+
+func (p *Publisher) openLocked(ks *keyState) *batch {
+	b := &batch{ks: ks, open: true, deadline: time.Now().Add(p.cfg.Delay), done: make(chan struct{})}
+	ks.open = b
+	p.live[b] = struct{}{}
+	p.timers.Push(b)
+	if p.timers.Len() == 1 {
+		select {
+		case p.timerWake <- struct{}{}:
+		default:
+		}
+	}
+	return b
+}
+
+// sealLocked closes b to new messages and queues it for sending: at once
+// for unordered messages, behind the key's batch in flight otherwise.
+func (p *Publisher) sealLocked(b *batch) {
+	ks := b.ks
+	b.open = false
+	ks.open = nil
+	// Drop closed batches from the front of the timer list now, so a long
+	// Delay does not keep them listed after they were sent.
+	for p.timers.Len() > 0 && !p.timers.Front().open {
+		p.timers.Pop()
+	}
+	if ks.ordered() {
+		if ks.busy {
+			ks.queue = append(ks.queue, b)
+			return
+		}
+		ks.busy = true
+	}
+	p.ready.Push(b)
+	p.dispatchLocked()
+}
+
+// dispatchLocked starts a sender when batches wait and fewer than
+// MaxInFlightBatches senders run. Senders exit when nothing waits, so an
+// idle Publisher holds only its timer goroutine.
+func (p *Publisher) dispatchLocked() {
+	if p.ready.Len() > 0 && p.senders < p.cfg.MaxInFlightBatches {
+		p.senders++
+		p.wg.Add(1)
+		go p.sendLoop()
+	}
+}
+
+// ResumePublish lets key be published again after a failure paused it. It
+// does nothing for a key that is not paused.
+func (p *Publisher) ResumePublish(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ks := p.keys[key]
+	if ks == nil || ks.paused == nil {
+		return
+	}
+	ks.paused = nil
+	if ks.idle() {
+		delete(p.keys, key)
+	}
+}
+
+// Flush sends every open batch now and waits until every message published
+// before the call has settled, or ctx is done. Publish errors are reported
+// by the messages' Results, not by Flush.
+func (p *Publisher) Flush(ctx context.Context) error {
+	p.mu.Lock()
+	if b := p.free.open; b != nil {
+		p.sealLocked(b)
+	}
+	for _, ks := range p.keys {
+		if ks.open != nil {
+			p.sealLocked(ks.open)
+		}
+	}
+	waits := make([]<-chan struct{}, 0, len(p.live))
+	for b := range p.live {
+		waits = append(waits, b.done)
+	}
+	p.mu.Unlock()
+	for _, w := range waits {
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return fmt.Errorf("publisher: flush: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
+// Close is Shutdown without a deadline: it refuses new messages, flushes
+// everything (each batch within its RetryDeadline), and stops every
+// goroutine the Publisher started. Later calls return the first one's
+// result. It does not close the connection.
+func (p *Publisher) Close() error { return p.Shutdown(context.Background()) }
+
+// Shutdown refuses new messages (they fail with ErrClosed, as do Publish
+// calls blocked on flow control), flushes everything and stops every
+// goroutine the Publisher started. If ctx is done first, RPCs in flight
+// and retries are abandoned, the messages not yet published fail, and
+// Shutdown returns ctx's error once every goroutine has exited.
+func (p *Publisher) Shutdown(ctx context.Context) error {
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.closing = true
+		p.mu.Unlock()
+		p.flow.close()
+		err := p.Flush(ctx)
+		if err != nil {
+			p.cancel() // abandon RPCs and backoffs: every batch ends quickly
+			_ = p.Flush(context.Background())
+		}
+		close(p.stop)
+		p.wg.Wait()
+		p.cancel()
+		p.closeErr = err
+	})
+	return p.closeErr
+}
+
+// Stats returns a snapshot of the counters.
+func (p *Publisher) Stats() Stats {
+	msgs, bytes := p.flow.outstanding()
+	return Stats{
+		Published:           p.stats.published.Load(),
+		Failed:              p.stats.failed.Load(),
+		Batches:             p.stats.batches.Load(),
+		Retries:             p.stats.retries.Load(),
+		OutstandingMessages: msgs,
+		OutstandingBytes:    bytes,
+	}
+}

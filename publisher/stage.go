@@ -1,0 +1,124 @@
+package publisher
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/stage"
+)
+
+// DefaultStageWindow is the parallelism of a Stage given none: how many
+// publishes it keeps unsettled at once. It is ten default batches, enough
+// to keep batching efficient.
+const DefaultStageWindow = 1000
+
+// Outcome is the settled publish of one stage element: In is the element,
+// ID the server-assigned message id, Err the publish error (nil on
+// success).
+type Outcome[T any] struct {
+	In  T
+	ID  string
+	Err error
+}
+
+// Stage returns a flow that publishes toMsg(v) for each element v and
+// emits Outcome{In: v, …} in input order once that publish has settled.
+// parallelism bounds the publishes the stage holds unsettled or unemitted
+// (< 1 means DefaultStageWindow); it must be well above Config.MaxMessages
+// for batches to fill. When the window is full the stage stops receiving,
+// so backpressure reaches upstream. toMsg returning nil (or panicking)
+// yields an Outcome with an error instead of a publish.
+//
+// The stage does not close p. When the group is cancelled, elements whose
+// Outcome was not emitted are dropped (their publishes still settle).
+func Stage[T any](p *Publisher, toMsg func(T) *Message, parallelism int) stage.Flow[T, Outcome[T]] {
+	if parallelism < 1 {
+		parallelism = DefaultStageWindow
+	}
+	return stage.FlowFunc[T, Outcome[T]](func(g *stage.Group, in <-chan T) <-chan Outcome[T] {
+		out := make(chan Outcome[T])
+		// tokens bounds the window: the feeder takes one before it
+		// receives, the emitter gives it back after it emitted.
+		tokens := make(chan struct{}, parallelism)
+		window := make(chan pendingPublish[T], parallelism)
+		g.Go(func(ctx context.Context) error {
+			defer close(window)
+			for {
+				select {
+				case tokens <- struct{}{}:
+				case <-ctx.Done():
+					return nil
+				}
+				var v T
+				var ok bool
+				select {
+				case v, ok = <-in:
+					if !ok {
+						return nil
+					}
+				case <-ctx.Done():
+					return nil
+				}
+				window <- pendingPublish[T]{v: v, r: publishOne(ctx, p, toMsg, v)} // never blocks: tokens bound it
+			}
+		})
+		g.Go(func(ctx context.Context) error {
+			defer close(out)
+			for pp := range window {
+				select {
+				case <-pp.r.Ready():
+				case <-ctx.Done():
+					return nil
+				}
+				id, err := pp.r.Get(ctx)
+				select {
+				case out <- Outcome[T]{In: pp.v, ID: id, Err: err}:
+				case <-ctx.Done():
+					return nil
+				}
+				<-tokens
+			}
+			return nil
+		})
+		return out
+	})
+}
+
+type pendingPublish[T any] struct {
+	v T
+	r *Result
+}
+
+func publishOne[T any](ctx context.Context, p *Publisher, toMsg func(T) *Message, v T) (r *Result) {
+	defer func() {
+		if e := recover(); e != nil {
+			r = failed(fmt.Errorf("publisher: stage conversion panicked: %v", e))
+		}
+	}()
+	m := toMsg(v)
+	if m == nil {
+		return failed(ErrNilMessage)
+	}
+	return p.Publish(ctx, m)
+}
+
+// Forward returns a sink that publishes toMsg(m) for each received message
+// m (through Stage) and settles m only after its publish settled: Ack when
+// the publish succeeded, Nack when it failed, so the server redelivers the
+// input. It is the end of a relay: subscribe → transform → Forward. The
+// sink ends when its input closes and every publish has settled; it does
+// not close p.
+func Forward(p *Publisher, toMsg func(*message.Message) *Message, parallelism int) stage.Sink[*message.Message] {
+	flow := Stage(p, toMsg, parallelism)
+	return stage.SinkFunc[*message.Message](func(g *stage.Group, in <-chan *message.Message) error {
+		for o := range flow.Run(g, in) {
+			if o.Err == nil {
+				o.In.Ack()
+			} else {
+				o.In.Nack()
+			}
+		}
+		return nil
+	})
+}
