@@ -1,0 +1,56 @@
+package source
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestValidate(t *testing.T) {
+	ok := Config{Subscription: testSub}
+	for _, c := range []struct {
+		name string
+		mod  func(*Config)
+		want string // substring of the error; "" = valid
+	}{
+		{"zero", func(*Config) {}, ""},
+		{"empty sub", func(c *Config) { c.Subscription = "" }, "Subscription is empty"},
+		{"short sub", func(c *Config) { c.Subscription = "s" }, "not of the form"},
+		{"topic name", func(c *Config) { c.Subscription = "projects/p/topics/t" }, "not of the form"},
+		{"extra part", func(c *Config) { c.Subscription = testSub + "/x" }, "not of the form"},
+		{"deadline low", func(c *Config) { c.StreamAckDeadline = 5 * time.Second }, "StreamAckDeadline"},
+		{"deadline high", func(c *Config) { c.StreamAckDeadline = 601 * time.Second }, "StreamAckDeadline"},
+		{"deadline ok", func(c *Config) { c.StreamAckDeadline = 600 * time.Second }, ""},
+		{"streams", func(c *Config) { c.Streams = MaxStreams + 1 }, "Streams"},
+		{"negative streams", func(c *Config) { c.Streams = -1 }, "Streams"},
+		{"heartbeat", func(c *Config) { c.HeartbeatInterval = -1 }, "HeartbeatInterval"},
+		{"timeout", func(c *Config) { c.HeartbeatTimeout = -1 }, "HeartbeatTimeout"},
+		{"client id", func(c *Config) { c.ClientID = strings.Repeat("x", MaxClientIDLength+1) }, "ClientID"},
+		{"unlimited", func(c *Config) { c.MaxOutstandingMessages, c.MaxOutstandingBytes = -1, -1 }, ""},
+	} {
+		cfg := ok
+		c.mod(&cfg)
+		err := cfg.Validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: unexpected error %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: error %v, want one mentioning %q", c.name, err, c.want)
+		}
+	}
+	if _, err := Subscribe(nil, ok); err == nil {
+		t.Error("Subscribe(nil client): want an error")
+	}
+	if _, err := Subscribe(&capturingClient{}, Config{}); err == nil {
+		t.Error("Subscribe with an empty subscription: want an error")
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c := Config{Subscription: testSub}.withDefaults()
+	if c.StreamAckDeadline != 60*time.Second || c.MaxOutstandingMessages != 1000 || c.MaxOutstandingBytes != 100<<20 ||
+		c.Streams != 1 || c.HeartbeatInterval != 30*time.Second || c.HeartbeatTimeout != 15*time.Second ||
+		c.Backoff == nil || c.Classify == nil || c.Logger == nil {
+		t.Fatalf("defaults = %+v", c)
+	}
+}

@@ -1,0 +1,152 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
+	"github.com/pubsubflow/pubsubflow/event"
+)
+
+// errHeartbeatTimeout is the cause with which the watchdog cancels a
+// stream whose server stayed silent after a heartbeat.
+var errHeartbeatTimeout = errors.New("pubsubflow/source: heartbeat not answered")
+
+// keepalive sends one stream's heartbeats and runs its watchdog. It is the
+// stream's only sender after the initial request (gRPC allows one sender
+// and one receiver at a time), so it also half-closes the stream.
+//
+// The watchdog counts only time the receiver spends waiting in Recv: while
+// the receiver is handing messages to a stalled consumer, an answer may be
+// sitting unread in the transport, and the stream is not dead.
+type keepalive struct {
+	s        *Source
+	stream   int
+	start    time.Time // base of the monotonic offsets below
+	interval time.Duration
+	timeout  time.Duration
+
+	// Written by the receiver.
+	responses atomic.Uint64 // responses received so far
+	inRecv    atomic.Int64  // offset+1 since start when the receiver entered Recv; 0 while it is not in Recv
+	pending   atomic.Bool   // a heartbeat waits for an answer: the receiver pokes wake
+	wake      chan struct{} // cap 1
+}
+
+func newKeepalive(s *Source, i int) *keepalive {
+	return &keepalive{
+		s:        s,
+		stream:   i,
+		start:    time.Now(),
+		interval: s.cfg.HeartbeatInterval,
+		timeout:  s.cfg.HeartbeatTimeout,
+		wake:     make(chan struct{}, 1),
+	}
+}
+
+func (k *keepalive) now() time.Duration { return time.Since(k.start) }
+
+// recvStart and recvEnd bracket the receiver's Recv calls.
+func (k *keepalive) recvStart() {
+	k.inRecv.Store(int64(k.now()) + 1)
+	k.poke()
+}
+
+func (k *keepalive) recvEnd() {
+	k.inRecv.Store(0)
+	k.responses.Add(1) // an error counts too: the stream is ending anyway
+	k.poke()
+}
+
+// poke wakes the watchdog, but only while it waits for an answer, so a
+// busy stream costs no wake-ups between heartbeats.
+func (k *keepalive) poke() {
+	if !k.pending.Load() {
+		return
+	}
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run sends a heartbeat every interval (and at once when the stream ack
+// deadline changes) until ctx is done or a send fails, and kills the stream
+// through kill when an answer is overdue.
+func (k *keepalive) run(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, kill context.CancelCauseFunc) {
+	hb := time.NewTimer(k.interval)
+	defer hb.Stop()
+	dog := time.NewTimer(k.timeout)
+	dog.Stop()
+	defer dog.Stop()
+	var dogC <-chan time.Time
+	sent := k.s.deadline.Load() // as the initial request announced it
+	changed := k.s.deadlineChanged()
+	var hbAt time.Duration // when the oldest unanswered heartbeat went out
+	var seen uint64        // responses when it went out
+
+	heartbeat := func() bool {
+		if !k.pending.Load() {
+			// Before Send: an answer may arrive before Send returns, and
+			// any response after this point proves the stream alive.
+			hbAt, seen = k.now(), k.responses.Load()
+			k.pending.Store(true)
+		}
+		cur := k.s.deadline.Load()
+		if err := stream.Send(heartbeatRequest(cur, sent)); err != nil {
+			return false // the stream is gone; Recv reports why
+		}
+		sent = cur
+		k.s.emit(event.Event{Kind: event.Heartbeat, Stream: k.stream, Deadline: time.Duration(cur) * time.Second})
+		hb.Reset(k.interval)
+		return true
+	}
+
+	for {
+		select {
+		case <-ctx.Done():
+			_ = stream.CloseSend()
+			return
+		case <-hb.C:
+			if !heartbeat() {
+				return
+			}
+		case <-changed:
+			changed = k.s.deadlineChanged()
+			if k.s.deadline.Load() != sent && !heartbeat() {
+				return
+			}
+		case <-k.wake:
+		case <-dogC:
+			dogC = nil
+		}
+		if !k.pending.Load() {
+			continue
+		}
+		if k.responses.Load() != seen {
+			k.pending.Store(false)
+			dog.Stop()
+			dogC = nil
+			continue
+		}
+		in := k.inRecv.Load()
+		if in == 0 {
+			// Handing on messages: the clock stops until Recv resumes.
+			dog.Stop()
+			dogC = nil
+			continue
+		}
+		from := max(hbAt, time.Duration(in-1))
+		left := from + k.timeout - k.now()
+		if left <= 0 {
+			k.s.cfg.Logger.Debug("pubsubflow: heartbeat not answered; restarting stream", "subscription", k.s.cfg.Subscription, "stream", k.stream, "timeout", k.timeout)
+			kill(errHeartbeatTimeout)
+			return
+		}
+		dog.Reset(left)
+		dogC = dog.C
+	}
+}

@@ -1,0 +1,116 @@
+package source
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
+	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/stage"
+)
+
+// Source is a running-or-ready StreamingPull source. It implements
+// stage.Source[*message.Message]; Subscribe makes one.
+type Source struct {
+	client   pubsubpb.SubscriberClient
+	cfg      Config // defaults applied
+	clientID string
+
+	deadline   atomic.Int32 // stream ack deadline in whole seconds
+	deadlineMu sync.Mutex   // guards deadlineCh
+	deadlineCh chan struct{}
+
+	props atomic.Pointer[pubsubpb.StreamingPullResponse_SubscriptionProperties]
+}
+
+var _ stage.Source[*message.Message] = (*Source)(nil)
+
+// Subscribe validates cfg and returns a Source that reads the subscription
+// through client when it runs. It opens nothing yet. client is typically
+// pubsubpb.NewSubscriberClient(conn) for a connection from connect.Dial or
+// a caller's own; tests may pass any implementation.
+func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
+	if client == nil {
+		return nil, errors.New("pubsubflow/source: nil SubscriberClient")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Source{client: client, cfg: cfg, clientID: cfg.ClientID, deadlineCh: make(chan struct{})}
+	if s.clientID == "" {
+		// Drawn once per Subscribe: every stream and every reconnect uses
+		// it, so the server sees one subscriber.
+		s.clientID = "pubsubflow-" + rand.Text()
+	}
+	s.deadline.Store(seconds(cfg.StreamAckDeadline))
+	return s, nil
+}
+
+// ClientID is the client id every stream of this source sends.
+func (s *Source) ClientID() string { return s.clientID }
+
+// Subscription is the subscription's full name.
+func (s *Source) Subscription() string { return s.cfg.Subscription }
+
+// StreamAckDeadline is the stream ack deadline now in force.
+func (s *Source) StreamAckDeadline() time.Duration {
+	return time.Duration(s.deadline.Load()) * time.Second
+}
+
+// SetStreamAckDeadline changes the stream ack deadline (clamped to
+// 10–600 s, rounded up to whole seconds). Open streams announce it at
+// once in a request that carries nothing else (the API allows
+// stream_ack_deadline_seconds on any request); new streams start with it.
+// The Subscriber calls it when its adaptive deadline moves.
+func (s *Source) SetStreamAckDeadline(d time.Duration) {
+	sec := seconds(min(max(d, MinStreamAckDeadline), MaxStreamAckDeadline))
+	s.deadlineMu.Lock()
+	defer s.deadlineMu.Unlock()
+	if s.deadline.Swap(sec) != sec {
+		close(s.deadlineCh)
+		s.deadlineCh = make(chan struct{})
+	}
+}
+
+// deadlineChanged returns a channel closed at the next deadline change.
+func (s *Source) deadlineChanged() <-chan struct{} {
+	s.deadlineMu.Lock()
+	defer s.deadlineMu.Unlock()
+	return s.deadlineCh
+}
+
+// Properties reports the subscription's properties as the server last sent
+// them (false, false before the first response).
+func (s *Source) Properties() (exactlyOnce, ordered bool) {
+	p := s.props.Load()
+	return p.GetExactlyOnceDeliveryEnabled(), p.GetMessageOrderingEnabled()
+}
+
+// Run starts the streams under g and returns the merged output, one
+// element per received message. The channel is unbuffered and closed once
+// every stream has stopped: when g is cancelled (messages received but not
+// yet handed on are dropped; the server redelivers them) or after a
+// terminal failure, which fails g with an error naming the subscription.
+func (s *Source) Run(g *stage.Group) <-chan *message.Message {
+	out := make(chan *message.Message)
+	var wg sync.WaitGroup
+	for i := range s.cfg.Streams {
+		wg.Add(1)
+		g.Go(func(ctx context.Context) error {
+			defer wg.Done()
+			return s.runStream(ctx, i, out)
+		})
+	}
+	g.Go(func(context.Context) error {
+		wg.Wait()
+		close(out)
+		return nil
+	})
+	return out
+}
