@@ -1,0 +1,130 @@
+package lease
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/pubsubflow/pubsubflow/event"
+)
+
+// Defaults of Config's zero fields.
+const (
+	// DefaultStreamAckDeadline is the stream ack deadline assumed for a
+	// message until its receipt modack succeeded, and Adaptive's starting
+	// deadline.
+	DefaultStreamAckDeadline = 60 * time.Second
+	// DefaultMaxExtension is how long a lease is extended at most, from
+	// receipt, before it is dropped and the server redelivers.
+	DefaultMaxExtension = 60 * time.Minute
+	// DefaultMargin is the safety margin: a lease is extended when it would
+	// otherwise expire before the next tick plus the margin. It covers the
+	// RPC's latency and a retry or two (Google's clients use 5 s too). It is
+	// scaled down to half the deadline for deadlines under 10 s.
+	DefaultMargin = 5 * time.Second
+	// DefaultMaxInFlight is how many ModifyAckDeadline RPCs run at once.
+	DefaultMaxInFlight = 4
+	// DefaultRetryDeadline is how long a modack that fails transiently is
+	// retried, with backoff, before its leases are given up on (exactly-once
+	// receipt modacks: the message is dropped; otherwise the lease stays and
+	// the next tick tries again).
+	DefaultRetryDeadline = 60 * time.Second
+	// DefaultCloseTimeout bounds how long Close waits for in-flight RPCs
+	// before cancelling them.
+	DefaultCloseTimeout = 5 * time.Second
+)
+
+// Internal bounds, documented here because they shape behaviour.
+const (
+	// receiptFlushDelay is how long a receipt modack waits for others to
+	// share its request. A full request (1000 ids) goes at once.
+	receiptFlushDelay = 2 * time.Millisecond
+	// attemptTimeout bounds one ModifyAckDeadline attempt, so a hung call
+	// cannot hold a worker forever.
+	attemptTimeout = 30 * time.Second
+	// Retry backoff: randomized exponential between these bounds.
+	backoffInitial = 100 * time.Millisecond
+	backoffMax     = 10 * time.Second
+	// jitter spreads ticks uniformly over ±10 % of the interval.
+	jitter = 0.1
+)
+
+// Config configures an Extender. The zero value means the documented
+// defaults: Adaptive deadlines within 10–600 s starting from a 60 s stream
+// ack deadline, 60 min max extension, 5 s margin, 4 RPCs in flight.
+type Config struct {
+	// Strategy chooses deadlines. Nil means Adaptive(AdaptiveConfig{})
+	// starting from StreamAckDeadline.
+	Strategy Strategy
+	// StreamAckDeadline is the stream's ack deadline: the lease a message
+	// has on receipt, before its receipt modack. Zero means 60 s. Must be
+	// 1–600 s (the service accepts 10–600 s; shorter values are for test
+	// servers).
+	StreamAckDeadline time.Duration
+	// MaxExtension is how long after receipt a lease is extended at most.
+	// Zero means 60 min; a negative value means no limit.
+	MaxExtension time.Duration
+	// Margin is the safety margin (zero: DefaultMargin). The margin in
+	// effect is min(Margin, deadline/2).
+	Margin time.Duration
+	// MaxInFlight bounds concurrent ModifyAckDeadline RPCs (zero: 4).
+	MaxInFlight int
+	// RetryDeadline bounds the retries of one modack request (zero: 60 s).
+	RetryDeadline time.Duration
+	// CloseTimeout bounds how long Close waits for in-flight RPCs before
+	// cancelling them (zero: 5 s).
+	CloseTimeout time.Duration
+	// Events receives Extend, Expired, ReceiptModackFail and Retry events.
+	Events event.Func
+	// Logger receives warnings about failed RPCs (nil: discard).
+	Logger *slog.Logger
+}
+
+// Validate reports the first invalid field, or nil.
+func (c Config) Validate() error {
+	switch {
+	case c.StreamAckDeadline != 0 && (c.StreamAckDeadline < time.Second || c.StreamAckDeadline > MaxDeadline):
+		return fmt.Errorf("lease: StreamAckDeadline %v must be within 1s–600s", c.StreamAckDeadline)
+	case c.Margin < 0:
+		return fmt.Errorf("lease: Margin %v must not be negative", c.Margin)
+	case c.MaxInFlight < 0:
+		return fmt.Errorf("lease: MaxInFlight %d must not be negative", c.MaxInFlight)
+	case c.RetryDeadline < 0:
+		return fmt.Errorf("lease: RetryDeadline %v must not be negative", c.RetryDeadline)
+	case c.CloseTimeout < 0:
+		return fmt.Errorf("lease: CloseTimeout %v must not be negative", c.CloseTimeout)
+	}
+	if c.Strategy != nil {
+		return c.Strategy.validate()
+	}
+	return nil
+}
+
+// withDefaults returns c with every zero field replaced by its default.
+func (c Config) withDefaults() Config {
+	if c.StreamAckDeadline == 0 {
+		c.StreamAckDeadline = DefaultStreamAckDeadline
+	}
+	if c.Strategy == nil {
+		c.Strategy = Adaptive(AdaptiveConfig{})
+	}
+	if c.MaxExtension == 0 {
+		c.MaxExtension = DefaultMaxExtension
+	}
+	if c.Margin == 0 {
+		c.Margin = DefaultMargin
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.RetryDeadline == 0 {
+		c.RetryDeadline = DefaultRetryDeadline
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = DefaultCloseTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

@@ -1,0 +1,274 @@
+package lease
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
+	"github.com/pubsubflow/pubsubflow/event"
+	"github.com/pubsubflow/pubsubflow/message"
+)
+
+func TestConfigValidate(t *testing.T) {
+	bad := map[string]Config{
+		"stream deadline too short": {StreamAckDeadline: time.Millisecond},
+		"stream deadline too long":  {StreamAckDeadline: 601 * time.Second},
+		"negative margin":           {Margin: -1},
+		"negative in flight":        {MaxInFlight: -1},
+		"negative retry deadline":   {RetryDeadline: -1},
+		"negative close timeout":    {CloseTimeout: -1},
+		"fixed interval zero":       {Strategy: Fixed(0, 10*time.Second)},
+		"fixed interval ≥ deadline": {Strategy: Fixed(10*time.Second, 10*time.Second)},
+		"fixed deadline 0":          {Strategy: Fixed(time.Millisecond, 0)},
+		"fixed deadline 601s":       {Strategy: Fixed(time.Second, 601*time.Second)},
+		"adaptive min < 1s":         {Strategy: Adaptive(AdaptiveConfig{Min: time.Millisecond})},
+		"adaptive max > 600s":       {Strategy: Adaptive(AdaptiveConfig{Max: 700 * time.Second})},
+		"adaptive min > max":        {Strategy: Adaptive(AdaptiveConfig{Min: 30 * time.Second, Max: 20 * time.Second})},
+	}
+	for name, cfg := range bad {
+		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), "lease: ") {
+			t.Errorf("%s: Validate() = %v, want a lease: error", name, err)
+		}
+		if _, err := NewExtender(&capture{}, "projects/p/subscriptions/s", cfg); err == nil {
+			t.Errorf("%s: NewExtender accepted it", name)
+		}
+	}
+	if err := (Config{}).Validate(); err != nil {
+		t.Errorf("zero Config: %v", err)
+	}
+	if _, err := NewExtender(nil, "s", Config{}); err == nil {
+		t.Error("NewExtender(nil client) succeeded")
+	}
+	if _, err := NewExtender(&capture{}, "", Config{}); err == nil {
+		t.Error("NewExtender(empty subscription) succeeded")
+	}
+}
+
+// TestReceiptModackBatchedAndSplit: Track queues receipt modacks that go out
+// within a few milliseconds, batched, split at 1000 ack ids, with the
+// strategy's starting deadline (the stream ack deadline).
+func TestReceiptModackBatchedAndSplit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &capture{}
+		e := newExt(t, c, "projects/p/subscriptions/s", Config{StreamAckDeadline: 30 * time.Second})
+		start := time.Now()
+		msgs := handMade("", 2500, 8, false)
+		for _, m := range msgs {
+			e.Track(m)
+		}
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		reqs := c.requests()
+		seen := map[string]int{}
+		for _, r := range reqs {
+			if len(r.ids) > 1000 {
+				t.Errorf("request with %d ack ids", len(r.ids))
+			}
+			if r.secs != 30 {
+				t.Errorf("receipt modack deadline %ds, want 30s", r.secs)
+			}
+			if d := r.at.Sub(start); d > 2*receiptFlushDelay {
+				t.Errorf("receipt modack sent after %v", d)
+			}
+			for _, id := range r.ids {
+				seen[id]++
+			}
+		}
+		if len(reqs) > 4 || len(seen) != 2500 {
+			t.Fatalf("%d requests naming %d distinct ids, want ≤ 4 naming 2500", len(reqs), len(seen))
+		}
+		if e.Len() != 2500 || e.Deadline() != 30*time.Second {
+			t.Fatalf("Len %d Deadline %v", e.Len(), e.Deadline())
+		}
+	})
+}
+
+// TestNoLeaseLapses tracks messages at staggered times for five virtual
+// minutes and checks, per ack id, that every modack came before the lease
+// the previous one granted ran out (with at least half the margin to
+// spare), and not much earlier than needed.
+func TestNoLeaseLapses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &capture{}
+		const stream = 10 * time.Second
+		e := newExt(t, c, "projects/p/subscriptions/s", Config{StreamAckDeadline: stream})
+		recv := map[string]time.Time{}
+		for i, m := range handMade("", 60, 4, false) {
+			time.Sleep(1300 * time.Millisecond)
+			m.ReceiveTime = time.Now()
+			recv[m.AckID] = m.ReceiveTime
+			e.Track(m)
+			if i%7 == 0 {
+				defer e.Release(m, message.Nack) // some leave before the end
+			}
+		}
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		d := e.Deadline()
+		margin := min(DefaultMargin, d/2)
+		last := map[string]modack{}
+		for _, r := range c.requests() {
+			for _, id := range r.ids {
+				prev, ok := last[id]
+				if !ok {
+					if lag := r.at.Sub(recv[id]); lag > 2*receiptFlushDelay {
+						t.Errorf("%s: receipt modack %v after receipt", id, lag)
+					}
+				} else {
+					expiry := prev.at.Add(time.Duration(prev.secs) * time.Second)
+					if left := expiry.Sub(r.at); left < margin/2 {
+						t.Errorf("%s: extended with %v left, want ≥ %v", id, left, margin/2)
+					}
+					if gap, least := r.at.Sub(prev.at), d-margin-d/4*11/10; gap < least {
+						t.Errorf("%s: extended again after %v, want ≥ %v", id, gap, least)
+					}
+				}
+				last[id] = r
+			}
+		}
+		if len(last) != 60 {
+			t.Fatalf("%d leases modacked, want 60", len(last))
+		}
+	})
+}
+
+// TestFixedStrategy: Fixed(200ms, 1s) extends every lease within the first
+// few ticks, to 1 s, in one request.
+func TestFixedStrategy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &capture{}
+		e := newExt(t, c, "projects/p/subscriptions/s", Config{Strategy: Fixed(200*time.Millisecond, time.Second)})
+		start := time.Now()
+		for _, m := range handMade("", 10, 2, false) {
+			e.Track(m)
+		}
+		time.Sleep(800 * time.Millisecond)
+		synctest.Wait()
+		var ext []modack
+		for _, r := range c.requests() {
+			if r.secs != 1 {
+				t.Errorf("deadline %ds, want 1s", r.secs)
+			}
+			if r.at.Sub(start) > 100*time.Millisecond {
+				ext = append(ext, r)
+			}
+		}
+		if len(ext) == 0 || len(ext[0].ids) != 10 {
+			t.Fatalf("extension requests %v, want the first to name all 10", ext)
+		}
+	})
+}
+
+// TestReleaseTrackEdges: Release is idempotent and stops extension; Track
+// ignores duplicates, settled messages, and everything after Close.
+func TestReleaseTrackEdges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &capture{}
+		e, err := NewExtender(c, "projects/p/subscriptions/s", Config{Strategy: Fixed(time.Second, 2*time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := handMade("", 3, 1, false)
+		e.Track(ms[0])
+		e.Track(ms[0])
+		e.Track(ms[1])
+		ms[2].Ack() // settled before tracking
+		e.Track(ms[2])
+		e.Track(nil)
+		e.Track(&message.Message{})
+		if e.Len() != 2 {
+			t.Fatalf("Len = %d, want 2", e.Len())
+		}
+		e.Release(ms[0], message.Ack)
+		e.Release(ms[0], message.Ack)
+		e.Release(ms[2], message.Nack)
+		e.Release(nil, message.Nack)
+		if e.Len() != 1 {
+			t.Fatalf("Len = %d, want 1", e.Len())
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		for _, r := range c.requests() {
+			for _, id := range r.ids {
+				if id == ms[0].AckID && r.at.After(time.Now().Add(-9*time.Second)) {
+					t.Errorf("released lease %s extended at %v", id, r.at)
+				}
+			}
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+		e.Track(handMade("", 1, 5, false)[0])
+		if e.Len() != 1 {
+			t.Fatalf("Len after Close+Track = %d, want 1", e.Len())
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestCloseBoundsHungRPC: a ModifyAckDeadline that never returns holds
+// Close for CloseTimeout, then is cancelled; no goroutine is left (goleak).
+func TestCloseBoundsHungRPC(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &capture{hook: func(ctx context.Context, _ *pubsubpb.ModifyAckDeadlineRequest) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}}
+		e, err := NewExtender(c, "projects/p/subscriptions/s", Config{CloseTimeout: 3 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Track(handMade("", 1, 1, false)[0])
+		time.Sleep(time.Second)
+		start := time.Now()
+		_ = e.Close()
+		if d := time.Since(start); d != 3*time.Second {
+			t.Fatalf("Close took %v, want the 3s CloseTimeout", d)
+		}
+		if e.Len() != 1 {
+			t.Fatalf("Close settled leases: Len = %d", e.Len())
+		}
+	})
+}
+
+// TestTransientErrorsRetried: UNAVAILABLE twice, then success; the leases
+// survive and two Retry events report the backoff.
+func TestTransientErrorsRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, subCfg(10*time.Second, false))
+		var ev events
+		e := newExt(t, f.client, f.sub, Config{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
+		s := newSettler(e, f.client)
+		f.publish(t, 5)
+		msgs := f.pull(t, 5, s)
+		for _, m := range msgs {
+			e.Track(m)
+		}
+		time.Sleep(time.Second)
+		f.srv.FailNext("ModifyAckDeadline", 2, codesUnavailable)
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		st := f.srv.SubscriptionStats(f.sub)
+		if st.Expired != 0 || st.Redelivered != 0 {
+			t.Fatalf("expired %d redelivered %d, want 0", st.Expired, st.Redelivered)
+		}
+		if r := ev.of(event.Retry); len(r) != 2 || r[0].Delay <= 0 || r[0].Err == nil {
+			t.Fatalf("retry events %+v, want 2 with delay and error", r)
+		}
+		if e.Len() != 5 || ev.count(event.Extend) == 0 {
+			t.Fatalf("Len %d, extended %d", e.Len(), ev.count(event.Extend))
+		}
+		for _, m := range msgs {
+			m.Ack()
+		}
+		if st := f.srv.SubscriptionStats(f.sub); st.Acked != 5 {
+			t.Fatalf("acked %d, want 5", st.Acked)
+		}
+	})
+}

@@ -1,0 +1,237 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pubsubflow/pubsubflow/event"
+	"github.com/pubsubflow/pubsubflow/message"
+)
+
+// job is one ModifyAckDeadline request: ids[i] is the ack id of leases[i].
+type job struct {
+	sub     string
+	secs    int32
+	ids     []string
+	leases  []*lease
+	receipt bool // the receipt modack (else an extension)
+}
+
+// worker runs jobs until Close. MaxInFlight workers bound the RPCs in
+// flight; they serve nothing but this extender, so acks never queue ahead.
+func (e *Extender) worker() {
+	defer e.workers.Done()
+	for {
+		select {
+		case j := <-e.jobs:
+			e.run(j)
+		case <-e.quit:
+			return
+		}
+	}
+}
+
+// failure is an ack id that will not be retried, and why.
+type failure struct {
+	l     *lease
+	err   error
+	perID bool // the server named this ack id (exactly-once), not the whole call
+}
+
+// run sends j, retrying transient failures (the whole call, or single ack
+// ids on exactly-once subscriptions) with randomized exponential backoff
+// for up to RetryDeadline.
+func (e *Extender) run(j job) {
+	start := time.Now()
+	backoff := backoffInitial
+	for {
+		sentAt := time.Now()
+		ctx, cancel := context.WithTimeout(e.rpcCtx, attemptTimeout)
+		_, err := e.client.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{
+			Subscription:       j.sub,
+			AckIds:             j.ids,
+			AckDeadlineSeconds: j.secs,
+		})
+		cancel()
+		if err != nil && e.rpcCtx.Err() != nil {
+			e.abandon(j) // Close cancelled the call: not the server's verdict
+			return
+		}
+		ok, retry, failed := classify(j, err)
+		e.succeeded(j, ok, sentAt)
+		if len(retry) == 0 {
+			e.failed(j, failed)
+			return
+		}
+		j = subJob(j, retry)
+		if time.Since(start)+backoff > e.cfg.RetryDeadline {
+			for _, l := range j.leases {
+				failed = append(failed, failure{l: l, err: fmt.Errorf("lease: modack retries exhausted after %v: %w", e.cfg.RetryDeadline, err)})
+			}
+			e.failed(j, failed)
+			return
+		}
+		e.failed(j, failed)
+		delay := time.Duration(float64(backoff) * (0.5 + 0.5*rand.Float64()))
+		e.emit(event.Event{Kind: event.Retry, Subscription: j.sub, Count: len(j.ids), Delay: delay, Err: err})
+		e.log.Debug("lease: modack retry", "subscription", j.sub, "count", len(j.ids), "delay", delay, "err", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-e.quit:
+			t.Stop()
+			e.abandon(j)
+			return
+		}
+		backoff = min(2*backoff, backoffMax)
+	}
+}
+
+// subJob narrows j to the leases in keep (a subset, in j's order).
+func subJob(j job, keep []*lease) job {
+	n := job{sub: j.sub, secs: j.secs, receipt: j.receipt, leases: keep, ids: make([]string, len(keep))}
+	for i, l := range keep {
+		n.ids[i] = l.key.ackID
+	}
+	return n
+}
+
+// retryable reports whether a whole-call failure is worth retrying.
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.Unavailable, codes.Internal,
+		codes.ResourceExhausted, codes.Aborted, codes.Unknown:
+		return true
+	}
+	return false
+}
+
+// classify splits j's leases by the call's outcome. On exactly-once
+// subscriptions the server names failed ack ids in an ErrorInfo's metadata
+// (reason TRANSIENT_FAILURE_* or PERMANENT_FAILURE_*); ack ids not named
+// there succeeded.
+func classify(j job, err error) (ok, retry []*lease, failed []failure) {
+	if err == nil {
+		return j.leases, nil, nil
+	}
+	if reasons := ackIDReasons(err); reasons != nil {
+		for _, l := range j.leases {
+			reason, named := reasons[l.key.ackID]
+			switch {
+			case !named:
+				ok = append(ok, l)
+			case strings.HasPrefix(reason, "TRANSIENT_FAILURE"):
+				retry = append(retry, l)
+			default:
+				failed = append(failed, failure{l: l, perID: true, err: fmt.Errorf("lease: ack id failed (%s): %w", reason, err)})
+			}
+		}
+		return ok, retry, failed
+	}
+	if retryable(err) && !errors.Is(err, context.Canceled) {
+		return nil, j.leases, nil
+	}
+	for _, l := range j.leases {
+		failed = append(failed, failure{l: l, err: fmt.Errorf("lease: modack: %w", err)})
+	}
+	return nil, nil, failed
+}
+
+// ackIDReasons returns the per-ack-id reasons of an exactly-once failure,
+// or nil when err carries none.
+func ackIDReasons(err error) map[string]string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && len(info.GetMetadata()) > 0 {
+			return info.GetMetadata()
+		}
+	}
+	return nil
+}
+
+// succeeded records a successful modack sent at sentAt: new expiry, and for
+// a receipt modack the confirmation exactly-once messages wait for.
+func (e *Extender) succeeded(j job, ok []*lease, sentAt time.Time) {
+	if len(ok) == 0 {
+		return
+	}
+	expiry := sentAt.Add(time.Duration(j.secs) * time.Second)
+	n := 0
+	e.mu.Lock()
+	for _, l := range ok {
+		if e.leases[l.key] != l {
+			continue // released meanwhile
+		}
+		n++
+		l.expiry = expiry
+		l.state = stateIdle
+		if j.receipt {
+			l.endConfirm()
+		}
+	}
+	e.mu.Unlock()
+	if !j.receipt && n > 0 {
+		e.emit(event.Event{Kind: event.Extend, Subscription: j.sub, Count: n, Deadline: time.Duration(j.secs) * time.Second})
+	}
+}
+
+// failed handles ack ids that will not be retried. A lease that cannot be
+// kept is dropped and its message settled as Expired: exactly-once receipt
+// modacks that failed in any way (the message must not be handed on
+// unconfirmed), and exactly-once ack ids the server reported as
+// permanently failed. Any other lease goes back to idle, so the next tick
+// tries again.
+func (e *Extender) failed(j job, fs []failure) {
+	if len(fs) == 0 {
+		return
+	}
+	var dropped []*lease
+	var firstErr error
+	e.mu.Lock()
+	for _, f := range fs {
+		l := f.l
+		if e.leases[l.key] != l {
+			continue
+		}
+		if firstErr == nil {
+			firstErr = f.err
+		}
+		if l.eo && (j.receipt || f.perID) {
+			delete(e.leases, l.key)
+			l.endConfirm()
+			dropped = append(dropped, l)
+			continue
+		}
+		l.state = stateIdle
+	}
+	e.mu.Unlock()
+	if firstErr == nil {
+		return
+	}
+	if j.receipt {
+		for _, l := range dropped {
+			l.m.Settle(message.Expired, 0)
+		}
+		e.emit(event.Event{Kind: event.ReceiptModackFail, Subscription: j.sub, Count: len(fs), Err: firstErr})
+		e.log.Warn("lease: receipt modack failed", "subscription", j.sub, "count", len(fs), "dropped", len(dropped), "err", firstErr)
+		return
+	}
+	if len(dropped) > 0 {
+		e.expire(dropped, firstErr)
+	}
+	if len(dropped) < len(fs) {
+		e.log.Warn("lease: extension failed; the next tick retries", "subscription", j.sub, "count", len(fs)-len(dropped), "err", firstErr)
+	}
+}
