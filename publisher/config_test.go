@@ -1,0 +1,53 @@
+package publisher
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+)
+
+func TestConfigValidate(t *testing.T) {
+	if err := (Config{}).Validate(); err != nil {
+		t.Fatalf("zero config: %v", err)
+	}
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{MaxMessages: 1001}, "MaxMessages"},
+		{Config{MaxMessages: -1}, "MaxMessages"},
+		{Config{MaxBytes: MaxRequestBytes + 1}, "MaxBytes"},
+		{Config{Delay: -time.Second}, "Delay"},
+		{Config{MaxInFlightBatches: -1}, "MaxInFlightBatches"},
+		{Config{Flow: FlowConfig{MaxMessages: -1}}, "Flow.MaxMessages"},
+		{Config{Flow: FlowConfig{MaxBytes: -1}}, "Flow.MaxBytes"},
+		{Config{RetryDeadline: -1}, "RetryDeadline"},
+		{Config{BackoffMin: time.Minute, BackoffMax: time.Second}, "BackoffMin"},
+	} {
+		err := tc.cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+	d := Config{}.withDefaults()
+	if d.MaxMessages != 100 || d.MaxBytes != 1_000_000 || d.Delay != 10*time.Millisecond || d.RetryDeadline != time.Minute {
+		t.Fatalf("defaults %+v", d)
+	}
+}
+
+func TestNewRejectsBadInput(t *testing.T) {
+	client := pubsubpb.NewPublisherClient(nil)
+	for _, topic := range []string{"", "t", "projects/p/topics/", "projects//topics/t", "projects/p/subscriptions/s"} {
+		if _, err := NewFromClient(client, topic, Config{}); err == nil {
+			t.Errorf("topic %q accepted", topic)
+		}
+	}
+	if _, err := NewFromClient(client, "projects/p/topics/t", Config{MaxMessages: 5000}); err == nil {
+		t.Error("bad config accepted")
+	}
+	if _, err := New(nil, "projects/p/topics/t", Config{}); err == nil {
+		t.Error("nil connection accepted")
+	}
+}

@@ -1,0 +1,210 @@
+package publisher_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+
+	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/pipeline"
+	"github.com/pubsubflow/pubsubflow/publisher"
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
+)
+
+// server starts a pubsubtest server with topic "orders".
+func server() (*pubsubtest.Server, string) {
+	srv, err := pubsubtest.NewServer()
+	if err != nil {
+		log.Fatal(err)
+	}
+	topic, err := srv.CreateTopic(context.Background(), "orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	return srv, topic
+}
+
+func ExampleNew() {
+	srv, topic := server()
+	defer srv.Close()
+
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	id, err := p.Publish(context.Background(), &publisher.Message{Data: []byte("hello")}).Get(context.Background())
+	fmt.Println(id, err)
+	// Output: 1 <nil>
+}
+
+func ExampleNewFromClient() {
+	srv, topic := server()
+	defer srv.Close()
+
+	client := pubsubpb.NewPublisherClient(srv.ClientConn())
+	p, err := publisher.NewFromClient(client, topic, publisher.Config{MaxMessages: 10, Delay: time.Hour})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i := range 25 {
+		p.Publish(context.Background(), &publisher.Message{Data: fmt.Appendf(nil, "m%d", i)})
+	}
+	if err := p.Close(); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("Publish RPCs:", srv.MethodStats("Publish").Calls)
+	// Output: Publish RPCs: 3
+}
+
+func ExamplePublisher_Publish() {
+	srv, topic := server()
+	defer srv.Close()
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{EnableOrdering: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+
+	ctx := context.Background()
+	var results []*publisher.Result
+	for _, step := range []string{"created", "paid", "shipped"} {
+		results = append(results, p.Publish(ctx, &publisher.Message{
+			Data:        []byte(step),
+			Attributes:  map[string]string{"order": "42"},
+			OrderingKey: "order-42",
+		}))
+	}
+	for _, r := range results {
+		id, err := r.Get(ctx)
+		fmt.Println(id, err)
+	}
+	// Output:
+	// 1 <nil>
+	// 2 <nil>
+	// 3 <nil>
+}
+
+func ExamplePublisher_ResumePublish() {
+	srv, topic := server()
+	defer srv.Close()
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{EnableOrdering: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+
+	srv.FailNext("Publish", 1, codes.PermissionDenied)
+	_, err = p.Publish(ctx, &publisher.Message{Data: []byte("a"), OrderingKey: "k"}).Get(ctx)
+	fmt.Println("first:", err != nil)
+	_, err = p.Publish(ctx, &publisher.Message{Data: []byte("b"), OrderingKey: "k"}).Get(ctx)
+	fmt.Println("paused:", errors.Is(err, publisher.ErrPaused))
+
+	p.ResumePublish("k")
+	_, err = p.Publish(ctx, &publisher.Message{Data: []byte("b"), OrderingKey: "k"}).Get(ctx)
+	fmt.Println("after resume:", err)
+	// Output:
+	// first: true
+	// paused: true
+	// after resume: <nil>
+}
+
+func ExamplePublisher_Flush() {
+	srv, topic := server()
+	defer srv.Close()
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{Delay: time.Hour})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	r := p.Publish(context.Background(), &publisher.Message{Data: []byte("x")})
+	if err := p.Flush(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	select {
+	case <-r.Ready():
+		fmt.Println("settled")
+	default:
+		fmt.Println("pending")
+	}
+	// Output: settled
+}
+
+func ExamplePublisher_Shutdown() {
+	srv, topic := server()
+	defer srv.Close()
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	p.Publish(context.Background(), &publisher.Message{Data: []byte("x")})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fmt.Println(p.Shutdown(ctx))
+	// Output: <nil>
+}
+
+func ExampleStage() {
+	srv, topic := server()
+	defer srv.Close()
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+
+	toMsg := func(s string) *publisher.Message { return &publisher.Message{Data: []byte(s)} }
+	err = pipeline.Map(pipeline.From(pipeline.Slice("a", "b", "c")), publisher.Stage(p, toMsg, 100)).
+		To(pipeline.ForEach(func(_ context.Context, o publisher.Outcome[string]) error {
+			fmt.Println(o.In, o.Err)
+			return nil
+		}))
+	fmt.Println(err)
+	// Output:
+	// a <nil>
+	// b <nil>
+	// c <nil>
+	// <nil>
+}
+
+// printSettler prints each message's outcome.
+type printSettler struct{}
+
+func (printSettler) Settle(m *message.Message, o message.Outcome, _ time.Duration) {
+	fmt.Println(string(m.Data), o)
+}
+
+func ExampleForward() {
+	srv, topic := server()
+	defer srv.Close()
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+
+	// Received messages (here built by hand) are acked once their
+	// transformed copy is published.
+	in := &message.Message{Data: []byte("order 42")}
+	in.Bind(printSettler{})
+	upper := func(m *message.Message) *publisher.Message {
+		return &publisher.Message{Data: append([]byte("relayed "), m.Data...)}
+	}
+	err = pipeline.From(pipeline.Slice(in)).To(publisher.Forward(p, upper, 100))
+	fmt.Println(err)
+	// Output:
+	// order 42 ack
+	// <nil>
+}
+
+func ExampleConfig_Validate() {
+	err := publisher.Config{MaxMessages: 5000}.Validate()
+	fmt.Println(err)
+	// Output: publisher: Config.MaxMessages 5000 must be within 0–1000 (0: 100)
+}
