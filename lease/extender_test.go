@@ -78,8 +78,8 @@ func TestReceiptModackBatchedAndSplit(t *testing.T) {
 				seen[id]++
 			}
 		}
-		if len(reqs) > 4 || len(seen) != 2500 {
-			t.Fatalf("%d requests naming %d distinct ids, want ≤ 4 naming 2500", len(reqs), len(seen))
+		if len(reqs) > 10 || len(seen) != 2500 {
+			t.Fatalf("%d requests naming %d distinct ids, want ≤ 10 naming 2500", len(reqs), len(seen))
 		}
 		if e.Len() != 2500 || e.Deadline() != 30*time.Second {
 			t.Fatalf("Len %d Deadline %v", e.Len(), e.Deadline())

@@ -53,22 +53,33 @@ func (c *capture) ModifyAckDeadline(ctx context.Context, req *pubsubpb.ModifyAck
 	return c.SubscriberClient.ModifyAckDeadline(ctx, req, opts...)
 }
 
+func (c *capture) setHook(h func(ctx context.Context, req *pubsubpb.ModifyAckDeadlineRequest) error) {
+	c.mu.Lock()
+	c.hook = h
+	c.mu.Unlock()
+}
+
 func (c *capture) requests() []modack {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]modack(nil), c.reqs...)
 }
 
-// events collects events.
+// events collects events with the time they were emitted.
 type events struct {
 	mu  sync.Mutex
-	evs []event.Event
+	evs []timedEvent
+}
+
+type timedEvent struct {
+	event.Event
+	at time.Time
 }
 
 func (e *events) fn() event.Func {
 	return func(ev event.Event) {
 		e.mu.Lock()
-		e.evs = append(e.evs, ev)
+		e.evs = append(e.evs, timedEvent{ev, time.Now()})
 		e.mu.Unlock()
 	}
 }
@@ -86,10 +97,10 @@ func (e *events) count(k event.Kind) int {
 	return n
 }
 
-func (e *events) of(k event.Kind) []event.Event {
+func (e *events) of(k event.Kind) []timedEvent {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var out []event.Event
+	var out []timedEvent
 	for _, ev := range e.evs {
 		if ev.Kind == k {
 			out = append(out, ev)

@@ -85,7 +85,8 @@ func (e *Extender) flushReceipts() {
 //
 // It scans every lease under the mutex. That is O(leases) per tick, and
 // ticks come every quarter deadline (≥ 2.5 s by default): see
-// BenchmarkTickScan for the cost (about a millisecond for 10,000 leases).
+// BenchmarkTickScan for the cost (about 0.2 ms for 10,000 leases on one
+// core of a 2-core AMD EPYC VM).
 func (e *Extender) tick() time.Duration {
 	now := time.Now()
 	e.mu.Lock()
