@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"golang.org/x/oauth2"
-	"golang.org/x/oauth2/google"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -50,6 +49,9 @@ func DialOptions(ctx context.Context, o Options) ([]grpc.DialOption, string, err
 		opts = append(opts,
 			grpc.WithTransportCredentials(credentials.NewTLS(nil)), // system roots
 			grpc.WithPerRPCCredentials(oauth.TokenSource{TokenSource: ts}),
+			// Outermost, so it sees the final status of every call.
+			grpc.WithChainUnaryInterceptor(ts.unaryInvalidator),
+			grpc.WithChainStreamInterceptor(ts.streamInvalidator),
 		)
 	}
 	if len(o.UnaryInterceptors) > 0 {
@@ -62,16 +64,17 @@ func DialOptions(ctx context.Context, o Options) ([]grpc.DialOption, string, err
 	return opts, r.target, nil
 }
 
-// tokenSource returns ts, or Application Default Credentials for Scope.
-// oauth2's sources cache a token until shortly before it expires and then
-// fetch a fresh one.
-func tokenSource(ctx context.Context, ts oauth2.TokenSource) (oauth2.TokenSource, error) {
+// tokenSource returns ts, or Application Default Credentials for Scope,
+// wrapped so that an UNAUTHENTICATED answer makes the next call fetch a
+// fresh token (for ADC; a caller's source decides its own caching).
+// oauth2's sources cache a token until shortly before it expires.
+func tokenSource(ctx context.Context, ts oauth2.TokenSource) (*refreshingSource, error) {
 	if ts != nil {
-		return ts, nil
+		return &refreshingSource{ts: ts}, nil
 	}
-	ts, err := google.DefaultTokenSource(ctx, Scope)
+	r, err := adcSource(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("pubsubflow/connect: application default credentials: %w", err)
 	}
-	return ts, nil
+	return r, nil
 }

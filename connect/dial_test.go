@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,7 +21,9 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"golang.org/x/oauth2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 )
 
 const testSub = "projects/p/subscriptions/s"
@@ -164,6 +167,62 @@ func TestDialADC(t *testing.T) {
 	}
 	if got, _ := scope.Load().(string); got != Scope {
 		t.Errorf("token requested for scope %q, want %q", got, Scope)
+	}
+}
+
+// TestADCRefreshAfterUnauthenticated: a call rejected as UNAUTHENTICATED
+// (unary or stream) makes the next call carry a freshly fetched token,
+// not the cached one.
+func TestADCRefreshAfterUnauthenticated(t *testing.T) {
+	var fetches atomic.Int32
+	tokenSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := fetches.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"access_token":"adc-token-%d","token_type":"Bearer","expires_in":3600}`, n)
+	}))
+	defer tokenSrv.Close()
+	defer tokenSrv.CloseClientConnections()
+	t.Setenv(EmulatorHostEnv, "")
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", writeServiceAccount(t, tokenSrv.URL))
+
+	cert, pool := selfSigned(t)
+	echo, addr := startEcho(t, cert)
+	echo.reject = 1
+	cc, err := Dial(context.Background(), Options{
+		Endpoint:    addr,
+		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool}))},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	client := pubsubpb.NewSubscriberClient(cc)
+	get := func() error {
+		_, err := client.GetSubscription(context.Background(), &pubsubpb.GetSubscriptionRequest{Subscription: testSub})
+		return err
+	}
+	if err := get(); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("first call: %v, want UNAUTHENTICATED", err)
+	}
+	if err := get(); err != nil {
+		t.Fatal(err)
+	}
+	if err := get(); err != nil { // cached: no fetch
+		t.Fatal(err)
+	}
+	stream, err := client.StreamingPull(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("stream: %v, want UNAUTHENTICATED", err)
+	}
+	if err := get(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"Bearer adc-token-1", "Bearer adc-token-2", "Bearer adc-token-2", "Bearer adc-token-2", "Bearer adc-token-3"}
+	if got := echo.auths(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("tokens sent %v, want %v", got, want)
 	}
 }
 

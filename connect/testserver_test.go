@@ -10,30 +10,62 @@ import (
 	"crypto/x509/pkix"
 	"math/big"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // echoServer is a Subscriber server that records the metadata of every
 // GetSubscription call, to see what a dialed connection sends.
 type echoServer struct {
 	pubsubpb.UnimplementedSubscriberServer
-	mu sync.Mutex
-	md []metadata.MD
+	mu     sync.Mutex
+	md     []metadata.MD
+	reject int // fail the next reject GetSubscription calls with UNAUTHENTICATED
 }
 
 func (e *echoServer) GetSubscription(ctx context.Context, req *pubsubpb.GetSubscriptionRequest) (*pubsubpb.Subscription, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	e.mu.Lock()
 	e.md = append(e.md, md)
+	reject := e.reject > 0
+	if reject {
+		e.reject--
+	}
 	e.mu.Unlock()
+	if reject {
+		return nil, status.Error(codes.Unauthenticated, "token rejected")
+	}
 	return &pubsubpb.Subscription{Name: req.Subscription}, nil
+}
+
+// StreamingPull records the metadata and rejects the stream as
+// unauthenticated.
+func (e *echoServer) StreamingPull(ss pubsubpb.Subscriber_StreamingPullServer) error {
+	md, _ := metadata.FromIncomingContext(ss.Context())
+	e.mu.Lock()
+	e.md = append(e.md, md)
+	e.mu.Unlock()
+	return status.Error(codes.Unauthenticated, "token rejected")
+}
+
+// auths returns the authorization header of every call so far.
+func (e *echoServer) auths() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, md := range e.md {
+		out = append(out, strings.Join(md.Get("authorization"), ","))
+	}
+	return out
 }
 
 func (e *echoServer) last() metadata.MD {

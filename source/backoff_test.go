@@ -3,10 +3,6 @@ package source
 import (
 	"testing"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"io"
 )
 
 func next(t *testing.T, d Delays) time.Duration {
@@ -66,31 +62,5 @@ func TestRandomAndStop(t *testing.T) {
 	}
 	if _, ok := Stop().Start().Next(); ok {
 		t.Fatal("Stop retried")
-	}
-}
-
-func TestDefaultClassifier(t *testing.T) {
-	for _, c := range []struct {
-		err     error
-		attempt int
-		want    Action
-	}{
-		{io.EOF, 1, Retry},
-		{status.Error(codes.Unavailable, ""), 5, Retry},
-		{status.Error(codes.DeadlineExceeded, ""), 1, Retry},
-		{status.Error(codes.Internal, ""), 1, Retry},
-		{status.Error(codes.ResourceExhausted, ""), 1, Retry},
-		{status.Error(codes.Aborted, ""), 1, Retry},
-		{status.Error(codes.Unknown, ""), 1, Retry},
-		{status.Error(codes.Unauthenticated, ""), 1, Retry},
-		{status.Error(codes.Unauthenticated, ""), 2, Terminate},
-		{status.Error(codes.NotFound, ""), 1, Terminate},
-		{status.Error(codes.PermissionDenied, ""), 1, Terminate},
-		{status.Error(codes.InvalidArgument, ""), 1, Terminate},
-		{status.Error(codes.FailedPrecondition, ""), 1, Terminate},
-	} {
-		if got := DefaultClassifier(failure(c.err, c.attempt)); got != c.want {
-			t.Errorf("%v (attempt %d): %v, want %v", c.err, c.attempt, got, c.want)
-		}
 	}
 }

@@ -35,6 +35,9 @@ type Failure struct {
 	// Attempt counts consecutive failures since the last healthy stream (a
 	// stream that received a response), 1 for the first.
 	Attempt int
+	// Previous is the failure before this one in the same run of
+	// consecutive failures (nil when Attempt is 1).
+	Previous error
 }
 
 // Classifier decides whether a failed stream is reopened or ends the
@@ -46,10 +49,10 @@ type Classifier func(f Failure) Action
 //   - Retry: DEADLINE_EXCEEDED (also a heartbeat timeout), UNAVAILABLE,
 //     INTERNAL, RESOURCE_EXHAUSTED, ABORTED, UNKNOWN, and a stream the
 //     server closed without a status (io.EOF, or OK).
-//   - Retry once: UNAUTHENTICATED on the first attempt after a healthy
-//     stream, since the token may have expired in flight and the per-RPC
-//     credentials fetch a fresh one when it has; a second UNAUTHENTICATED
-//     in a row is terminal.
+//   - Retry once: UNAUTHENTICATED, since the token may have expired or been
+//     revoked in flight; connections made by connect.Dial drop their cached
+//     token when a call fails with UNAUTHENTICATED, so the retry carries a
+//     fresh one. UNAUTHENTICATED right after UNAUTHENTICATED is terminal.
 //   - Terminate: everything else, notably NOT_FOUND, PERMISSION_DENIED,
 //     INVALID_ARGUMENT and FAILED_PRECONDITION, which a retry cannot fix.
 func DefaultClassifier(f Failure) Action {
@@ -61,18 +64,19 @@ func DefaultClassifier(f Failure) Action {
 		codes.ResourceExhausted, codes.Aborted, codes.Unknown:
 		return Retry
 	case codes.Unauthenticated:
-		if f.Attempt <= 1 {
+		if status.Code(f.Previous) != codes.Unauthenticated {
 			return Retry
 		}
 	}
 	return Terminate
 }
 
-// failure builds the Failure of err after attempt consecutive failures.
-func failure(err error, attempt int) Failure {
+// failure builds the Failure of err after attempt consecutive failures,
+// prev being the one before (nil if none).
+func failure(err error, attempt int, prev error) Failure {
 	code := status.Code(err)
 	if errors.Is(err, io.EOF) {
 		code = codes.OK
 	}
-	return Failure{Err: err, Code: code, Attempt: attempt}
+	return Failure{Err: err, Code: code, Attempt: attempt, Previous: prev}
 }

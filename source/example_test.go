@@ -53,6 +53,22 @@ func ExampleSubscribe() {
 	// c
 }
 
+// SubscribeConn takes a connection, e.g. one from connect.Dial.
+func ExampleSubscribeConn() {
+	srv, err := pubsubtest.NewServer()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	src, err := source.SubscribeConn(srv.ClientConn(), source.Config{
+		Subscription: "projects/p/subscriptions/s",
+		ClientID:     "worker-1",
+		Streams:      2,
+	})
+	fmt.Println(src.ClientID(), src.StreamAckDeadline(), err)
+	// Output: worker-1 1m0s <nil>
+}
+
 func ExampleConfig_Validate() {
 	err := source.Config{Subscription: "orders"}.Validate()
 	fmt.Println(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow/message"
 	"github.com/pubsubflow/pubsubflow/stage"
@@ -50,6 +51,16 @@ func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 	}
 	s.deadline.Store(seconds(cfg.StreamAckDeadline))
 	return s, nil
+}
+
+// SubscribeConn is Subscribe over a caller's connection (a
+// *grpc.ClientConn from connect.Dial or elsewhere). The caller keeps
+// owning the connection.
+func SubscribeConn(cc grpc.ClientConnInterface, cfg Config) (*Source, error) {
+	if cc == nil {
+		return nil, errors.New("pubsubflow/source: nil connection")
+	}
+	return Subscribe(pubsubpb.NewSubscriberClient(cc), cfg)
 }
 
 // ClientID is the client id every stream of this source sends.

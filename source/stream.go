@@ -26,6 +26,7 @@ var errStreamDone = errors.New("pubsubflow/source: stream done")
 func (s *Source) runStream(ctx context.Context, i int, out chan<- *message.Message) error {
 	delays := s.cfg.Backoff.Start()
 	attempt := 0
+	var prev error // the previous failure in this run of failures
 	for {
 		healthy, err := s.connectOnce(ctx, i, out)
 		if ctx.Err() != nil {
@@ -33,12 +34,13 @@ func (s *Source) runStream(ctx context.Context, i int, out chan<- *message.Messa
 		}
 		if healthy {
 			delays.Reset()
-			attempt = 0
+			attempt, prev = 0, nil
 		}
 		attempt++
-		if s.cfg.Classify(failure(err, attempt)) == Terminate {
+		if s.cfg.Classify(failure(err, attempt, prev)) == Terminate {
 			return s.terminal(i, err)
 		}
+		prev = err
 		d, ok := delays.Next()
 		if !ok {
 			return s.terminal(i, err)
