@@ -1,0 +1,141 @@
+package flow
+
+import (
+	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/stage"
+)
+
+// Gate is the eager flow-control stage: it takes a message's permits from
+// its FlowControl the moment it receives the message, buffers admitted
+// messages (at most MaxMessages, or stage.DefaultBound when messages are
+// unlimited) and hands them downstream on demand. While the budget is spent
+// it does not receive, so the backpressure reaches the stream and, through
+// the HTTP/2 window, the server. Outstanding() therefore counts every
+// message received and not yet settled, however slow downstream is (the
+// seed's bug 3 counted only what downstream had taken).
+//
+// Permits are returned by the settle path (FlowControl.ReleaseMessage), not
+// by the gate. A message settled while buffered (its lease expired, say) is
+// dropped instead of emitted; a message settled before it was admitted never
+// takes a permit. Permits released therefore always equal permits acquired.
+//
+// One Gate may run several times (several streams) on one FlowControl.
+type Gate struct {
+	// Flow is the budget. Required.
+	Flow *FlowControl
+
+	// OnDrop settles a message the gate still holds when it stops without
+	// emitting it (cancellation or Discard). Nil means m.Nack(). The gate
+	// releases the message's permits after OnDrop in any case.
+	OnDrop func(m *message.Message)
+
+	// Discard, if set, is closed to make the gate drop (OnDrop) what it
+	// holds and what it receives from then on (graceful shutdown: messages
+	// not yet handed to processing are nacked).
+	Discard <-chan struct{}
+}
+
+// FlowGate returns a Gate on fc with the default OnDrop (nack).
+func FlowGate(fc *FlowControl) stage.Flow[*message.Message, *message.Message] {
+	return &Gate{Flow: fc}
+}
+
+// Run starts the gate's goroutine under g and returns its output.
+func (gt *Gate) Run(g *stage.Group, in <-chan *message.Message) <-chan *message.Message {
+	r := &gateRun{fc: gt.Flow, onDrop: gt.OnDrop}
+	bound := stage.DefaultBound
+	if m := gt.Flow.MaxMessages(); m > 0 {
+		bound = int(m) // admitted messages never exceed it
+	}
+	e := &stage.Eager[*message.Message]{
+		Bound:   bound,
+		Room:    r.room,
+		Admit:   r.admit,
+		Wake:    r.wakeCh,
+		Skip:    r.skip,
+		OnDrop:  r.drop,
+		Discard: gt.Discard,
+		Observe: r.observe,
+	}
+	return e.Run(g, in)
+}
+
+// gateRun is one run's state; its methods run on the stage's goroutine only.
+type gateRun struct {
+	fc     *FlowControl
+	onDrop func(*message.Message)
+	// wake was fetched before the last failed Room or Admit check, so a
+	// release after that check closes it (no lost wake-up).
+	wake    <-chan struct{}
+	waiting *message.Message // counted in fc.waiting
+	buf     int64            // last buffered count added to fc.buffered
+}
+
+func (r *gateRun) room() bool {
+	if r.fc.Room() {
+		return true
+	}
+	r.wake = r.fc.Wake()
+	return r.fc.Room()
+}
+
+func (r *gateRun) admit(m *message.Message) bool {
+	if r.fc.AcquireMessage(m) {
+		r.unwait(m)
+		return true
+	}
+	if r.waiting != m {
+		r.unwait(r.waiting)
+		r.waiting = m
+		r.fc.waiting.Add(1)
+	}
+	r.wake = r.fc.Wake()
+	if r.fc.AcquireMessage(m) {
+		r.unwait(m)
+		return true
+	}
+	return false
+}
+
+func (r *gateRun) unwait(m *message.Message) {
+	if m != nil && r.waiting == m {
+		r.waiting = nil
+		r.fc.waiting.Add(-1)
+	}
+}
+
+func (r *gateRun) wakeCh() <-chan struct{} {
+	if r.wake == nil {
+		r.wake = r.fc.Wake()
+	}
+	return r.wake
+}
+
+// skip drops a buffered message that was settled meanwhile. Its settle path
+// released its permits; releasing here too covers a message settled with
+// no settle path bound (ReleaseMessage is idempotent).
+func (r *gateRun) skip(m *message.Message) bool {
+	if !m.Settled() {
+		return false
+	}
+	r.fc.ReleaseMessage(m)
+	return true
+}
+
+func (r *gateRun) drop(m *message.Message) {
+	r.unwait(m)
+	if r.onDrop != nil {
+		r.onDrop(m)
+	} else {
+		m.Nack()
+	}
+	r.fc.ReleaseMessage(m)
+}
+
+func (r *gateRun) observe(n int) {
+	d := int64(n) - r.buf
+	r.buf = int64(n)
+	if d != 0 {
+		r.fc.buffered.Add(d)
+	}
+}
