@@ -13,6 +13,7 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/event"
 	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
@@ -498,5 +499,22 @@ func TestSetStreamAckDeadlineReachesServer(t *testing.T) {
 		}
 		g.Cancel()
 		_ = g.Wait()
+	})
+}
+
+// TestTerminalErrorReturnedByPipeline: composed with the pipeline DSL, a
+// terminal failure is what To returns, code intact.
+func TestTerminalErrorReturnedByPipeline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, pubsubtest.SubscriptionConfig{})
+		h.srv.FailNext("StreamingPull", 1, codes.PermissionDenied)
+		src, err := Subscribe(h.client, Config{Subscription: h.sub})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = pipeline.From[*message.Message](src).To(pipeline.ForEach(func(context.Context, *message.Message) error { return nil }))
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), h.sub) {
+			t.Fatalf("pipeline returned %v, want PERMISSION_DENIED naming %s", err, h.sub)
+		}
 	})
 }
