@@ -139,10 +139,13 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
 	if p.topicBytes+reqBytes > MaxRequestBytes {
 		return failed(fmt.Errorf("%w: %d bytes encoded, limit %d per request", ErrMessageTooLarge, p.topicBytes+reqBytes, MaxRequestBytes))
 	}
-	// Fail fast on a paused key or a closed publisher before waiting for
-	// flow control; both are checked again once the permit is held.
-	if err := p.precheck(m.OrderingKey); err != nil {
-		return failed(err)
+	// Fail fast on a paused key before waiting for flow control (which
+	// itself refuses a closed publisher); both are checked again once the
+	// permit is held.
+	if m.OrderingKey != "" {
+		if err := p.precheck(m.OrderingKey); err != nil {
+			return failed(err)
+		}
 	}
 	if err := p.flow.acquire(ctx, size); err != nil {
 		return failed(err)
@@ -165,7 +168,7 @@ func (p *Publisher) precheck(key string) error {
 	if p.closing {
 		return ErrClosed
 	}
-	if ks := p.keys[key]; key != "" && ks != nil && ks.paused != nil {
+	if ks := p.keys[key]; ks != nil && ks.paused != nil {
 		return ks.paused
 	}
 	return nil
