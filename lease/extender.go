@@ -282,3 +282,15 @@ func (e *Extender) emit(ev event.Event) {
 	}
 	e.events.Emit(ev)
 }
+
+// Leased returns the messages whose leases are held now, in no particular
+// order: at shutdown the owner nacks what is still leased.
+func (e *Extender) Leased() []*message.Message {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]*message.Message, 0, len(e.leases))
+	for _, l := range e.leases {
+		out = append(out, l.m)
+	}
+	return out
+}

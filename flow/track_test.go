@@ -1,0 +1,318 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/reugn/go-streams"
+	gsflow "github.com/reugn/go-streams/flow"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/pubsubflow/pubsubflow/lease"
+	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/operators"
+	"github.com/pubsubflow/pubsubflow/pipeline"
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
+	"github.com/pubsubflow/pubsubflow/source"
+	"github.com/pubsubflow/pubsubflow/stage"
+)
+
+// The helpers of this file are prefixed trk: the package's other test
+// files belong to FlowGate.
+
+// trkModack is one captured ModifyAckDeadline request.
+type trkModack struct {
+	at  time.Time
+	ids []string
+}
+
+// trkStub is the seed's CapturingClient: a SubscriberClient whose
+// ModifyAckDeadline records the request and succeeds. Other methods are
+// not implemented (nil embedded interface).
+type trkStub struct {
+	pubsubpb.SubscriberClient
+	mu   sync.Mutex
+	reqs []trkModack
+}
+
+func (c *trkStub) ModifyAckDeadline(_ context.Context, req *pubsubpb.ModifyAckDeadlineRequest, _ ...grpc.CallOption) (*emptypb.Empty, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reqs = append(c.reqs, trkModack{at: time.Now(), ids: slices.Clone(req.AckIds)})
+	return &emptypb.Empty{}, nil
+}
+
+// extensions returns the requests sent after the receipt modacks (which go
+// out within a few milliseconds of receipt, at virtual time 0 here).
+func (c *trkStub) extensions(after time.Time) []trkModack {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []trkModack
+	for _, r := range c.reqs {
+		if r.at.After(after) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// trkSettler is the tests' settle path: an ack goes to the server through
+// the client directly (the acknowledger lives in another package), then
+// the lease is released. Every outcome is counted.
+type trkSettler struct {
+	ext      *lease.Extender
+	client   pubsubpb.SubscriberClient // nil: send nothing
+	outcomes sync.Map                  // *message.Message → message.Outcome
+	acked    atomic.Int64
+}
+
+func (s *trkSettler) Settle(m *message.Message, o message.Outcome, _ time.Duration) {
+	s.outcomes.Store(m, o)
+	if o == message.Ack && s.client != nil {
+		if _, err := s.client.Acknowledge(context.Background(), &pubsubpb.AcknowledgeRequest{Subscription: m.Subscription, AckIds: []string{m.AckID}}); err == nil {
+			s.acked.Add(1)
+		}
+	}
+	s.ext.Release(m, o)
+}
+
+func (s *trkSettler) outcome(m *message.Message) message.Outcome {
+	o, _ := s.outcomes.Load(m)
+	o2, _ := o.(message.Outcome)
+	return o2
+}
+
+// trkBind binds every message to s on its way through (what the
+// Subscriber does on receipt).
+func trkBind(s message.Settler) stage.Flow[*message.Message, *message.Message] {
+	return pipeline.Filter(func(m *message.Message) bool { m.Bind(s); return true }, nil)
+}
+
+func trkMessages(n int, s message.Settler) []*message.Message {
+	out := make([]*message.Message, n)
+	for i := range out {
+		out[i] = &message.Message{ID: fmt.Sprint(i + 1), AckID: fmt.Sprint(i + 1), Subscription: "projects/p/subscriptions/s", ReceiveTime: time.Now()}
+		if s != nil {
+			out[i].Bind(s)
+		}
+	}
+	return out
+}
+
+func trkExtender(t *testing.T, client pubsubpb.SubscriberClient, sub string, cfg lease.Config) *lease.Extender {
+	t.Helper()
+	ext, err := lease.NewExtender(client, sub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ext.Close() })
+	return ext
+}
+
+// trkNaiveTrack is the seed's demand-driven tracker rebuilt with go-streams:
+// a flow.NewMap that tracks as elements pass through it, so it tracks only
+// when downstream pulls.
+func trkNaiveTrack(ext *lease.Extender) stage.Flow[*message.Message, *message.Message] {
+	return pipeline.Streams[*message.Message, *message.Message](func(_ *stage.Group, in streams.Source) streams.Outlet {
+		return in.Via(gsflow.NewMap(func(m *message.Message) *message.Message {
+			ext.Track(m)
+			return m
+		}, 1))
+	}, pipeline.StreamsOptions[*message.Message]{})
+}
+
+// trkBlocked is ParallelMap(1) whose handler never returns (until the
+// pipeline is cancelled): the seed's mapAsync(1)(_ => gate.future).
+func trkBlocked() stage.Flow[*message.Message, *message.Message] {
+	return operators.ParallelMap(1, func(ctx context.Context, m *message.Message) (*message.Message, error) {
+		<-ctx.Done()
+		return m, ctx.Err()
+	}, operators.Options[*message.Message, *message.Message]{})
+}
+
+func trkDiscard() stage.Sink[*message.Message] {
+	return pipeline.ForEach(func(context.Context, *message.Message) error { return nil })
+}
+
+// runBug1 is the seed's bug-1 reproduction: 10 messages, downstream
+// ParallelMap(1) blocked forever, extension interval 200 ms; it returns the
+// ack ids of the first extension request.
+func runBug1(t *testing.T, track func(*lease.Extender) stage.Flow[*message.Message, *message.Message]) []string {
+	t.Helper()
+	var first []string
+	synctest.Test(t, func(t *testing.T) {
+		stub := &trkStub{}
+		ext := trkExtender(t, stub, "projects/p/subscriptions/s", lease.Config{Strategy: lease.Fixed(200*time.Millisecond, time.Second)})
+		start := time.Now()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- pipeline.FromContext(ctx, pipeline.Slice(trkMessages(10, nil)...)).
+				Via(track(ext), trkBlocked()).To(trkDiscard())
+		}()
+		time.Sleep(800 * time.Millisecond)
+		synctest.Wait()
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("pipeline: %v", err)
+		}
+		exts := stub.extensions(start.Add(100 * time.Millisecond))
+		if len(exts) == 0 {
+			t.Fatal("no extension request within 800 ms")
+		}
+		first = exts[0].ids
+	})
+	return first
+}
+
+// TestBug1EagerTrackExtendsEveryReceivedMessage is the seed's bug-1 test:
+// with EagerTrack the first extension request names all 10 ack ids,
+// although downstream took only one.
+func TestBug1EagerTrackExtendsEveryReceivedMessage(t *testing.T) {
+	got := runBug1(t, func(ext *lease.Extender) stage.Flow[*message.Message, *message.Message] { return EagerTrack(ext, 0) })
+	slices.Sort(got)
+	want := make([]string, 10)
+	for i := range want {
+		want[i] = fmt.Sprint(i + 1)
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("first extension names %v, want all of %v", got, want)
+	}
+}
+
+// TestBug1DemandDrivenTrackerMisses shows the bug itself: a go-streams Map
+// doing the tracking names only what downstream pulled.
+func TestBug1DemandDrivenTrackerMisses(t *testing.T) {
+	got := runBug1(t, trkNaiveTrack)
+	if len(got) >= 10 {
+		t.Fatalf("the demand-driven tracker extended %d leases; the reproduction no longer reproduces", len(got))
+	}
+	t.Logf("demand-driven tracker: first extension names %d of 10", len(got))
+}
+
+// trkE2E is the end-to-end scenario against pubsubtest over bufconn in
+// virtual time: backlog 200, handler 300 ms, parallelism 4, stream ack
+// deadline 10 s; it returns the subscription's counters once every
+// message was acked.
+func trkE2E(t *testing.T, track func(*lease.Extender) stage.Flow[*message.Message, *message.Message]) pubsubtest.SubStats {
+	t.Helper()
+	var stats pubsubtest.SubStats
+	synctest.Test(t, func(t *testing.T) {
+		f := trkNewFixture(t, pubsubtest.SubscriptionConfig{AckDeadline: 10 * time.Second})
+		f.publish(t, 200)
+		ext := trkExtender(t, f.client, f.sub, lease.Config{StreamAckDeadline: 10 * time.Second})
+		s := &trkSettler{ext: ext, client: f.client}
+		src, err := source.Subscribe(f.client, source.Config{Subscription: f.sub, StreamAckDeadline: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		handler := operators.ParallelMap(4, func(ctx context.Context, m *message.Message) (*message.Message, error) {
+			select {
+			case <-time.After(300 * time.Millisecond):
+				m.Ack()
+			case <-ctx.Done():
+			}
+			return m, nil
+		}, operators.Options[*message.Message, *message.Message]{})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- pipeline.FromContext(ctx, src).Via(trkBind(s), track(ext), handler).To(trkDiscard())
+		}()
+		start := time.Now()
+		for {
+			st := f.srv.SubscriptionStats(f.sub)
+			if st.Acked == 200 && st.Outstanding == 0 && st.Backlog == 0 {
+				break
+			}
+			if time.Since(start) > 5*time.Minute {
+				t.Fatalf("not all acked after 5 virtual minutes: %+v", st)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("pipeline: %v", err)
+		}
+		stats = f.srv.SubscriptionStats(f.sub)
+		t.Logf("%v virtual: delivered %d, redelivered %d, expired %d, modacks %d, acked %d",
+			time.Since(start).Round(time.Second), stats.Delivered, stats.Redelivered, stats.Expired, stats.ModAcks, stats.Acked)
+	})
+	return stats
+}
+
+// TestEagerTrackEndToEnd: with EagerTrack nothing is redelivered and no
+// lease expires, although the last messages wait 15 s behind the handler
+// with a 10 s stream ack deadline.
+func TestEagerTrackEndToEnd(t *testing.T) {
+	st := trkE2E(t, func(ext *lease.Extender) stage.Flow[*message.Message, *message.Message] { return EagerTrack(ext, 0) })
+	if st.Redelivered != 0 || st.Expired != 0 {
+		t.Fatalf("EagerTrack: redelivered %d, expired %d; want 0 and 0", st.Redelivered, st.Expired)
+	}
+}
+
+// TestDemandDrivenTrackerRedelivers is the regression guard: the same
+// pipeline with the demand-driven tracker (a go-streams Map doing the
+// tracking) does redeliver. If this test fails, the scenario stopped
+// exposing the bug, and TestEagerTrackEndToEnd proves nothing.
+func TestDemandDrivenTrackerRedelivers(t *testing.T) {
+	st := trkE2E(t, trkNaiveTrack)
+	if st.Redelivered == 0 || st.Expired == 0 {
+		t.Fatalf("demand-driven tracker: redelivered %d, expired %d; want both > 0", st.Redelivered, st.Expired)
+	}
+}
+
+// trkFixture is a pubsubtest server on bufconn with one topic and one
+// subscription; made inside a synctest bubble it runs in virtual time.
+type trkFixture struct {
+	srv    *pubsubtest.Server
+	client pubsubpb.SubscriberClient
+	topic  string
+	sub    string
+}
+
+func trkNewFixture(t *testing.T, sc pubsubtest.SubscriptionConfig) *trkFixture {
+	t.Helper()
+	srv, err := pubsubtest.NewServer(pubsubtest.WithBufconn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	ctx := context.Background()
+	topic, err := srv.CreateTopic(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Name, sc.Topic = "s", "t"
+	sub, err := srv.CreateSubscription(ctx, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := srv.Dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return &trkFixture{srv: srv, client: pubsubpb.NewSubscriberClient(cc), topic: topic, sub: sub}
+}
+
+func (f *trkFixture) publish(t *testing.T, n int) {
+	t.Helper()
+	msgs := make([]*pubsubpb.PubsubMessage, n)
+	for i := range msgs {
+		msgs[i] = &pubsubpb.PubsubMessage{Data: fmt.Appendf(nil, "m%d", i)}
+	}
+	if _, err := f.srv.Publish(context.Background(), f.topic, msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
