@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 
+	"github.com/pubsubflow/pubsubflow/publisher"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
@@ -32,7 +33,11 @@ func TestRelayNacksInputWhosePublishFailed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.FailNext("Publish", 1, codes.PermissionDenied) // final: not retried
+	// Batches of exactly 10 (closed on count only: 50 inputs and the 10
+	// redelivered ones are multiples of 10), one at a time: exactly the
+	// first batch fails, for good (PERMISSION_DENIED is not retried).
+	opts.Publisher = publisher.Config{MaxMessages: 10, Delay: time.Hour, MaxInFlightBatches: 1}
+	srv.FailNext("Publish", 1, codes.PermissionDenied)
 	var out bytes.Buffer
 	if err := Run(ctx, &out, opts); err != nil {
 		t.Fatal(err)
@@ -43,8 +48,8 @@ func TestRelayNacksInputWhosePublishFailed(t *testing.T) {
 		t.Fatal("the fault was not injected")
 	}
 	in := srv.SubscriptionStats(inputSub)
-	if in.Nacked == 0 {
-		t.Fatalf("no input was nacked after the failed publish: %+v", in)
+	if in.Nacked != 10 {
+		t.Fatalf("%d inputs nacked, want the 10 of the failed batch: %+v", in.Nacked, in)
 	}
 	if in.Acked != n || in.Redelivered != in.Nacked {
 		t.Fatalf("input stats %+v: want %d acks and one redelivery per nack", in, n)
