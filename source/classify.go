@@ -18,6 +18,7 @@ const (
 	Terminate
 )
 
+// String returns "retry" or "terminate".
 func (a Action) String() string {
 	if a == Retry {
 		return "retry"
