@@ -181,3 +181,31 @@ func TestBatchesStayWithinAPILimits(t *testing.T) {
 		t.Fatalf("oversized message: %v, want ErrMessageTooLarge", err)
 	}
 }
+
+// Batches closed on count behind a batch that stays open (a quiet ordering
+// key under a long Delay) do not pile up in the timer list.
+func TestTimerListStaysBounded(t *testing.T) {
+	e := newEnv(t)
+	p := e.publisher(t, Config{EnableOrdering: true, MaxMessages: 2, Delay: time.Hour})
+	quiet := p.Publish(context.Background(), &Message{Data: []byte("q"), OrderingKey: "quiet"})
+	var results []*Result
+	for i := range 6000 {
+		results = append(results, p.Publish(context.Background(), msg(i)))
+	}
+	p.mu.Lock()
+	n, open := p.timers.Len(), p.openCount
+	p.mu.Unlock()
+	if open != 1 || n > 2*open+1025 {
+		t.Fatalf("timer list holds %d batches for %d open", n, open)
+	}
+	for _, r := range results {
+		mustGet(t, r)
+	}
+	if settled(quiet) {
+		t.Fatal("the quiet batch was sent before its delay")
+	}
+	if err := p.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mustGet(t, quiet)
+}

@@ -35,7 +35,8 @@ type Publisher struct {
 	free      keyState // unordered messages
 	keys      map[string]*keyState
 	ready     *stage.Ring[*batch] // closed batches waiting for a sender
-	timers    *stage.Ring[*batch] // open batches in opening order (deadline order)
+	timers    *stage.Ring[*batch] // batches in opening order (deadline order); closed ones are skipped
+	openCount int                 // open batches (the rest of timers is stale)
 	live      map[*batch]struct{} // every batch not yet done, for Flush
 	senders   int
 	timerWake chan struct{} // the timer list went from empty to non-empty
@@ -220,7 +221,9 @@ func (p *Publisher) openLocked(ks *keyState) *batch {
 	b := &batch{ks: ks, open: true, deadline: time.Now().Add(p.cfg.Delay), done: make(chan struct{})}
 	ks.open = b
 	p.live[b] = struct{}{}
+	p.openCount++
 	p.timers.Push(b)
+	p.compactTimersLocked()
 	if p.timers.Len() == 1 {
 		select {
 		case p.timerWake <- struct{}{}:
@@ -234,8 +237,7 @@ func (p *Publisher) openLocked(ks *keyState) *batch {
 // for unordered messages, behind the key's batch in flight otherwise.
 func (p *Publisher) sealLocked(b *batch) {
 	ks := b.ks
-	b.open = false
-	ks.open = nil
+	p.closeLocked(b)
 	// Drop closed batches from the front of the timer list now, so a long
 	// Delay does not keep them listed after they were sent.
 	for p.timers.Len() > 0 && !p.timers.Front().open {
@@ -250,6 +252,28 @@ func (p *Publisher) sealLocked(b *batch) {
 	}
 	p.ready.Push(b)
 	p.dispatchLocked()
+}
+
+// closeLocked marks b closed to new messages.
+func (p *Publisher) closeLocked(b *batch) {
+	b.open = false
+	b.ks.open = nil
+	p.openCount--
+}
+
+// compactTimersLocked drops closed batches from the timer list when they
+// outnumber the open ones: closed batches behind a long-open one (a quiet
+// ordering key under a long Delay) would otherwise pile up there. The cost
+// is amortized O(1) per batch.
+func (p *Publisher) compactTimersLocked() {
+	if p.timers.Len() <= 2*p.openCount+1024 {
+		return
+	}
+	for range p.timers.Len() {
+		if b := p.timers.Pop(); b.open {
+			p.timers.Push(b)
+		}
+	}
 }
 
 // dispatchLocked starts a sender when batches wait and fewer than

@@ -89,8 +89,7 @@ func (p *Publisher) complete(b *batch, ids []string, err error) {
 			ks.queue = nil
 			if ks.open != nil {
 				paused = append(paused, ks.open)
-				ks.open.open = false
-				ks.open = nil
+				p.closeLocked(ks.open)
 			}
 			ks.busy = false
 			for _, q := range paused {
