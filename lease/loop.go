@@ -97,10 +97,12 @@ func (e *Extender) tick() time.Duration {
 		b       batcher
 		expired []*lease
 	)
-	for k, l := range e.leases {
+	for _, l := range e.leases {
+		if l.state == stateDropping {
+			continue
+		}
 		if e.cfg.MaxExtension > 0 && now.Sub(l.received) >= e.cfg.MaxExtension {
-			delete(e.leases, k)
-			l.endConfirm()
+			l.state = stateDropping
 			expired = append(expired, l)
 			continue
 		}
@@ -122,14 +124,32 @@ func (e *Extender) expire(ls []*lease, err error) {
 	if len(ls) == 0 {
 		return
 	}
-	for _, l := range ls {
-		l.m.Settle(message.Expired, 0)
-	}
+	e.drop(ls)
 	e.emit(event.Event{Kind: event.Expired, Count: len(ls), Err: err})
 	if err != nil {
 		e.log.Warn("lease: dropped leases after a permanent modack failure", "subscription", e.sub, "count", len(ls), "err", err)
 	} else {
 		e.log.Info("lease: dropped leases past max extension", "subscription", e.sub, "count", len(ls), "max_extension", e.cfg.MaxExtension)
+	}
+}
+
+// drop settles leases marked stateDropping as message.Expired and then
+// removes them. The order matters: the message is settled before its
+// exactly-once confirmation channel closes and before Confirmed stops
+// returning it, so a stage waiting to hand it on sees it settled and skips
+// it rather than handing it on unconfirmed. The settle path usually
+// releases the lease itself; removing it here covers unbound messages.
+func (e *Extender) drop(ls []*lease) {
+	for _, l := range ls {
+		l.m.Settle(message.Expired, 0)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, l := range ls {
+		if e.leases[l.key] == l {
+			delete(e.leases, l.key)
+		}
+		l.endConfirm()
 	}
 }
 
@@ -153,7 +173,7 @@ func (e *Extender) abandon(j job) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, l := range j.leases {
-		if e.leases[l.key] == l && l.state != stateIdle {
+		if e.leases[l.key] == l && l.state != stateDropping {
 			l.state = stateIdle
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/event"
-	"github.com/pubsubflow/pubsubflow/message"
 )
 
 // job is one ModifyAckDeadline request: ids[i] is the ack id of leases[i].
@@ -171,8 +170,8 @@ func (e *Extender) succeeded(j job, ok []*lease, sentAt time.Time) {
 	n := 0
 	e.mu.Lock()
 	for _, l := range ok {
-		if e.leases[l.key] != l {
-			continue // released meanwhile
+		if e.leases[l.key] != l || l.state == stateDropping {
+			continue // released or being dropped meanwhile
 		}
 		n++
 		l.expiry = expiry
@@ -202,15 +201,14 @@ func (e *Extender) failed(j job, fs []failure) {
 	e.mu.Lock()
 	for _, f := range fs {
 		l := f.l
-		if e.leases[l.key] != l {
+		if e.leases[l.key] != l || l.state == stateDropping {
 			continue
 		}
 		if firstErr == nil {
 			firstErr = f.err
 		}
 		if l.eo && (j.receipt || f.perID) {
-			delete(e.leases, l.key)
-			l.endConfirm()
+			l.state = stateDropping
 			dropped = append(dropped, l)
 			continue
 		}
@@ -221,9 +219,7 @@ func (e *Extender) failed(j job, fs []failure) {
 		return
 	}
 	if j.receipt {
-		for _, l := range dropped {
-			l.m.Settle(message.Expired, 0)
-		}
+		e.drop(dropped)
 		e.emit(event.Event{Kind: event.ReceiptModackFail, Subscription: j.sub, Count: len(fs), Err: firstErr})
 		e.log.Warn("lease: receipt modack failed", "subscription", j.sub, "count", len(fs), "dropped", len(dropped), "err", firstErr)
 		return
