@@ -403,7 +403,9 @@ func TestEagerTrackSkipsSettledWhileBuffered(t *testing.T) {
 			return m, nil
 		}, operators.Options[*message.Message, *message.Message]{})
 		err := make(chan error, 1)
-		go func() { err <- pipeline.From(pipeline.Slice(msgs...)).Via(EagerTrack(ext, 0), handler).To(trkDiscard()) }()
+		go func() {
+			err <- pipeline.From(pipeline.Slice(msgs...)).Via(EagerTrack(ext, 0), handler).To(trkDiscard())
+		}()
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		if seen.Load() != 1 || ext.Len() != 0 {

@@ -21,10 +21,10 @@ type key struct{ sub, ackID string }
 type leaseState uint8
 
 const (
-	stateReceipt leaseState = iota // receipt modack queued or in flight
-	stateIdle                      // waiting for its next extension
-	stateBusy                      // an extension is in flight
-	stateDropping                  // being settled as Expired; removed after
+	stateReceipt  leaseState = iota // receipt modack queued or in flight
+	stateIdle                       // waiting for its next extension
+	stateBusy                       // an extension is in flight
+	stateDropping                   // being settled as Expired; removed after
 )
 
 // lease is one tracked message. Guarded by Extender.mu.
