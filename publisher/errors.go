@@ -42,6 +42,7 @@ type PausedError struct {
 	Cause error
 }
 
+// Error implements error.
 func (e *PausedError) Error() string {
 	return fmt.Sprintf("publisher: ordering key %q paused after a failed publish (call ResumePublish): %v", e.Key, e.Cause)
 }

@@ -9,6 +9,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/message"
 	"github.com/pubsubflow/pubsubflow/pipeline"
@@ -207,4 +208,63 @@ func ExampleConfig_Validate() {
 	err := publisher.Config{MaxMessages: 5000}.Validate()
 	fmt.Println(err)
 	// Output: publisher: Config.MaxMessages 5000 must be within 0–1000 (0: 100)
+}
+
+func ExamplePublisher_Close() {
+	srv, topic := server()
+	defer srv.Close()
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{Delay: time.Hour})
+	if err != nil {
+		log.Fatal(err)
+	}
+	r := p.Publish(context.Background(), &publisher.Message{Data: []byte("x")})
+	fmt.Println(p.Close()) // sends the open batch despite the hour's delay
+	id, err := r.Get(context.Background())
+	fmt.Println(id, err)
+	_, err = p.Publish(context.Background(), &publisher.Message{Data: []byte("y")}).Get(context.Background())
+	fmt.Println(err)
+	// Output:
+	// <nil>
+	// 1 <nil>
+	// publisher: closed
+}
+
+func ExamplePublisher_Stats() {
+	srv, topic := server()
+	defer srv.Close()
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for range 3 {
+		p.Publish(context.Background(), &publisher.Message{Data: []byte("x")})
+	}
+	if err := p.Close(); err != nil {
+		log.Fatal(err)
+	}
+	st := p.Stats()
+	fmt.Println(st.Published, st.Failed, st.OutstandingMessages)
+	// Output: 3 0 0
+}
+
+func ExampleResult_Get() {
+	srv, topic := server()
+	defer srv.Close()
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	r := p.Publish(context.Background(), &publisher.Message{}) // neither data nor attributes
+	_, err = r.Get(context.Background())
+	fmt.Println(errors.Is(err, publisher.ErrEmptyMessage))
+	// Output: true
+}
+
+func ExampleDefaultRetryable() {
+	fmt.Println(publisher.DefaultRetryable(status.Error(codes.Unavailable, "try again")))
+	fmt.Println(publisher.DefaultRetryable(status.Error(codes.NotFound, "no topic")))
+	// Output:
+	// true
+	// false
 }

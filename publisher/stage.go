@@ -108,7 +108,9 @@ func publishOne[T any](ctx context.Context, p *Publisher, toMsg func(T) *Message
 // the publish succeeded, Nack when it failed, so the server redelivers the
 // input. It is the end of a relay: subscribe → transform → Forward. The
 // sink ends when its input closes and every publish has settled; it does
-// not close p.
+// not close p. When the group is cancelled first, inputs whose publish had
+// not settled are left unsettled for their owner's shutdown path (a
+// Subscriber nacks what is left), since their publish may still succeed.
 func Forward(p *Publisher, toMsg func(*message.Message) *Message, parallelism int) stage.Sink[*message.Message] {
 	flow := Stage(p, toMsg, parallelism)
 	return stage.SinkFunc[*message.Message](func(g *stage.Group, in <-chan *message.Message) error {
