@@ -50,15 +50,42 @@ func ExampleNewExtender() {
 	// leases: 0
 }
 
-// Fixed extends to the same deadline on a fixed tick; Adaptive follows
-// the 99th percentile of processing time within bounds.
+// Fixed extends to the same deadline on a fixed tick.
 func ExampleFixed() {
 	fixed := lease.Config{Strategy: lease.Fixed(2*time.Second, 10*time.Second)}
-	adaptive := lease.Config{Strategy: lease.Adaptive(lease.AdaptiveConfig{Min: 20 * time.Second, Max: 5 * time.Minute})}
-	fmt.Println(fixed.Validate(), adaptive.Validate())
+	fmt.Println(fixed.Validate())
 	bad := lease.Config{Strategy: lease.Fixed(time.Minute, 10*time.Second)}
 	fmt.Println(bad.Validate())
 	// Output:
-	// <nil> <nil>
+	// <nil>
 	// lease: Fixed interval 1m0s must be shorter than the deadline 10s
+}
+
+// Adaptive follows the 99th percentile of receipt→ack latency within its
+// bounds, starting from the stream ack deadline.
+func ExampleAdaptive() {
+	ctx := context.Background()
+	srv, err := pubsubtest.NewServer()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	_, _ = srv.CreateTopic(ctx, "t")
+	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: "t"})
+	ext, err := lease.NewExtender(pubsubpb.NewSubscriberClient(srv.ClientConn()), sub, lease.Config{
+		Strategy:          lease.Adaptive(lease.AdaptiveConfig{Min: 20 * time.Second, Max: 5 * time.Minute}),
+		StreamAckDeadline: 90 * time.Second,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ext.Close()
+	fmt.Println("before any ack:", ext.Deadline())
+	m := &message.Message{AckID: "a1", ReceiveTime: time.Now()}
+	ext.Track(m)
+	ext.Release(m, message.Ack) // acked within a second
+	fmt.Println("after a fast ack:", ext.Deadline())
+	// Output:
+	// before any ack: 1m30s
+	// after a fast ack: 20s
 }
