@@ -12,11 +12,12 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc"
 
+	"github.com/pubsubflow/pubsubflow/flow"
+	"github.com/pubsubflow/pubsubflow/lease"
 	"github.com/pubsubflow/pubsubflow/message"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/publisher"
 	"github.com/pubsubflow/pubsubflow/source"
-	"github.com/pubsubflow/pubsubflow/stage"
 )
 
 // Options configure Run.
@@ -33,42 +34,50 @@ type Options struct {
 
 // Run relays Options.Subscription to Options.Topic:
 //
-//	subscribe → bind on receipt → publisher.Forward(transform)
+//	source.Subscribe → bind → flow.EagerTrack → flow.FlowGate → publisher.Forward(transform)
 //
-// where Forward acks each input only once its output was published and
-// nacks it when the publish failed. It returns nil after Count inputs were
-// relayed, or ctx's error.
+// Every input is leased and counted against the flow budget on receipt;
+// Forward acks it only once its output was published and nacks it when
+// the publish failed. Run returns nil after Count inputs were relayed, or
+// ctx's error.
 //
-// The receiving side is a stop-gap until the Subscriber resource lands: a
-// source.Subscribe stream, an eager stage that binds each message to a
-// settler on receipt, and a settler that acks or nacks by unary RPC. It
-// does not extend leases (the input deadline, 60 s, outlasts a relay) nor
-// flow-control beyond the server's limits and the Forward window.
+// The settle path here (bind, settler) is a stop-gap until the Subscriber
+// resource and the batching acknowledger land: it acks or nacks by one
+// unary RPC per message, then releases the lease and the permit.
 func Run(ctx context.Context, w io.Writer, opt Options) error {
+	client := pubsubpb.NewSubscriberClient(opt.Conn)
+	src, err := source.Subscribe(client, source.Config{Subscription: opt.Subscription})
+	if err != nil {
+		return err
+	}
+	ext, err := lease.NewExtender(client, opt.Subscription, lease.Config{})
+	if err != nil {
+		return err
+	}
+	defer ext.Close()
 	pub, err := publisher.New(opt.Conn, opt.Topic, opt.Publisher)
 	if err != nil {
 		return err
 	}
 	defer pub.Close()
-	src, err := source.Subscribe(pubsubpb.NewSubscriberClient(opt.Conn), source.Config{Subscription: opt.Subscription})
-	if err != nil {
-		return err
-	}
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	st := newSettler(pubsubpb.NewSubscriberClient(opt.Conn), opt.Subscription, opt.Count, stop)
-	bind := &stage.Eager[*message.Message]{
-		Bound:     1000,
-		OnReceive: func(_ context.Context, m *message.Message) error { m.Bind(st); return nil },
-		OnDrop:    func(m *message.Message) { m.Nack() },
-	}
-	err = pipeline.FromContext(runCtx, src).Via(bind).To(publisher.Forward(pub, transform, 500))
+	fc := flow.NewFlowControl(1000, 100<<20)
+	st := newSettler(client, opt.Subscription, ext, fc, opt.Count, stop)
+	bind := pipeline.Filter(func(m *message.Message) bool { m.Bind(st); return true }, nil)
+	err = pipeline.FromContext(runCtx, src).
+		Via(bind, flow.EagerTrack(ext, 0), flow.FlowGate(fc)).
+		To(publisher.Forward(pub, transform, 500))
 	if st.reachedCount() {
 		err = nil // we stopped it
 	}
 	if cerr := pub.Close(); err == nil {
 		err = cerr
+	}
+	// Whatever is still leased was not relayed: let the server redeliver it.
+	for _, m := range ext.Leased() {
+		m.Nack()
 	}
 	acked, nacked := st.counts()
 	fmt.Fprintf(w, "relayed %d messages (%d acks, %d nacks); publisher: %+v\n", acked, acked, nacked, pub.Stats())
@@ -82,14 +91,18 @@ func transform(m *message.Message) *publisher.Message {
 	for k, v := range m.Attributes {
 		attrs[k] = v
 	}
-	return &publisher.Message{Data: bytes.ToUpper(m.Data), Attributes: attrs, OrderingKey: ""}
+	return &publisher.Message{Data: bytes.ToUpper(m.Data), Attributes: attrs}
 }
 
-// settler acks and nacks by unary RPC, one message at a time (a stand-in
-// for the batching acknowledger), and counts distinct acked inputs.
+// settler is the relay's one settle path: it acks or nacks by unary RPC,
+// one message at a time (a stand-in for the batching acknowledger), then
+// releases the message's lease and flow permit, whatever the outcome, and
+// counts distinct acked inputs.
 type settler struct {
 	client pubsubpb.SubscriberClient
 	sub    string
+	ext    *lease.Extender
+	fc     *flow.FlowControl
 	count  int
 	stop   func()
 
@@ -99,21 +112,25 @@ type settler struct {
 	errs   []error
 }
 
-func newSettler(client pubsubpb.SubscriberClient, sub string, count int, stop func()) *settler {
-	return &settler{client: client, sub: sub, count: count, stop: stop, acked: map[string]bool{}}
+func newSettler(client pubsubpb.SubscriberClient, sub string, ext *lease.Extender, fc *flow.FlowControl, count int, stop func()) *settler {
+	return &settler{client: client, sub: sub, ext: ext, fc: fc, count: count, stop: stop, acked: map[string]bool{}}
 }
 
 // Settle implements message.Settler.
-func (s *settler) Settle(m *message.Message, o message.Outcome, _ time.Duration) {
+func (s *settler) Settle(m *message.Message, o message.Outcome, delay time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
 	switch o {
 	case message.Ack:
 		_, err = s.client.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: s.sub, AckIds: []string{m.AckID}})
-	case message.Nack:
-		_, err = s.client.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: s.sub, AckIds: []string{m.AckID}})
+	case message.Nack, message.NackAfter:
+		secs := int32(min(delay, 600*time.Second) / time.Second)
+		_, err = s.client.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: s.sub, AckIds: []string{m.AckID}, AckDeadlineSeconds: secs})
 	}
+	// Released after the RPC returned, so the lease covers a slow ack.
+	s.ext.Release(m, o)
+	s.fc.ReleaseMessage(m)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -126,7 +143,7 @@ func (s *settler) Settle(m *message.Message, o message.Outcome, _ time.Duration)
 		if s.count > 0 && len(s.acked) == s.count {
 			s.stop()
 		}
-	case message.Nack:
+	case message.Nack, message.NackAfter:
 		s.nacked++
 	}
 }
