@@ -198,6 +198,11 @@ func (e *Extender) Confirmed(m *message.Message) <-chan struct{} {
 // The settle path should call Release once the outcome has reached the
 // server (the Acknowledge or nack RPC returned), not before: until then the
 // extender keeps the lease alive, so a slow ack RPC cannot let it lapse.
+//
+// When the extender itself settles a message (message.Expired: past the
+// maximum extension, or a permanent modack failure) the settle path runs on
+// the extender's loop or worker goroutine, so it must not block there (an
+// Expired outcome sends no RPC: the server redelivers on its own).
 func (e *Extender) Release(m *message.Message, o message.Outcome) {
 	if m == nil || m.AckID == "" {
 		return

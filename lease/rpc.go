@@ -198,12 +198,14 @@ func (e *Extender) failed(j job, fs []failure) {
 	}
 	var dropped []*lease
 	var firstErr error
+	live := 0
 	e.mu.Lock()
 	for _, f := range fs {
 		l := f.l
 		if e.leases[l.key] != l || l.state == stateDropping {
 			continue
 		}
+		live++
 		if firstErr == nil {
 			firstErr = f.err
 		}
@@ -220,14 +222,14 @@ func (e *Extender) failed(j job, fs []failure) {
 	}
 	if j.receipt {
 		e.drop(dropped)
-		e.emit(event.Event{Kind: event.ReceiptModackFail, Subscription: j.sub, Count: len(fs), Err: firstErr})
-		e.log.Warn("lease: receipt modack failed", "subscription", j.sub, "count", len(fs), "dropped", len(dropped), "err", firstErr)
+		e.emit(event.Event{Kind: event.ReceiptModackFail, Subscription: j.sub, Count: live, Err: firstErr})
+		e.log.Warn("lease: receipt modack failed", "subscription", j.sub, "count", live, "dropped", len(dropped), "err", firstErr)
 		return
 	}
 	if len(dropped) > 0 {
 		e.expire(dropped, firstErr)
 	}
-	if len(dropped) < len(fs) {
-		e.log.Warn("lease: extension failed; the next tick retries", "subscription", j.sub, "count", len(fs)-len(dropped), "err", firstErr)
+	if len(dropped) < live {
+		e.log.Warn("lease: extension failed; the next tick retries", "subscription", j.sub, "count", live-len(dropped), "err", firstErr)
 	}
 }
