@@ -62,7 +62,9 @@ type Config struct {
 	// servers).
 	StreamAckDeadline time.Duration
 	// MaxExtension is how long after receipt a lease is extended at most.
-	// Zero means 60 min; a negative value means no limit.
+	// Zero means 60 min; a negative value means no limit. It is checked on
+	// every tick, so a lease is dropped up to one tick (a quarter of the
+	// deadline with Adaptive) after it passed the limit.
 	MaxExtension time.Duration
 	// Margin is the safety margin (zero: DefaultMargin). The margin in
 	// effect is min(Margin, deadline/2).

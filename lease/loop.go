@@ -114,7 +114,9 @@ func (e *Extender) tick() time.Duration {
 	e.mu.Unlock()
 	e.expire(expired, nil)
 	e.dispatch(b.jobs(false))
-	return next
+	// The horizon assumed the next tick at now+next; waiting for a free
+	// worker must not push it later.
+	return max(next-time.Since(now), time.Millisecond)
 }
 
 // expire settles leases the extender dropped (past max extension, or
