@@ -1,0 +1,348 @@
+package ack
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/pubsubflow/pubsubflow/event"
+	"github.com/pubsubflow/pubsubflow/internal/ackids"
+	"github.com/pubsubflow/pubsubflow/message"
+)
+
+// MaxModackSeconds is the API's largest ack deadline; Modack and Nack clamp
+// to 0–MaxModackSeconds.
+const MaxModackSeconds = 600
+
+// Acknowledger batches acks, nacks and modacks of one subscription and
+// sends them by unary RPC. Its methods are safe for concurrent use. Make it
+// with New and stop it with Close, which flushes and returns only after
+// every goroutine it started has exited.
+//
+// Goroutines: one flush ticker, plus one per RPC in flight (at most
+// 2 × MaxInFlight); none per ack id.
+type Acknowledger struct {
+	client pubsubpb.SubscriberClient
+	sub    string
+	cfg    Config
+	log    *slog.Logger
+	events event.Func
+
+	ctx    context.Context // cancelled when Close gives up: aborts RPCs
+	cancel context.CancelFunc
+	stop   chan struct{} // closed by Close: stops the ticker
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	batches  map[batchKey]*batch
+	order    []*batch // batches in creation order, for dispatch
+	retries  []*request
+	inflight [numKinds]int
+	pending  int   // ack ids in batches
+	unacked  int64 // acks and immediate nacks not yet confirmed or failed
+	closed   bool  // no more ack ids accepted
+	aborted  bool  // nothing more is sent
+	idle     chan struct{}
+	stopOnce sync.Once
+}
+
+// New returns an Acknowledger for subscription (its full name) that sends
+// through client, and starts its flush ticker.
+func New(client pubsubpb.SubscriberClient, subscription string, cfg Config) (*Acknowledger, error) {
+	if client == nil {
+		return nil, errors.New("ack: nil SubscriberClient")
+	}
+	if subscription == "" {
+		return nil, errors.New("ack: empty subscription name")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &Acknowledger{
+		client:  client,
+		sub:     subscription,
+		cfg:     cfg,
+		log:     cfg.Logger,
+		events:  cfg.Events,
+		ctx:     ctx,
+		cancel:  cancel,
+		stop:    make(chan struct{}),
+		batches: make(map[batchKey]*batch),
+	}
+	a.wg.Add(1)
+	go a.tick()
+	return a, nil
+}
+
+// Subscription is the subscription the acknowledger sends for.
+func (a *Acknowledger) Subscription() string { return a.sub }
+
+// Ack queues an ack. It returns a Result only when Config.ExactlyOnce is
+// set (nil otherwise: fire and forget, failures are reported as events).
+func (a *Acknowledger) Ack(ackID string) *message.Result {
+	return a.enqueue(batchKey{kind: kindAck, eo: a.cfg.ExactlyOnce}, ackID)
+}
+
+// AckWithResult queues an exactly-once ack: the Result settles with nil
+// when the server confirmed it, or with an *IDError.
+func (a *Acknowledger) AckWithResult(ackID string) *message.Result {
+	return a.enqueue(batchKey{kind: kindAck, eo: true}, ackID)
+}
+
+// Nack queues a nack: redelivery after delay (a ModifyAckDeadline of delay
+// rounded up to whole seconds, at most 600 s; 0 means now). Result as for
+// Ack.
+func (a *Acknowledger) Nack(ackID string, delay time.Duration) *message.Result {
+	return a.enqueue(batchKey{kind: kindModack, seconds: DelaySeconds(delay), nack: true, eo: a.cfg.ExactlyOnce}, ackID)
+}
+
+// NackWithResult is Nack with exactly-once handling (see AckWithResult).
+func (a *Acknowledger) NackWithResult(ackID string, delay time.Duration) *message.Result {
+	return a.enqueue(batchKey{kind: kindModack, seconds: DelaySeconds(delay), nack: true, eo: true}, ackID)
+}
+
+// Modack queues a deadline modification to seconds from now (clamped to
+// 0–600; 0 is a nack). Result as for Ack.
+func (a *Acknowledger) Modack(ackID string, seconds int32) *message.Result {
+	return a.enqueue(batchKey{kind: kindModack, seconds: clampSeconds(seconds), eo: a.cfg.ExactlyOnce}, ackID)
+}
+
+// ModackWithResult is Modack with exactly-once handling (see
+// AckWithResult); the lease manager uses it to have receipt modacks
+// confirmed.
+func (a *Acknowledger) ModackWithResult(ackID string, seconds int32) *message.Result {
+	return a.enqueue(batchKey{kind: kindModack, seconds: clampSeconds(seconds), eo: true}, ackID)
+}
+
+// Modacks queues one deadline modification for many ack ids (lease
+// extension), without results and without exactly-once handling.
+func (a *Acknowledger) Modacks(ackIDs []string, seconds int32) {
+	if len(ackIDs) == 0 {
+		return
+	}
+	key := batchKey{kind: kindModack, seconds: clampSeconds(seconds)}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		a.emitFailed(len(ackIDs), &IDError{AckID: ackIDs[0], Kind: ErrClosed})
+		return
+	}
+	b := a.batchLocked(key)
+	for _, id := range ackIDs {
+		b.add(id, nil)
+	}
+	a.pending += len(ackIDs)
+	if key.counts() {
+		a.unacked += int64(len(ackIDs))
+	}
+	if b.full() || key.counts() && a.urgentLocked(key.kind) {
+		a.dispatchLocked()
+	}
+	a.mu.Unlock()
+}
+
+// DelaySeconds converts a nack delay to the API's whole seconds: rounded
+// up (a positive delay never becomes an immediate nack), at most 600.
+func DelaySeconds(d time.Duration) int32 {
+	if d <= 0 {
+		return 0
+	}
+	s := (d + time.Second - 1) / time.Second
+	if s > MaxModackSeconds {
+		return MaxModackSeconds
+	}
+	return int32(s)
+}
+
+func clampSeconds(s int32) int32 { return min(max(s, 0), MaxModackSeconds) }
+
+// enqueue is the hot path: an append under the lock; a dispatch only when
+// a batch is full or the flow budget asks for its acks now.
+func (a *Acknowledger) enqueue(key batchKey, ackID string) *message.Result {
+	var r *message.Result
+	if key.eo {
+		r = message.NewResult()
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		err := &IDError{AckID: ackID, Kind: ErrClosed}
+		if r != nil {
+			r.Resolve(err)
+		}
+		a.emitFailed(1, err)
+		return r
+	}
+	b := a.batchLocked(key)
+	b.add(ackID, r)
+	a.pending++
+	counts := key.counts()
+	if counts {
+		a.unacked++
+	}
+	if b.full() || counts && a.urgentLocked(key.kind) {
+		a.dispatchLocked()
+	}
+	a.mu.Unlock()
+	return r
+}
+
+// urgentLocked reports whether acks of kind k should go out now because
+// they hold the flow budget back. One such RPC at a time: while it is in
+// flight, acks accumulate into the next one.
+func (a *Acknowledger) urgentLocked(k kind) bool {
+	return a.cfg.Flow != nil && a.inflight[k] == 0 && a.cfg.Flow.AtLimit(a.unacked)
+}
+
+func (a *Acknowledger) batchLocked(key batchKey) *batch {
+	b := a.batches[key]
+	if b == nil {
+		b = &batch{key: key}
+		a.batches[key] = b
+		a.order = append(a.order, b)
+	}
+	return b
+}
+
+// Flush sends everything pending now, and waits until nothing is pending,
+// in flight or waiting to be retried, or until ctx is done (under a steady
+// stream of new acks that may take a while; stop producing first).
+func (a *Acknowledger) Flush(ctx context.Context) error {
+	a.mu.Lock()
+	if a.aborted {
+		a.mu.Unlock()
+		return ErrClosed
+	}
+	a.flushAllLocked()
+	idle := a.idleLocked()
+	a.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops accepting ack ids, sends everything pending, waits for the
+// RPCs and their retries, and stops. When ctx ends first, it aborts the
+// RPCs in flight, settles every unconfirmed Result with ErrClosed, reports
+// the dropped ack ids as an AckFailed event and returns ctx's error. Either
+// way no goroutine of the acknowledger is left when it returns. Ack ids
+// given after Close fail with ErrClosed.
+func (a *Acknowledger) Close(ctx context.Context) error {
+	a.mu.Lock()
+	a.closed = true
+	if !a.aborted {
+		a.flushAllLocked()
+	}
+	idle := a.idleLocked()
+	a.mu.Unlock()
+
+	var err error
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+
+	a.mu.Lock()
+	a.aborted = true // nothing is dispatched from here on
+	var dropped []*request
+	for _, b := range a.order {
+		if len(b.ids) > 0 {
+			dropped = append(dropped, &request{key: b.key, ids: b.ids, results: b.results})
+			b.reset(0)
+		}
+	}
+	dropped = append(dropped, a.retries...)
+	a.retries = nil
+	a.pending = 0
+	a.noteIdleLocked()
+	a.mu.Unlock()
+
+	a.stopOnce.Do(func() { close(a.stop) })
+	a.cancel() // RPCs still in flight fail now and are settled by complete
+	for _, r := range dropped {
+		a.failAll(r, ErrClosed, r.err)
+	}
+	a.wg.Wait()
+	return err
+}
+
+func (a *Acknowledger) flushAllLocked() {
+	for _, b := range a.order {
+		if len(b.ids) > 0 {
+			b.flush = true
+		}
+	}
+	a.dispatchLocked()
+}
+
+// idleLocked returns a channel closed once nothing is pending, in flight
+// or waiting to be retried.
+func (a *Acknowledger) idleLocked() <-chan struct{} {
+	if a.isIdleLocked() {
+		return closedChan
+	}
+	if a.idle == nil {
+		a.idle = make(chan struct{})
+	}
+	return a.idle
+}
+
+func (a *Acknowledger) isIdleLocked() bool {
+	if a.pending > 0 || len(a.retries) > 0 {
+		return false
+	}
+	for _, n := range a.inflight {
+		if n > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *Acknowledger) noteIdleLocked() {
+	if a.idle != nil && a.isIdleLocked() {
+		close(a.idle)
+		a.idle = nil
+	}
+}
+
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// tick flushes every FlushInterval and dispatches due retries.
+func (a *Acknowledger) tick() {
+	defer a.wg.Done()
+	t := time.NewTicker(a.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-t.C:
+			a.mu.Lock()
+			a.flushAllLocked()
+			a.mu.Unlock()
+		}
+	}
+}
+
+func (a *Acknowledger) emitFailed(n int, err error) {
+	a.events.Emit(event.Event{Kind: event.AckFailed, Subscription: a.sub, Count: n, Err: err})
+	a.log.Warn("pubsubflow: ack ids failed", "subscription", a.sub, "count", n, "err", err)
+}
+
+// budget is the encoded bytes of ack ids one request may carry: what
+// internal/ackids.Split allows (it keeps 1 KiB for the other fields).
+const budget = ackids.MaxBytes - 1024

@@ -1,0 +1,59 @@
+package ack
+
+import (
+	"github.com/pubsubflow/pubsubflow/internal/ackids"
+	"github.com/pubsubflow/pubsubflow/message"
+)
+
+// kind is the RPC an ack id goes out with; each has its own in-flight
+// bound, so slow acks never hold back deadline extensions.
+type kind uint8
+
+const (
+	kindAck kind = iota
+	kindModack
+	numKinds
+)
+
+// batchKey identifies ack ids that can share a request.
+type batchKey struct {
+	kind    kind
+	seconds int32 // ModifyAckDeadline seconds
+	nack    bool  // reported as nacks (event.Nack)
+	eo      bool  // exactly-once: results, per-id failures, long retries
+}
+
+// counts reports whether the server releases the message's flow budget
+// when it receives this ack id (an ack or an immediate nack).
+func (k batchKey) counts() bool { return k.kind == kindAck || k.seconds == 0 }
+
+// batch accumulates ack ids for one key. ids is only ever appended to or
+// cut from the front, and requests keep cap-limited prefixes of it, so
+// later appends never touch an id slice a request is sending.
+type batch struct {
+	key     batchKey
+	ids     []string
+	results []*message.Result // parallel to ids when key.eo
+	bytes   int               // encoded size of ids
+	flush   bool              // send everything, partial chunks included
+}
+
+func (b *batch) add(id string, r *message.Result) {
+	b.ids = append(b.ids, id)
+	if b.key.eo {
+		b.results = append(b.results, r)
+	}
+	b.bytes += ackids.EncodedSize(id)
+}
+
+// full reports whether a whole request's worth is waiting.
+func (b *batch) full() bool { return len(b.ids) >= ackids.MaxIDs || b.bytes > budget }
+
+// reset empties the batch; capHint sizes the next id slice (the arrays of
+// sent ids belong to their requests now).
+func (b *batch) reset(capHint int) {
+	b.ids = make([]string, 0, min(max(capHint, 16), ackids.MaxIDs))
+	b.results = nil
+	b.bytes = 0
+	b.flush = false
+}

@@ -1,0 +1,132 @@
+package ack
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/pubsubflow/pubsubflow/event"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Defaults of a zero Config.
+const (
+	DefaultFlushInterval = 100 * time.Millisecond
+	DefaultMaxInFlight   = 8
+	// DefaultRetryDeadline bounds retries of an ack id that is not
+	// exactly-once; DefaultExactlyOnceRetryDeadline those of one that is
+	// (the server must confirm it, so it is worth waiting for).
+	DefaultRetryDeadline            = 60 * time.Second
+	DefaultExactlyOnceRetryDeadline = 600 * time.Second
+	// DefaultRPCTimeout bounds one Acknowledge / ModifyAckDeadline attempt.
+	DefaultRPCTimeout = 60 * time.Second
+)
+
+// Limits checked by Validate.
+const (
+	MinFlushInterval = time.Millisecond
+	MaxFlushInterval = time.Minute
+	MaxMaxInFlight   = 1024
+)
+
+// Budget is the flow-control budget as the acknowledger sees it;
+// *flow.FlowControl implements it. AtLimit(unacked) reports whether acks
+// held back now starve the subscriber, given the number of ack ids (acks
+// and immediate nacks) the acknowledger holds that the server has not
+// confirmed. It is called with the acknowledger's lock held, so it must be
+// cheap and must not call back into the acknowledger.
+type Budget interface {
+	AtLimit(unacked int64) bool
+}
+
+// Config configures an Acknowledger. The zero value means the documented
+// defaults.
+type Config struct {
+	// FlushInterval is the longest an ack id waits before it is sent
+	// (0: DefaultFlushInterval; otherwise MinFlushInterval–MaxFlushInterval).
+	FlushInterval time.Duration
+	// MaxInFlight bounds concurrent RPCs per kind: Acknowledge, and
+	// ModifyAckDeadline (0: DefaultMaxInFlight; at most MaxMaxInFlight).
+	MaxInFlight int
+	// RetryDeadline bounds how long an ack id is retried after its first
+	// attempt (0: DefaultRetryDeadline, or DefaultExactlyOnceRetryDeadline
+	// for exactly-once ack ids).
+	RetryDeadline time.Duration
+	// RPCTimeout bounds one attempt (0: DefaultRPCTimeout).
+	RPCTimeout time.Duration
+	// ExactlyOnce makes Ack, Nack and Modack behave like their WithResult
+	// forms: every ack id gets a Result that settles when the server
+	// confirmed it. The WithResult forms switch it on per ack id.
+	ExactlyOnce bool
+	// Flow, if set, makes acks and immediate nacks go out at once (one RPC
+	// at a time) while Flow.AtLimit says they hold the subscriber back.
+	Flow Budget
+	// Retryable classifies a failed RPC that carries no per-ack-id
+	// failures: true retries it. Nil means DefaultRetryable.
+	Retryable func(error) bool
+	// Events receives Ack, Nack (counts the server accepted), Retry and
+	// AckFailed events. Nil: none.
+	Events event.Func
+	// Logger logs failures (Warn) and retries (Debug). Nil: no logs.
+	Logger *slog.Logger
+}
+
+// Validate reports the first invalid setting.
+func (c Config) Validate() error {
+	switch {
+	case c.FlushInterval < 0 || c.FlushInterval > 0 && (c.FlushInterval < MinFlushInterval || c.FlushInterval > MaxFlushInterval):
+		return fmt.Errorf("ack: FlushInterval %v must be 0 (default %v) or within %v–%v", c.FlushInterval, DefaultFlushInterval, MinFlushInterval, MaxFlushInterval)
+	case c.MaxInFlight < 0 || c.MaxInFlight > MaxMaxInFlight:
+		return fmt.Errorf("ack: MaxInFlight %d must be within 0 (default %d) and %d", c.MaxInFlight, DefaultMaxInFlight, MaxMaxInFlight)
+	case c.RetryDeadline < 0:
+		return fmt.Errorf("ack: RetryDeadline %v must not be negative", c.RetryDeadline)
+	case c.RPCTimeout < 0:
+		return fmt.Errorf("ack: RPCTimeout %v must not be negative", c.RPCTimeout)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.FlushInterval == 0 {
+		c.FlushInterval = DefaultFlushInterval
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.RPCTimeout == 0 {
+		c.RPCTimeout = DefaultRPCTimeout
+	}
+	if c.Retryable == nil {
+		c.Retryable = DefaultRetryable
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// retryDeadline is how long an ack id is retried.
+func (c Config) retryDeadline(exactlyOnce bool) time.Duration {
+	switch {
+	case c.RetryDeadline > 0:
+		return c.RetryDeadline
+	case exactlyOnce:
+		return DefaultExactlyOnceRetryDeadline
+	default:
+		return DefaultRetryDeadline
+	}
+}
+
+// DefaultRetryable retries the status codes Google's clients treat as
+// transient for acks (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED,
+// ABORTED, INTERNAL) and UNKNOWN (a transport failure without a status).
+// Cancellation is not retried: it means the acknowledger is closing.
+func DefaultRetryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted,
+		codes.Aborted, codes.Internal, codes.Unknown:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,340 @@
+package ack
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/pubsubflow/pubsubflow/event"
+	"github.com/pubsubflow/pubsubflow/internal/ackids"
+	"github.com/pubsubflow/pubsubflow/message"
+)
+
+// request is one RPC's worth of ack ids, through its retries.
+type request struct {
+	key     batchKey
+	ids     []string
+	results []*message.Result // parallel to ids when key.eo
+	start   time.Time         // first attempt: the retry deadline counts from here
+	attempt int
+	due     time.Time // next attempt, while waiting to be retried
+	err     error     // last failure
+}
+
+// dispatchLocked starts every RPC that is due and has a free slot: retries
+// whose backoff has passed first (they are the oldest), then batches that
+// are full, flushed or urgent.
+func (a *Acknowledger) dispatchLocked() {
+	if a.aborted {
+		return
+	}
+	if len(a.retries) > 0 {
+		a.dispatchRetriesLocked(time.Now())
+	}
+	for _, b := range a.order {
+		if len(b.ids) > 0 {
+			a.dispatchBatchLocked(b)
+		}
+	}
+}
+
+func (a *Acknowledger) dispatchRetriesLocked(now time.Time) {
+	kept := a.retries[:0]
+	for _, r := range a.retries {
+		if !r.due.After(now) && a.inflight[r.key.kind] < a.cfg.MaxInFlight {
+			a.startLocked(r)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	clear(a.retries[len(kept):])
+	a.retries = kept
+}
+
+// dispatchBatchLocked cuts requests from the front of b with ackids.Split
+// while slots are free. A partial last chunk stays unless the batch is
+// being flushed or its acks are urgent.
+func (a *Acknowledger) dispatchBatchLocked(b *batch) {
+	k := b.key.kind
+	if a.inflight[k] >= a.cfg.MaxInFlight {
+		return
+	}
+	all := b.flush || b.key.counts() && a.urgentLocked(k)
+	if !all && !b.full() {
+		return
+	}
+	sent, sentBytes, stopped := 0, 0, false
+	ackids.Split(b.ids, 0, 0, func(chunk []string) {
+		if stopped || a.inflight[k] >= a.cfg.MaxInFlight {
+			stopped = true
+			return
+		}
+		if !all && sent+len(chunk) == len(b.ids) && len(chunk) < ackids.MaxIDs {
+			stopped = true // a partial last chunk waits for more or the tick
+			return
+		}
+		r := &request{key: b.key, ids: chunk[:len(chunk):len(chunk)], start: time.Now()}
+		if b.key.eo {
+			r.results = b.results[sent : sent+len(chunk) : sent+len(chunk)]
+		}
+		for _, id := range chunk {
+			sentBytes += ackids.EncodedSize(id)
+		}
+		sent += len(chunk)
+		a.startLocked(r)
+	})
+	if sent == 0 {
+		return
+	}
+	a.pending -= sent
+	if sent == len(b.ids) {
+		b.reset(sent)
+		return
+	}
+	b.ids = b.ids[sent:]
+	if b.key.eo {
+		b.results = b.results[sent:]
+	}
+	b.bytes -= sentBytes
+}
+
+func (a *Acknowledger) startLocked(r *request) {
+	a.inflight[r.key.kind]++
+	a.wg.Add(1)
+	go a.run(r)
+}
+
+// run makes one attempt and settles its outcome.
+func (a *Acknowledger) run(r *request) {
+	defer a.wg.Done()
+	r.attempt++
+	a.complete(r, a.call(r))
+}
+
+func (a *Acknowledger) call(r *request) error {
+	ctx, cancel := context.WithTimeout(a.ctx, a.cfg.RPCTimeout)
+	defer cancel()
+	var err error
+	if r.key.kind == kindAck {
+		_, err = a.client.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: a.sub, AckIds: r.ids})
+		if err != nil {
+			err = fmt.Errorf("ack: Acknowledge %d ack ids: %w", len(r.ids), err)
+		}
+	} else {
+		_, err = a.client.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: a.sub, AckIds: r.ids, AckDeadlineSeconds: r.key.seconds})
+		if err != nil {
+			err = fmt.Errorf("ack: ModifyAckDeadline(%ds) %d ack ids: %w", r.key.seconds, len(r.ids), err)
+		}
+	}
+	return err
+}
+
+// outcome sorts a request's ack ids after an attempt.
+type outcome struct {
+	ok     int      // confirmed
+	failed []int    // indexes failed for good
+	reason []string // their per-id reasons ("" when the RPC's)
+	retry  []int    // indexes to retry
+}
+
+func (a *Acknowledger) classify(r *request, err error) outcome {
+	if err == nil {
+		return outcome{ok: len(r.ids)}
+	}
+	var o outcome
+	if reasons := failureReasons(err); reasons != nil {
+		for i, id := range r.ids {
+			switch reason, has := reasons[id]; {
+			case !has:
+				o.ok++ // the server applied the ids it did not list
+			case transientReason(reason):
+				o.retry = append(o.retry, i)
+			default:
+				o.failed = append(o.failed, i)
+				o.reason = append(o.reason, reason)
+			}
+		}
+		return o
+	}
+	idx := make([]int, len(r.ids))
+	for i := range idx {
+		idx[i] = i
+	}
+	if a.cfg.Retryable(err) {
+		o.retry = idx
+	} else {
+		o.failed = idx
+		o.reason = make([]string, len(idx))
+	}
+	return o
+}
+
+// complete settles an attempt: confirmed ids resolve, permanent failures
+// fail, transient ones wait for their backoff unless the retry deadline
+// has passed or the acknowledger was closed.
+func (a *Acknowledger) complete(r *request, err error) {
+	now := time.Now()
+	a.mu.Lock()
+	aborted := a.aborted
+	a.mu.Unlock()
+
+	var evs []event.Event
+	var retry *request
+	switch {
+	case err != nil && aborted:
+		a.failAll(r, ErrClosed, err)
+	default:
+		o := a.classify(r, err)
+		a.resolveOK(r, o, err == nil)
+		if o.ok > 0 {
+			switch {
+			case r.key.kind == kindAck:
+				evs = append(evs, event.Event{Kind: event.Ack, Subscription: a.sub, Count: o.ok})
+			case r.key.nack:
+				evs = append(evs, event.Event{Kind: event.Nack, Subscription: a.sub, Count: o.ok})
+			}
+		}
+		if len(o.failed) > 0 {
+			first := a.failIndexes(r, o.failed, o.reason, ErrPermanent, err)
+			evs = append(evs, event.Event{Kind: event.AckFailed, Subscription: a.sub, Count: len(o.failed), Err: first})
+			a.log.Warn("pubsubflow: ack ids failed for good", "subscription", a.sub, "count", len(o.failed), "err", first)
+		}
+		if len(o.retry) > 0 {
+			retry = r.subset(o.retry)
+			retry.err = err
+			delay := backoff(r.attempt, r.key.eo)
+			if now.Add(delay).After(r.start.Add(a.cfg.retryDeadline(r.key.eo))) {
+				first := a.failIndexes(retry, nil, nil, ErrRetryExhausted, err)
+				evs = append(evs, event.Event{Kind: event.AckFailed, Subscription: a.sub, Count: len(retry.ids), Err: first})
+				a.log.Warn("pubsubflow: ack retries exhausted", "subscription", a.sub, "count", len(retry.ids), "err", err)
+				retry = nil
+			} else {
+				retry.due = now.Add(delay)
+				evs = append(evs, event.Event{Kind: event.Retry, Subscription: a.sub, Count: len(retry.ids), Delay: delay, Err: err})
+				a.log.Debug("pubsubflow: ack retry", "subscription", a.sub, "count", len(retry.ids), "delay", delay, "err", err)
+			}
+		}
+	}
+
+	finished := len(r.ids)
+	a.mu.Lock()
+	if retry != nil && a.aborted {
+		defer a.failAll(retry, ErrClosed, err) // after the unlock below
+		retry = nil
+	}
+	if retry != nil {
+		finished -= len(retry.ids)
+		a.retries = append(a.retries, retry)
+	}
+	a.inflight[r.key.kind]--
+	if r.key.counts() {
+		a.unacked -= int64(finished)
+	}
+	a.dispatchLocked()
+	a.noteIdleLocked()
+	a.mu.Unlock()
+
+	for _, e := range evs {
+		a.events.Emit(e)
+	}
+}
+
+// resolveOK settles the Results of the ids the server confirmed.
+func (a *Acknowledger) resolveOK(r *request, o outcome, all bool) {
+	if !r.key.eo || o.ok == 0 {
+		return
+	}
+	if all {
+		for _, res := range r.results {
+			res.Resolve(nil)
+		}
+		return
+	}
+	done := make([]bool, len(r.ids))
+	for _, i := range o.failed {
+		done[i] = true
+	}
+	for _, i := range o.retry {
+		done[i] = true
+	}
+	for i, res := range r.results {
+		if !done[i] {
+			res.Resolve(nil)
+		}
+	}
+}
+
+// subset is a new request for the given indexes of r (for a retry).
+func (r *request) subset(idx []int) *request {
+	if len(idx) == len(r.ids) {
+		return &request{key: r.key, ids: r.ids, results: r.results, start: r.start, attempt: r.attempt}
+	}
+	s := &request{key: r.key, ids: make([]string, len(idx)), start: r.start, attempt: r.attempt}
+	if r.key.eo {
+		s.results = make([]*message.Result, len(idx))
+	}
+	for j, i := range idx {
+		s.ids[j] = r.ids[i]
+		if r.key.eo {
+			s.results[j] = r.results[i]
+		}
+	}
+	return s
+}
+
+// failIndexes settles the Results of the given indexes of r (all when
+// idx is nil) with an *IDError of kind, and returns the first such error
+// (for the event; without results it makes only that one).
+func (a *Acknowledger) failIndexes(r *request, idx []int, reasons []string, kind, err error) error {
+	n := len(idx)
+	if idx == nil {
+		n = len(r.ids)
+	}
+	var first error
+	for j := range n {
+		if first != nil && !r.key.eo {
+			break
+		}
+		i := j
+		if idx != nil {
+			i = idx[j]
+		}
+		e := &IDError{AckID: r.ids[i], Kind: kind, Err: err}
+		if reasons != nil {
+			e.Reason = reasons[j]
+		}
+		if first == nil {
+			first = e
+		}
+		if r.key.eo {
+			r.results[i].Resolve(e)
+		}
+	}
+	return first
+}
+
+// failAll fails every ack id of r with kind and reports them.
+func (a *Acknowledger) failAll(r *request, kind, err error) {
+	if len(r.ids) == 0 {
+		return
+	}
+	a.emitFailed(len(r.ids), a.failIndexes(r, nil, nil, kind, err))
+}
+
+// backoff is the pause before attempt+1: exponential from 100 ms to 60 s
+// (exactly-once: 1 s to 64 s, as Google's clients), with jitter in the
+// upper half so retries of many requests spread out.
+func backoff(attempt int, exactlyOnce bool) time.Duration {
+	initial, most := 100*time.Millisecond, 60*time.Second
+	if exactlyOnce {
+		initial, most = time.Second, 64*time.Second
+	}
+	d := initial
+	for i := 1; i < attempt && d < most; i++ {
+		d *= 2
+	}
+	d = min(d, most)
+	return d/2 + rand.N(d/2+1)
+}

@@ -1,0 +1,84 @@
+package ack
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/status"
+)
+
+// Kinds of failure an *IDError unwraps to.
+var (
+	// ErrPermanent: the server refused the ack id for good (a per-ack-id
+	// PERMANENT_* reason, or a status that is not retried).
+	ErrPermanent = errors.New("ack: permanent failure")
+	// ErrRetryExhausted: transient failures lasted past the retry deadline.
+	ErrRetryExhausted = errors.New("ack: retry deadline exceeded")
+	// ErrClosed: the acknowledger was closed before the ack id was
+	// confirmed (or the ack id was given after Close).
+	ErrClosed = errors.New("ack: acknowledger closed")
+)
+
+// Per-ack-id reasons in the ErrorInfo metadata of exactly-once failures.
+const (
+	// ReasonInvalidAckID: the ack id expired, was already settled or is
+	// malformed; the message will be (or was) redelivered.
+	ReasonInvalidAckID = "PERMANENT_FAILURE_INVALID_ACK_ID"
+	// TransientPrefix starts every reason that is retried.
+	TransientPrefix = "TRANSIENT_"
+)
+
+// IDError is the error a Result settles with, and the Err of an AckFailed
+// event, when an ack id failed. errors.Is(err, ErrPermanent /
+// ErrRetryExhausted / ErrClosed) tells the kind; status.Code(err) is the
+// RPC's status code.
+type IDError struct {
+	AckID  string // the ack id (the first one, for an event about several)
+	Reason string // the server's per-ack-id reason, if it gave one
+	Kind   error  // ErrPermanent, ErrRetryExhausted or ErrClosed
+	Err    error  // the RPC's error; nil for ErrClosed before any attempt
+}
+
+func (e *IDError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Kind.Error())
+	fmt.Fprintf(&b, " for ack id %q", e.AckID)
+	if e.Reason != "" {
+		b.WriteString(" (" + e.Reason + ")")
+	}
+	if e.Err != nil {
+		b.WriteString(": " + e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the kind and the RPC's error.
+func (e *IDError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{e.Kind}
+	}
+	return []error{e.Kind, e.Err}
+}
+
+// InvalidAckID reports whether the server said the ack id was not live.
+func (e *IDError) InvalidAckID() bool { return e.Reason == ReasonInvalidAckID }
+
+// failureReasons returns the per-ack-id reasons carried by err's
+// errdetails.ErrorInfo metadata, or nil when there are none (the failure
+// is the whole RPC's).
+func failureReasons(err error) map[string]string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && len(info.GetMetadata()) > 0 {
+			return info.GetMetadata()
+		}
+	}
+	return nil
+}
+
+func transientReason(reason string) bool { return strings.HasPrefix(reason, TransientPrefix) }
