@@ -38,7 +38,7 @@ type FlowControl struct {
 	outstanding      atomic.Int64
 	outstandingBytes atomic.Int64
 	waiting          atomic.Int64 // received by a gate, waiting for a permit
-	buffered         atomic.Int64 // admitted and held in a gate's buffer
+	buffered         atomic.Int64 // admitted, in a gate's buffer, not yet offered downstream
 	acquired         atomic.Int64 // permits ever acquired
 	released         atomic.Int64 // permits ever released
 
@@ -242,8 +242,9 @@ func (fc *FlowControl) Wake() <-chan struct{} {
 // (messages settled here whose acks or nacks the server has not received
 // yet) reach MaxMessages — with the server's outstanding limit equal to
 // ours, the server then delivers nothing until it hears those acks — and no
-// gate holds an admitted message waiting for processing. Always false when
-// messages are unlimited. It reads atomics only and never blocks.
+// gate has work queued beyond the message it is offering downstream
+// (Buffered() == 0). Always false when messages are unlimited. It reads
+// atomics only and never blocks.
 //
 // Without it, throughput is capped at MaxMessages per flush interval (about
 // 10,000 messages/s with the defaults, the cap of Google's Go client); with
@@ -269,8 +270,9 @@ func (fc *FlowControl) OutstandingBytes() int64 { return fc.outstandingBytes.Loa
 // until its gate next asks for its permit.
 func (fc *FlowControl) Waiting() int64 { return fc.waiting.Load() }
 
-// Buffered is the number of admitted messages held in gates' buffers, not
-// yet handed downstream.
+// Buffered is the number of admitted messages queued in gates' buffers
+// behind the one each gate is offering downstream: the work queued for
+// processing beyond what processing is about to take.
 func (fc *FlowControl) Buffered() int64 { return fc.buffered.Load() }
 
 // Stats is a snapshot of a FlowControl's counters.

@@ -53,6 +53,7 @@ func (gt *Gate) Run(g *stage.Group, in <-chan *message.Message) <-chan *message.
 		Admit:   r.admit,
 		Wake:    r.wakeCh,
 		Skip:    r.skip,
+		Ready:   r.offer,
 		OnDrop:  r.drop,
 		Discard: gt.Discard,
 		Observe: r.observe,
@@ -68,7 +69,13 @@ type gateRun struct {
 	// release after that check closes it (no lost wake-up).
 	wake    <-chan struct{}
 	waiting *message.Message // counted in fc.waiting
-	buf     int64            // last buffered count added to fc.buffered
+	// offered is the head of the buffer once it has been offered
+	// downstream; it does not count as buffered, so that the moment
+	// downstream takes it (before the stage pops it) fc.buffered already
+	// says whether more work is queued.
+	offered *message.Message
+	n       int   // buffer length at the last observe
+	counted int64 // what this run added to fc.buffered
 }
 
 func (r *gateRun) room() bool {
@@ -132,10 +139,32 @@ func (r *gateRun) drop(m *message.Message) {
 	r.fc.ReleaseMessage(m)
 }
 
+// offer is the stage's Ready hook, used only to see the head being
+// offered; it never holds emission back.
+func (r *gateRun) offer(m *message.Message) <-chan struct{} {
+	if m != r.offered {
+		r.offered = m
+		r.account()
+	}
+	return nil
+}
+
 func (r *gateRun) observe(n int) {
-	d := int64(n) - r.buf
-	r.buf = int64(n)
-	if d != 0 {
+	if n < r.n {
+		r.offered = nil // the head left the buffer (emitted, skipped or dropped)
+	}
+	r.n = n
+	r.account()
+}
+
+// account keeps fc.buffered = Σ over runs of (buffered − offered head).
+func (r *gateRun) account() {
+	c := int64(r.n)
+	if r.offered != nil {
+		c--
+	}
+	if d := c - r.counted; d != 0 {
+		r.counted = c
 		r.fc.buffered.Add(d)
 	}
 }

@@ -54,8 +54,8 @@ func TestGateCountsOnReceipt(t *testing.T) {
 		if got := fc.Waiting(); got != 0 {
 			t.Fatalf("Waiting = %d, want 0: a full budget stops reception before Admit", got)
 		}
-		if got := fc.Buffered(); got != limit-1 {
-			t.Fatalf("Buffered = %d, want %d", got, limit-1)
+		if got := fc.Buffered(); got != limit-2 {
+			t.Fatalf("Buffered = %d, want %d (4 held, one of them on offer)", got, limit-2)
 		}
 
 		// Settling the processing message frees exactly one permit.
