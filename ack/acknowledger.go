@@ -275,6 +275,25 @@ func (a *Acknowledger) Close(ctx context.Context) error {
 	return err
 }
 
+// Stats is a snapshot of an Acknowledger's queues.
+type Stats struct {
+	Pending  int   // ack ids waiting to be sent
+	InFlight int   // RPCs in flight
+	Retrying int   // requests waiting for their retry backoff
+	Unacked  int64 // acks and immediate nacks not yet confirmed or failed
+}
+
+// Stats returns the current queue sizes.
+func (a *Acknowledger) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := Stats{Pending: a.pending, Retrying: len(a.retries), Unacked: a.unacked}
+	for _, n := range a.inflight {
+		st.InFlight += n
+	}
+	return st
+}
+
 func (a *Acknowledger) flushAllLocked() {
 	for _, b := range a.order {
 		if len(b.ids) > 0 {

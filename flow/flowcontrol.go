@@ -251,7 +251,7 @@ func (fc *FlowControl) Wake() <-chan struct{} {
 // it, a fast pipeline that drains its buffer gets its acks sent as soon as
 // they hold the server back, and a slow one (a full buffer) still batches.
 func (fc *FlowControl) AtLimit(unacked int64) bool {
-	if fc.maxMessages <= 0 {
+	if fc == nil || fc.maxMessages <= 0 {
 		return false
 	}
 	return fc.outstanding.Load()+unacked >= fc.maxMessages && fc.buffered.Load() <= 0

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -126,4 +127,41 @@ func TestThroughputNotCappedByFlushInterval(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestExactlyOnceExpiredAck: on an exactly-once subscription, acking a
+// message whose ack deadline passed (nobody extended it) settles its
+// Result with a permanent invalid-ack-id failure; the permit is released
+// all the same.
+func TestExactlyOnceExpiredAck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := pubsubtest.NewServer(pubsubtest.WithBufconn())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srv.Close() })
+		r := newRig(t, srv, 10, ack.Config{}, func(c *pubsubtest.SubscriptionConfig) { c.EnableExactlyOnceDelivery = true })
+		r.publish(t, 2)
+		gated := r.startGated()
+		late, fresh := <-gated, <-gated
+		if !late.ExactlyOnce {
+			t.Fatal("the message does not say exactly-once")
+		}
+		fresh.Ack()
+		if err := fresh.Result().Wait(t.Context()); err != nil {
+			t.Fatalf("live ack: %v", err)
+		}
+
+		time.Sleep(61 * time.Second) // past the 60 s stream ack deadline
+		late.Ack()
+		err = late.Result().Wait(t.Context())
+		var ie *ack.IDError
+		if !errors.As(err, &ie) || !errors.Is(err, ack.ErrPermanent) || !ie.InvalidAckID() {
+			t.Fatalf("expired ack: %v, want a permanent invalid-ack-id failure", err)
+		}
+		if st := r.fc.Stats(); st.Acquired-st.Released != st.Outstanding || r.fc.Holds(late) {
+			t.Fatalf("flow after the failed ack: %+v", st)
+		}
+		r.stop(t)
+	})
 }

@@ -69,14 +69,18 @@ type rig struct {
 	g      *stage.Group
 }
 
-func newRig(t *testing.T, srv *pubsubtest.Server, maxMessages int64, cfg ack.Config) *rig {
+func newRig(t *testing.T, srv *pubsubtest.Server, maxMessages int64, cfg ack.Config, opts ...func(*pubsubtest.SubscriptionConfig)) *rig {
 	t.Helper()
 	ctx := context.Background()
 	topic, err := srv.CreateTopic(ctx, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, err := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: topic})
+	sc := pubsubtest.SubscriptionConfig{Name: "s", Topic: topic}
+	for _, o := range opts {
+		o(&sc)
+	}
+	sub, err := srv.CreateSubscription(ctx, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,11 +112,16 @@ func (r *rig) publish(t *testing.T, n int) {
 // start runs the pipeline; the server's per-stream limit equals the
 // client's, as a subscriber sets it.
 func (r *rig) start() {
+	gated := r.startGated()
+	r.g.Go(func(context.Context) error { return Acknowledge(Policy{}).Run(r.g, gated) })
+}
+
+// startGated runs stream → FlowGate and returns the gate's output.
+func (r *rig) startGated() <-chan *message.Message {
 	r.g = stage.NewGroup(context.Background())
 	settler := NewSettler(r.acks, r.fc, nil)
 	src := streamSource(r.client, r.sub, r.fc.MaxMessages(), settler).Run(r.g)
-	gated := flow.FlowGate(r.fc).Run(r.g, src)
-	r.g.Go(func(context.Context) error { return Acknowledge(Policy{}).Run(r.g, gated) })
+	return flow.FlowGate(r.fc).Run(r.g, src)
 }
 
 // stop cancels the pipeline and closes the acknowledger.
