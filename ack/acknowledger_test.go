@@ -438,3 +438,60 @@ func TestDelaySeconds(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentUse: many goroutines ack, nack and flush while a third of
+// the RPCs fail transiently; every ack id is confirmed exactly once in the
+// end and Close leaves nothing behind.
+func TestConcurrentUse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int64
+		confirmed := make(map[string]int)
+		var mu = make(chan struct{}, 1)
+		c := &stubClient{reply: func(_ context.Context, c call) error {
+			if calls.Add(1)%3 == 0 {
+				return status.Error(codes.Unavailable, "flaky")
+			}
+			mu <- struct{}{}
+			for _, id := range c.ids {
+				confirmed[c.method+"/"+id]++
+			}
+			<-mu
+			return nil
+		}}
+		a := newAck(t, c, Config{MaxInFlight: 3})
+		const workers, per = 8, 3000
+		done := make(chan struct{})
+		for w := range workers {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				for i := range per {
+					id := fmt.Sprintf("%d-%d", w, i)
+					switch i % 10 {
+					case 0:
+						a.Nack(id, 0)
+					case 1:
+						a.Flush(t.Context())
+						a.Ack(id)
+					default:
+						a.Ack(id)
+					}
+				}
+			}()
+		}
+		for range workers {
+			<-done
+		}
+		closeAck(t, a)
+		if st := a.Stats(); st != (Stats{}) {
+			t.Fatalf("after Close: %+v", st)
+		}
+		if len(confirmed) != workers*per {
+			t.Fatalf("confirmed %d distinct ack ids, want %d", len(confirmed), workers*per)
+		}
+		for id, n := range confirmed {
+			if n != 1 {
+				t.Fatalf("%s confirmed %d times", id, n)
+			}
+		}
+	})
+}

@@ -41,6 +41,7 @@ type IDError struct {
 	Err    error  // the RPC's error; nil for ErrClosed before any attempt
 }
 
+// Error describes the failure: kind, ack id, reason and the RPC's error.
 func (e *IDError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.Kind.Error())
