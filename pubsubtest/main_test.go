@@ -8,6 +8,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 )
 
 func TestMain(m *testing.M) {
@@ -132,3 +133,5 @@ func ackIDs(msgs []*pubsubpb.ReceivedMessage) []string {
 	}
 	return ids
 }
+
+func grpcWaitForReady() grpc.CallOption { return grpc.WaitForReady(true) }

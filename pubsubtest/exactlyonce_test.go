@@ -1,0 +1,113 @@
+package pubsubtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/googleapis/gax-go/v2/apierror"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ackFailures reads the per-ack-id reasons the way Google's Go client does
+// (apierror.FromError, then Metadata of the ErrorInfo).
+func ackFailures(t *testing.T, err error) map[string]string {
+	t.Helper()
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("error = %v, want INVALID_ARGUMENT", err)
+	}
+	ae, ok := apierror.FromError(err)
+	if !ok {
+		t.Fatalf("not an API error: %v", err)
+	}
+	if ae.Reason() != ErrorInfoReason || ae.Domain() != ErrorInfoDomain {
+		t.Errorf("ErrorInfo reason %q domain %q", ae.Reason(), ae.Domain())
+	}
+	return ae.Metadata()
+}
+
+func TestExactlyOnceErrorDetails(t *testing.T) {
+	f := newFixture(t, SubscriptionConfig{EnableExactlyOnceDelivery: true}, WithMinAckDeadline(time.Second))
+	ctx := context.Background()
+	f.publish(t, 3, "")
+	sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 60})
+	resp, err := sp.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.GetSubscriptionProperties().GetExactlyOnceDeliveryEnabled() {
+		t.Errorf("response properties = %v", resp.SubscriptionProperties)
+	}
+	got := resp.ReceivedMessages
+	if len(got) != 3 {
+		t.Fatalf("got %d messages", len(got))
+	}
+	ack := func(ids ...string) error {
+		_, err := f.sub.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: ids})
+		return err
+	}
+	if err := ack(got[0].AckId); err != nil {
+		t.Fatal(err)
+	}
+	// A settled ack id fails; the valid one in the same request is applied.
+	md := ackFailures(t, ack(got[0].AckId, got[1].AckId))
+	if len(md) != 1 || md[got[0].AckId] != ReasonInvalidAckID {
+		t.Errorf("metadata = %v", md)
+	}
+	if st := f.srv.SubscriptionStats("s"); st.Acked != 2 {
+		t.Errorf("Acked = %d, want 2", st.Acked)
+	}
+	// Unknown ack ids fail in ModifyAckDeadline too.
+	_, err = f.sub.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: f.subn, AckIds: []string{"junk"}, AckDeadlineSeconds: 30})
+	if md := ackFailures(t, err); md["junk"] != ReasonInvalidAckID {
+		t.Errorf("metadata = %v", md)
+	}
+	// An injected transient failure is not applied; a retry succeeds.
+	f.srv.FailNextAckIDs(1, ReasonTransientUnordered)
+	if md := ackFailures(t, ack(got[2].AckId)); md[got[2].AckId] != ReasonTransientUnordered {
+		t.Errorf("metadata = %v", md)
+	}
+	if err := ack(got[2].AckId); err != nil {
+		t.Errorf("retry: %v", err)
+	}
+
+	// Acks on the stream are confirmed in the next response.
+	f.publish(t, 1, "")
+	m := recvN(t, sp, 1)[0]
+	if err := sp.Send(&pubsubpb.StreamingPullRequest{AckIds: []string{m.AckId, "junk"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = sp.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := resp.GetAcknowledgeConfirmation()
+	if len(c.GetAckIds()) != 1 || c.AckIds[0] != m.AckId || len(c.InvalidAckIds) != 1 || c.InvalidAckIds[0] != "junk" {
+		t.Errorf("confirmation = %v", c)
+	}
+
+	// An expired ack id fails with the permanent reason.
+	if err := sp.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "stream closed", func() bool { return !f.srv.Streams("s")[0].Open })
+	f.publish(t, 1, "")
+	sp2 := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 1})
+	old := recvN(t, sp2, 1)[0]
+	recvN(t, sp2, 1) // redelivered after 1 s
+	_, err = f.sub.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: f.subn, AckIds: []string{old.AckId}, AckDeadlineSeconds: 30})
+	if md := ackFailures(t, err); md[old.AckId] != ReasonInvalidAckID {
+		t.Errorf("metadata = %v", md)
+	}
+}
+
+func TestNotExactlyOnceIgnoresStaleAckIDs(t *testing.T) {
+	f := newFixture(t, SubscriptionConfig{})
+	f.srv.FailNextAckIDs(5, ReasonTransientUnordered) // applies to exactly-once subscriptions only
+	_, err := f.sub.Acknowledge(context.Background(), &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: []string{"junk"}})
+	if err != nil {
+		t.Errorf("Acknowledge(junk) = %v", err)
+	}
+}

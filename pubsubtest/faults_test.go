@@ -1,0 +1,285 @@
+package pubsubtest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestKillStreams(t *testing.T) {
+	f := newFixture(t, SubscriptionConfig{})
+	a := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
+	b := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
+	waitFor(t, "2 streams", func() bool { return len(f.srv.Streams("s")) == 2 })
+	if n := f.srv.KillStreams(codes.Unavailable, "bye"); n != 2 {
+		t.Fatalf("KillStreams = %d, want 2", n)
+	}
+	for _, sp := range []pubsubpb.Subscriber_StreamingPullClient{a, b} {
+		_, err := sp.Recv()
+		if st := status.Convert(err); st.Code() != codes.Unavailable || st.Message() != "bye" {
+			t.Errorf("Recv = %v", err)
+		}
+	}
+	for _, info := range f.srv.Streams("s") {
+		if info.Open || info.Code != codes.Unavailable {
+			t.Errorf("stream %+v", info)
+		}
+	}
+	if n := f.srv.KillStreams(codes.Unavailable, "again"); n != 0 {
+		t.Errorf("second KillStreams = %d", n)
+	}
+}
+
+func TestKillStream(t *testing.T) {
+	f := newFixture(t, SubscriptionConfig{})
+	a := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10, ProtocolVersion: 1})
+	waitFor(t, "stream a", func() bool { return len(f.srv.Streams("s")) == 1 })
+	b := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10, ProtocolVersion: 1})
+	waitFor(t, "stream b", func() bool { return len(f.srv.Streams("s")) == 2 })
+	if !f.srv.KillStream(1, codes.Aborted, "one") || f.srv.KillStream(1, codes.Aborted, "twice") || f.srv.KillStream(99, codes.Aborted, "none") {
+		t.Fatal("KillStream results")
+	}
+	if _, err := a.Recv(); status.Code(err) != codes.Aborted {
+		t.Errorf("stream 1 Recv = %v", err)
+	}
+	if err := b.Send(&pubsubpb.StreamingPullRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Recv(); err != nil {
+		t.Errorf("stream 2 Recv = %v, want a heartbeat answer", err)
+	}
+}
+
+func TestFailNext(t *testing.T) {
+	f := newFixture(t, SubscriptionConfig{})
+	ctx := context.Background()
+	f.srv.FailNext("Acknowledge", 2, codes.ResourceExhausted)
+	for i := 0; i < 3; i++ {
+		_, err := f.sub.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: []string{"x"}})
+		if want := codes.ResourceExhausted; i == 2 {
+			if err != nil {
+				t.Errorf("call %d = %v, want success", i, err)
+			}
+		} else if status.Code(err) != want {
+			t.Errorf("call %d = %v, want %v", i, err, want)
+		}
+	}
+	if ms := f.srv.MethodStats("Acknowledge"); ms.Calls != 3 || ms.Injected != 2 || ms.Errors != 2 {
+		t.Errorf("stats = %+v", ms)
+	}
+
+	f.srv.FailNext("Publish", 1, codes.Internal)
+	msg := &pubsubpb.PubsubMessage{Data: []byte("x")}
+	if _, err := f.pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: f.topic, Messages: []*pubsubpb.PubsubMessage{msg}}); status.Code(err) != codes.Internal {
+		t.Errorf("Publish = %v, want INTERNAL", err)
+	}
+	if _, err := f.pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: f.topic, Messages: []*pubsubpb.PubsubMessage{msg}}); err != nil {
+		t.Errorf("Publish = %v", err)
+	}
+
+	f.srv.FailNext("StreamingPull", 1, codes.Unavailable)
+	sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
+	if _, err := sp.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("failed stream Recv = %v", err)
+	}
+	sp = f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
+	recvN(t, sp, 1)
+	if n := len(f.srv.Streams("s")); n != 1 {
+		t.Errorf("%d streams recorded, want 1 (the failed one never opened)", n)
+	}
+}
+
+// bubbleFixture is a fixture over bufconn, for use inside a synctest bubble.
+func bubbleFixture(t *testing.T, cfg SubscriptionConfig, opts ...Option) *fixture {
+	return newFixture(t, cfg, append([]Option{WithBufconn()}, opts...)...)
+}
+
+// pump receives from a stream into a channel until the stream ends.
+func pump(sp pubsubpb.Subscriber_StreamingPullClient) <-chan *pubsubpb.StreamingPullResponse {
+	ch := make(chan *pubsubpb.StreamingPullResponse, 100)
+	go func() {
+		defer close(ch)
+		for {
+			resp, err := sp.Recv()
+			if err != nil {
+				return
+			}
+			ch <- resp
+		}
+	}()
+	return ch
+}
+
+func TestSetLatency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := bubbleFixture(t, SubscriptionConfig{})
+		ctx := context.Background()
+		f.srv.SetLatency("Publish", 3*time.Second)
+		start := time.Now()
+		msg := &pubsubpb.PubsubMessage{Data: []byte("x")}
+		if _, err := f.pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: f.topic, Messages: []*pubsubpb.PubsubMessage{msg}}); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != 3*time.Second {
+			t.Errorf("Publish took %v, want 3s", d)
+		}
+		// A caller's deadline cuts the latency short.
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if _, err := f.pub.Publish(short, &pubsubpb.PublishRequest{Topic: f.topic, Messages: []*pubsubpb.PubsubMessage{msg}}); status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("Publish with 1 s deadline = %v", err)
+		}
+		f.srv.SetLatency("Publish", 0)
+		f.srv.SetLatency("StreamingPull", 2*time.Second)
+		start = time.Now()
+		sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
+		recvN(t, sp, 1)
+		if d := time.Since(start); d != 2*time.Second {
+			t.Errorf("first message after %v, want 2s", d)
+		}
+	})
+}
+
+func TestStallStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := bubbleFixture(t, SubscriptionConfig{})
+		sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10, ProtocolVersion: 1})
+		out := pump(sp)
+		synctest.Wait()
+		if !f.srv.StallStream(1, true) || f.srv.StallStream(7, true) {
+			t.Fatal("StallStream results")
+		}
+		f.publish(t, 2, "")
+		if err := sp.Send(&pubsubpb.StreamingPullRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Second) // within the test streams' 30 s deadline
+		synctest.Wait()
+		if len(out) != 0 {
+			t.Fatalf("stalled stream sent %d responses", len(out))
+		}
+		info, _ := f.srv.Stream(1)
+		if !info.Stalled || info.Heartbeats != 1 || info.Responses != 0 {
+			t.Errorf("stream info = %+v", info)
+		}
+		f.srv.StallStream(1, false)
+		resp := <-out
+		if len(resp.ReceivedMessages) != 2 {
+			t.Errorf("after resuming: %v", resp)
+		}
+		info, _ = f.srv.Stream(1)
+		if info.Stalled {
+			t.Errorf("stream info = %+v", info)
+		}
+	})
+}
+
+func TestStallStreams(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := bubbleFixture(t, SubscriptionConfig{})
+		f.srv.StallStreams(true) // also stalls streams opened later
+		a := pump(f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10}))
+		b := pump(f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10}))
+		f.publish(t, 4, "")
+		time.Sleep(20 * time.Second) // within the test streams' 30 s deadline
+		synctest.Wait()
+		if len(a)+len(b) != 0 || f.srv.SubscriptionStats("s").Delivered != 0 {
+			t.Fatal("stalled streams sent messages")
+		}
+		f.srv.StallStreams(false)
+		n := 0
+		for n < 4 {
+			select {
+			case r := <-a:
+				n += len(r.ReceivedMessages)
+			case r := <-b:
+				n += len(r.ReceivedMessages)
+			}
+		}
+	})
+}
+
+func TestRestart(t *testing.T) {
+	f := newFixture(t, SubscriptionConfig{})
+	addr := f.srv.Addr()
+	f.publish(t, 1, "")
+	sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
+	m := recvN(t, sp, 1)[0]
+	if err := f.srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if f.srv.Addr() != addr {
+		t.Errorf("address %s after restart, want %s", f.srv.Addr(), addr)
+	}
+	if _, err := sp.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("old stream Recv = %v, want UNAVAILABLE", err)
+	}
+	// The server's connection reconnects; state is kept: the message is
+	// still out, and its ack id still works.
+	if st := f.srv.SubscriptionStats("s"); st.Outstanding != 1 || st.Streams != 1 {
+		t.Errorf("stats after restart = %+v", st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.sub.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: []string{m.AckId}}, grpcWaitForReady()); err != nil {
+		t.Fatal(err)
+	}
+	f.publish(t, 1, "")
+	recvN(t, f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10}), 1)
+
+	if err := f.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.srv.Restart(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Restart after Close = %v", err)
+	}
+	if err := f.srv.Close(); err != nil {
+		t.Errorf("second Close = %v", err)
+	}
+}
+
+func TestRestartBufconn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := bubbleFixture(t, SubscriptionConfig{})
+		sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
+		synctest.Wait()
+		if err := f.srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sp.Recv(); status.Code(err) != codes.Unavailable {
+			t.Errorf("old stream Recv = %v, want UNAVAILABLE", err)
+		}
+		f.publish(t, 1, "")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		sp2, err := f.sub.StreamingPull(ctx, grpcWaitForReady())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sp2.Send(&pubsubpb.StreamingPullRequest{Subscription: f.subn, StreamAckDeadlineSeconds: 10}); err != nil {
+			t.Fatal(err)
+		}
+		recvN(t, sp2, 1)
+	})
+}
+
+func TestDeleteSubscriptionEndsStreams(t *testing.T) {
+	f := newFixture(t, SubscriptionConfig{})
+	sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
+	waitFor(t, "stream", func() bool { return len(f.srv.Streams("s")) == 1 })
+	if err := f.srv.DeleteSubscription(context.Background(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.Recv(); status.Code(err) != codes.NotFound {
+		t.Errorf("Recv = %v, want NOT_FOUND", err)
+	}
+	if err := f.srv.DeleteSubscription(context.Background(), "s"); status.Code(err) != codes.NotFound {
+		t.Errorf("second delete = %v", err)
+	}
+}
