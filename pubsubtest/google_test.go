@@ -88,6 +88,14 @@ func TestGoogleClientPublishReceive(t *testing.T) {
 				m.Nack()
 				return
 			}
+			if i == 0 {
+				// Hold one message until the client's receipt modack has
+				// extended its lease.
+				deadline := time.Now().Add(10 * time.Second)
+				for srv.SubscriptionStats("s").ModAcks == 0 && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
+				}
+			}
 			m.Ack()
 		})
 	}()
