@@ -166,7 +166,7 @@ func holdThenExpire(rs *pubsub.ReceiveSettings) {
 func TestGoogleClientRedeliveryVirtualTime(t *testing.T) {
 	realStart := time.Now()
 	synctest.Test(t, func(t *testing.T) {
-		srv, err := NewServer(WithBufconn())
+		srv, err := NewServer(WithBufconn(), WithHeartbeatDelay(time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,9 +175,7 @@ func TestGoogleClientRedeliveryVirtualTime(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		mustSetup(t, srv, SubscriptionConfig{Name: "s", Topic: "t", AckDeadline: 60 * time.Second})
-		start := time.Now()
 		deliveries, done := receiveInBubble(ctx, c, "s", holdThenExpire)
-		time.Sleep(offGrid)
 		ids, err := srv.Publish(ctx, "t", &pubsubpb.PubsubMessage{Data: []byte("x")})
 		if err != nil {
 			t.Fatal(err)
@@ -202,7 +200,7 @@ func TestGoogleClientRedeliveryVirtualTime(t *testing.T) {
 		if st.Acked != 1 || st.Expired != 1 || st.Redelivered != 1 || st.Outstanding != 0 {
 			t.Errorf("stats = %+v", st)
 		}
-		stopReceive(t, start, cancel, done)
+		stopReceive(t, cancel, done)
 	})
 	if d := time.Since(realStart); d > 5*time.Second {
 		t.Errorf("took %v of real time", d)
@@ -213,7 +211,7 @@ func TestGoogleClientRedeliveryVirtualTime(t *testing.T) {
 
 func TestGoogleClientLeaseExtensionVirtualTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, err := NewServer(WithBufconn())
+		srv, err := NewServer(WithBufconn(), WithHeartbeatDelay(time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,7 +225,6 @@ func TestGoogleClientLeaseExtensionVirtualTime(t *testing.T) {
 		}
 		// The default settings extend the lease by modacks while the
 		// handler works for 5 minutes: no expiry, no redelivery.
-		start := time.Now()
 		deliveries, done := receiveInBubble(ctx, c, "s", func(*pubsub.ReceiveSettings) {})
 		d := <-deliveries
 		time.Sleep(5*time.Minute + 10*time.Second)
@@ -239,16 +236,16 @@ func TestGoogleClientLeaseExtensionVirtualTime(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		st := srv.SubscriptionStats("s")
-		if st.Expired != 0 || st.Redelivered != 0 || st.ModAcks < 5 {
+		if st.Expired != 0 || st.Redelivered != 0 || st.ModAcks < 5 || st.Streams != 1 {
 			t.Errorf("stats = %+v", st)
 		}
-		stopReceive(t, start, cancel, done)
+		stopReceive(t, cancel, done)
 	})
 }
 
 func TestGoogleClientExactlyOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, err := NewServer(WithBufconn())
+		srv, err := NewServer(WithBufconn(), WithHeartbeatDelay(time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,9 +254,7 @@ func TestGoogleClientExactlyOnce(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		mustSetup(t, srv, SubscriptionConfig{Name: "s", Topic: "t", EnableExactlyOnceDelivery: true})
-		start := time.Now()
 		deliveries, done := receiveInBubble(ctx, c, "s", holdThenExpire)
-		time.Sleep(offGrid)
 		if _, err := srv.Publish(ctx, "t", &pubsubpb.PubsubMessage{Data: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
@@ -284,34 +279,19 @@ func TestGoogleClientExactlyOnce(t *testing.T) {
 		if ms := srv.MethodStats("Acknowledge"); ms.Errors < 2 {
 			t.Errorf("Acknowledge stats = %+v, want the stale and the transient failures", ms)
 		}
-		stopReceive(t, start, cancel, done)
+		stopReceive(t, cancel, done)
 	})
 }
 
-// offGrid is how long the tests wait after starting Receive before they
-// publish, so that deliveries and expiries fall between the client's 30 s
-// ping ticks and 10 s monitor ticks: in virtual time the client replaces
-// its stream around those ticks (see stopReceive), and a message sent to a
-// stream it is dropping is lost until its deadline.
-const offGrid = 7 * time.Second
-
-// stopReceive ends a Receive started at start inside a synctest bubble,
-// working around two traits of Google's client in virtual time:
-//
-//   - Its heartbeat answer arrives at the same virtual instant as the ping,
-//     which its server monitor does not count as an answer, so it
-//     half-closes and reopens its stream about every 50 s. A ping sent on
-//     the half-closed stream retries while holding a mutex that its
-//     shutdown then waits for; a goroutine waiting on a mutex keeps the
-//     bubble from ever being idle, so virtual time stops. Cancelling midway
-//     between two 30 s ping ticks stays clear of that window.
-//   - After Receive returns, its stream keep-alive handler lives until the
-//     next 10 s server-monitor tick: let that time pass inside the bubble.
-func stopReceive(t *testing.T, start time.Time, cancel context.CancelFunc, done <-chan error) {
+// stopReceive ends a Receive inside a synctest bubble. After Receive
+// returns, Google's client leaves its stream keep-alive handler running
+// until its next 10 s server-monitor tick: let that time pass inside the
+// bubble. (The bubble tests use WithHeartbeatDelay: the client counts a
+// heartbeat answered at the very instant of its ping as unanswered, and
+// would replace its stream every 50 s, losing messages sent to the stream
+// it drops.)
+func stopReceive(t *testing.T, cancel context.CancelFunc, done <-chan error) {
 	t.Helper()
-	const ping = 30 * time.Second
-	phase := time.Since(start) % ping
-	time.Sleep((ping/2 - phase + ping) % ping)
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Receive = %v", err)

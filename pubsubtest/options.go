@@ -20,6 +20,7 @@ type config struct {
 	pullWait           time.Duration
 	maxRecvMsgSize     int
 	maxAckRequestBytes int
+	heartbeatDelay     time.Duration
 }
 
 func defaultConfig() config {
@@ -48,6 +49,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("pubsubtest: max response bytes %d must be positive", c.maxResponseBytes)
 	case c.project == "":
 		return fmt.Errorf("pubsubtest: empty project")
+	case c.heartbeatDelay < 0:
+		return fmt.Errorf("pubsubtest: heartbeat delay %v is negative", c.heartbeatDelay)
 	case c.pullWait <= 0:
 		return fmt.Errorf("pubsubtest: pull wait %v must be positive", c.pullWait)
 	}
@@ -107,3 +110,10 @@ func WithRecordStreamRequests() Option { return func(c *config) { c.recordReques
 // WithPullWait sets how long a unary Pull without return_immediately waits
 // for a message before it returns an empty response (default 10 s).
 func WithPullWait(d time.Duration) Option { return func(c *config) { c.pullWait = d } }
+
+// WithHeartbeatDelay answers a heartbeat no sooner than d after it arrives
+// (default 0: at once), as network latency would. In virtual time an
+// immediate answer carries the very timestamp of the ping, which a client
+// that wants a response strictly after its ping (Google's Go client does)
+// takes for no answer; a delay of a millisecond avoids that.
+func WithHeartbeatDelay(d time.Duration) Option { return func(c *config) { c.heartbeatDelay = d } }

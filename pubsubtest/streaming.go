@@ -22,7 +22,8 @@ type stream struct {
 	outMsgs     int64 // delivered on this stream and not yet settled
 	outBytes    int64
 	stalled     bool
-	hbPending   bool // a heartbeat waits for its answer
+	hbPending   bool        // a heartbeat waits for its answer
+	hbTimer     *time.Timer // delays the answer (WithHeartbeatDelay)
 	ackConf     *pubsubpb.StreamingPullResponse_AcknowledgeConfirmation
 	modConf     *pubsubpb.StreamingPullResponse_ModifyAckDeadlineConfirmation
 	requests    []*pubsubpb.StreamingPullRequest // with WithRecordStreamRequests
@@ -203,13 +204,36 @@ func (s *Server) handleStreamRequest(st *stream, req *pubsubpb.StreamingPullRequ
 	if len(req.AckIds) == 0 && len(req.ModifyDeadlineAckIds) == 0 {
 		st.info.Heartbeats++
 		if st.info.ProtocolVersion >= 1 {
-			st.hbPending = true
-			st.wake()
+			s.answerHeartbeatLocked(st)
 		}
 		return true
 	}
 	s.applyStreamAcksLocked(st, req, now)
 	return true
+}
+
+// answerHeartbeatLocked has the sender answer a heartbeat, now or after the
+// heartbeat delay. The timer callback takes s.mu only briefly; the timer
+// is stopped when the stream ends.
+func (s *Server) answerHeartbeatLocked(st *stream) {
+	d := s.cfg.heartbeatDelay
+	if d <= 0 {
+		st.hbPending = true
+		st.wake()
+		return
+	}
+	if st.hbTimer != nil {
+		return // an answer is already due
+	}
+	st.hbTimer = time.AfterFunc(d, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		st.hbTimer = nil
+		if !st.finished {
+			st.hbPending = true
+			st.wake()
+		}
+	})
 }
 
 // applyStreamAcksLocked applies the acks and modacks of a stream request;
@@ -343,6 +367,10 @@ func (s *Server) finishLocked(st *stream, err error) {
 	st.info.Code = status.Code(err)
 	if err != nil {
 		st.info.Err = err.Error()
+	}
+	if st.hbTimer != nil {
+		st.hbTimer.Stop()
+		st.hbTimer = nil
 	}
 	delete(st.sub.streams, st)
 	close(st.doneCh)

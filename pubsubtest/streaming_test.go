@@ -3,6 +3,7 @@ package pubsubtest
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -445,4 +446,27 @@ func TestPull(t *testing.T) {
 	if st.Acked != int64(len(r.ReceivedMessages)) || st.Backlog != 3-st.Acked {
 		t.Errorf("stats = %+v", st)
 	}
+}
+
+func TestHeartbeatDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := bubbleFixture(t, SubscriptionConfig{}, WithHeartbeatDelay(5*time.Second))
+		sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10, ProtocolVersion: 1})
+		start := time.Now()
+		for i := 0; i < 2; i++ { // two pings before the answer: one answer
+			if err := sp.Send(&pubsubpb.StreamingPullRequest{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := sp.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != 5*time.Second {
+			t.Errorf("answered after %v, want 5s", d)
+		}
+		synctest.Wait()
+		if info, _ := f.srv.Stream(1); info.Heartbeats != 2 || info.HeartbeatReplies != 1 {
+			t.Errorf("stream info = %+v", info)
+		}
+	})
 }
