@@ -45,5 +45,21 @@
 //
 // A Server starts no package-level goroutine and shares no state; Close
 // stops every goroutine it started. Its lock is never held across a send,
-// a wait or a timer.
+// a wait or a timer. For tests in virtual time, create the server, with
+// WithBufconn, and every client inside the bubble, and close them there:
+//
+//	synctest.Test(t, func(t *testing.T) {
+//		srv, err := pubsubtest.NewServer(pubsubtest.WithBufconn(), pubsubtest.WithHeartbeatDelay(time.Millisecond))
+//		if err != nil {
+//			t.Fatal(err)
+//		}
+//		t.Cleanup(func() { srv.Close() })
+//		conn := srv.ClientConn() // or srv.Dial(ctx) for a client that closes its conn
+//		...
+//	})
+//
+// Google's Go client (cloud.google.com/go/pubsub/v2) works against it over
+// TCP and in a bubble; in a bubble give the server WithHeartbeatDelay (see
+// there) and, after Receive returns, let 10 s of virtual time pass before
+// the bubble ends so that the client's keep-alive goroutine can exit.
 package pubsubtest

@@ -153,6 +153,9 @@ func (s *Server) ackFaultLocked(sub *subscription) string {
 
 // KillStreams ends every open stream with the given status and returns how
 // many it ended. The messages out on them stay out until their deadlines.
+// A stream whose client stopped reading, so that the server is blocked
+// sending to it (HTTP/2 flow control), ends once that send completes or the
+// client goes away: gRPC offers a handler no way to abandon a blocked send.
 func (s *Server) KillStreams(code codes.Code, msg string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -97,6 +97,9 @@ func (s *Server) openStream(req *pubsubpb.StreamingPullRequest) (*stream, error)
 	if sub == nil {
 		return nil, status.Errorf(codes.NotFound, "Subscription does not exist (resource=%s).", req.Subscription)
 	}
+	if sub.pb.Detached {
+		return nil, status.Errorf(codes.FailedPrecondition, "Subscription is detached (resource=%s).", req.Subscription)
+	}
 	err := s.checkAckDeadline(req.StreamAckDeadlineSeconds)
 	if err == nil {
 		err = s.checkModacks(req)
