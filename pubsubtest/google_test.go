@@ -11,6 +11,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/api/option"
+	"google.golang.org/grpc/codes"
 )
 
 // newGoogleClient connects Google's client over a connection of its own
@@ -310,4 +311,39 @@ func mustSetup(t testing.TB, srv *Server, cfg SubscriptionConfig) {
 	if _, err := srv.CreateSubscription(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestGoogleClientReconnectsAfterKill(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := NewServer(WithBufconn(), WithHeartbeatDelay(time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srv.Close() })
+		c := newGoogleClient(t, srv)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		mustSetup(t, srv, SubscriptionConfig{Name: "s", Topic: "t"})
+		deliveries, done := receiveInBubble(ctx, c, "s", func(*pubsub.ReceiveSettings) {})
+		for i := 0; i < 2; i++ {
+			if _, err := srv.Publish(ctx, "t", &pubsubpb.PubsubMessage{Data: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+			(<-deliveries).m.Ack()
+			synctest.Wait()
+			if i == 0 {
+				if n := srv.KillStreams(codes.Unavailable, "injected"); n != 1 {
+					t.Fatalf("KillStreams = %d", n)
+				}
+			}
+		}
+		for srv.SubscriptionStats("s").Acked < 2 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		infos := srv.Streams("s")
+		if len(infos) != 2 || infos[0].Code != codes.Unavailable || !infos[1].Open || infos[0].ClientID != infos[1].ClientID {
+			t.Errorf("streams = %+v", infos)
+		}
+		stopReceive(t, cancel, done)
+	})
 }
