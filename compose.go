@@ -1,0 +1,214 @@
+package pubsubflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/pubsubflow/pubsubflow/flow"
+	"github.com/pubsubflow/pubsubflow/operators"
+	"github.com/pubsubflow/pubsubflow/pipeline"
+	"github.com/pubsubflow/pubsubflow/sink"
+	"github.com/pubsubflow/pubsubflow/stage"
+)
+
+// Source returns the subscriber's source: the StreamingPull streams, then
+// EagerTrack and FlowGate, so every message is leased and counted from the
+// moment it is received. Restart wraps only the streams: the lease table,
+// the flow budget and the buffered messages survive reconnects. Pair it
+// with Acknowledge (or settle each message yourself).
+//
+// The source ends when the subscriber shuts down (after handing its
+// buffered messages to the OnShutdown outcome) or on a terminal stream
+// error, which the pipeline returns.
+func (s *Subscriber) Source() stage.Source[*Message] {
+	return stage.SourceFunc[*Message](s.runSource)
+}
+
+func (s *Subscriber) runSource(g *stage.Group) <-chan *Message {
+	s.active.Add(1)
+	s.runs.Add(1)
+	// The streams stop when the pipeline stops or the subscriber drains;
+	// their terminal error fails the pipeline.
+	streamsCtx, stopStreams := context.WithCancel(g.Context())
+	unhook := context.AfterFunc(s.life, stopStreams)
+	streams := stage.NewGroup(streamsCtx)
+	raw := s.src.Run(streams)
+	g.Go(func(context.Context) error {
+		err := streams.Wait()
+		unhook()
+		stopStreams()
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	})
+
+	bound := pipeline.Filter(s.receive, nil).Run(g, raw)
+	tracked := flow.EagerTrack(s.ext, s.cfg.MaxBuffer).Run(g, bound)
+	gated := flow.FlowGate(s.fc).Run(g, tracked)
+	out := pipeline.Filter(s.handOff, nil).Run(g, gated)
+
+	done := make(chan *Message)
+	g.Go(func(ctx context.Context) error {
+		defer func() {
+			close(done)
+			s.active.Add(-1)
+			ping(s.runsDone)
+			s.runs.Done()
+		}()
+		for m := range out {
+			select {
+			case done <- m:
+			case <-ctx.Done():
+			case <-s.abandon:
+				// The pipeline is stopping, or shutdown gave up waiting for
+				// it: the message was handed off and is settled by
+				// shutdown's nack of what is left.
+			}
+		}
+		return nil
+	})
+	return done
+}
+
+// receive binds the settle path on receipt, before any stage can settle.
+func (s *Subscriber) receive(m *Message) bool {
+	m.Bind(s)
+	s.c.received.Add(1)
+	if m.DeliveryAttempt > 1 {
+		s.c.redelivered.Add(1)
+	}
+	return true
+}
+
+// handOff passes a message to processing, or, once draining, settles it
+// with the OnShutdown outcome instead.
+func (s *Subscriber) handOff(m *Message) bool {
+	if m.Settled() {
+		return false
+	}
+	if s.draining.Load() {
+		m.Settle(s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
+		return false
+	}
+	if m.MarkHandedOff() {
+		s.c.handed.Add(1)
+	}
+	return true
+}
+
+// Acknowledge returns the sink paired with Source: each message that
+// reaches it without an outcome gets the OnSuccess outcome (default ack);
+// the settle path releases its permit and lease.
+func (s *Subscriber) Acknowledge() stage.Sink[*Message] {
+	return sink.Acknowledge(s.policy)
+}
+
+// Handler processes one message. Returning nil applies OnSuccess (default
+// ack), an error OnFailure (default nack), unless the handler settled the
+// message itself. It must return when ctx is done.
+type Handler func(ctx context.Context, m *Message) error
+
+// Process returns the processing stage Run uses: parallelism fixed
+// workers calling handler; when the subscription orders by key (or
+// Ordering is set), one message per ordering key at a time, in order. A
+// panicking handler nacks its message and is logged; the subscriber goes on.
+func (s *Subscriber) Process(parallelism int, handler Handler) stage.Flow[*Message, *Message] {
+	call := func(ctx context.Context, m *Message) (*Message, error) {
+		sink.Apply(m, s.safeHandle(ctx, handler, m), s.policy)
+		return m, nil
+	}
+	opt := operators.Options[*Message, *Message]{}
+	if s.ordered {
+		opt.Mode = operators.Keyed
+		opt.Key = orderingKey
+	}
+	return operators.ParallelMap(parallelism, call, opt)
+}
+
+// orderingKey keys a message by its ordering key; messages without one
+// get a key of their own, so they never wait for each other.
+func orderingKey(m *Message) string {
+	if m.OrderingKey == "" {
+		return "\x00" + m.AckID
+	}
+	return m.OrderingKey
+}
+
+// PanicError is the handler failure recorded for a panicking handler.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("pubsubflow: handler panicked: %v", e.Value) }
+
+func (s *Subscriber) safeHandle(ctx context.Context, h Handler, m *Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &PanicError{Value: p, Stack: debug.Stack()}
+			s.c.setErr(err)
+			if s.cfg.Logger != nil {
+				s.cfg.Logger.Error("pubsubflow: handler panicked; message nacked",
+					"subscription", s.sub, "message_id", m.ID, "panic", p)
+			}
+			m.Nack()
+		}
+	}()
+	return h(ctx, m)
+}
+
+// Run receives and processes messages with parallelism workers calling
+// handler until ctx is done or the subscriber is closed (both mean: stop
+// and drain, then return nil), or a terminal error (subscription deleted,
+// permission denied), which it returns. It returns only after every
+// goroutine it started has exited.
+func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) error {
+	if parallelism < 1 {
+		return fmt.Errorf("pubsubflow: Run: parallelism %d, want ≥ 1", parallelism)
+	}
+	if handler == nil {
+		return errors.New("pubsubflow: Run: nil handler")
+	}
+	select {
+	case <-s.closed:
+		return ErrClosed
+	default:
+	}
+	// The pipeline's own context is cancelled only after the drain timeout:
+	// cancelling ctx means stop-and-drain, not abandon.
+	pctx, cancel := context.WithCancel(context.Background())
+	s.mu.Lock()
+	s.runCancels[&cancel] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.runCancels, &cancel)
+		s.mu.Unlock()
+		cancel()
+	}()
+
+	done := make(chan error, 1)
+	go func() {
+		done <- pipeline.FromContext(pctx, s.Source()).Via(s.Process(parallelism, handler)).To(s.Acknowledge())
+	}()
+	select {
+	case err := <-done:
+		// A terminal error, or a shutdown started elsewhere: drain what is
+		// left so nothing stays leased.
+		closeErr := s.Close()
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return closeErr
+	case <-ctx.Done():
+	case <-s.closed:
+	}
+	closeErr := s.Close()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return closeErr
+}

@@ -1,0 +1,235 @@
+package pubsubflow
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc"
+
+	"github.com/pubsubflow/pubsubflow/connect"
+	"github.com/pubsubflow/pubsubflow/lease"
+	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/source"
+)
+
+// Unlimited, as MaxOutstandingMessages or MaxOutstandingBytes, turns that
+// flow-control dimension off.
+const Unlimited = -1
+
+// Defaults, from the reference documents and Google's clients.
+const (
+	DefaultStreamAckDeadline      = 60 * time.Second
+	DefaultMaxOutstandingMessages = 1000
+	DefaultMaxOutstandingBytes    = 100 << 20
+	DefaultMaxBuffer              = 1000
+	DefaultHeartbeatInterval      = 30 * time.Second
+	DefaultHeartbeatTimeout       = 15 * time.Second
+	DefaultMaxExtension           = 60 * time.Minute
+	DefaultAckFlushInterval       = 100 * time.Millisecond
+	DefaultShutdownNackDelay      = 5 * time.Second
+	DefaultDrainTimeout           = 30 * time.Second
+)
+
+// SubscriberConfig configures a Subscriber. The zero value means the
+// documented defaults; Validate reports bad values by field name.
+type SubscriberConfig struct {
+	// Conn or Client connect the subscriber (Client is the seam for tests);
+	// when both are nil it dials with Connect (PUBSUB_EMULATOR_HOST, or TLS
+	// and Application Default Credentials to pubsub.googleapis.com).
+	Conn    grpc.ClientConnInterface
+	Client  pubsubpb.SubscriberClient
+	Connect connect.Options
+
+	// StreamAckDeadline is the deadline the server gives each delivered
+	// message before the first extension: 10–600 s, default 60 s.
+	StreamAckDeadline time.Duration
+	// ClientID is sent on every stream; default random, stable for the
+	// subscriber's life (reconnects included).
+	ClientID string
+	// MaxOutstandingMessages and MaxOutstandingBytes bound what the client
+	// holds unsettled (server-side on the initial request, divided among
+	// streams, and client-side in FlowGate). Defaults 1000 and 100 MiB;
+	// Unlimited turns a dimension off.
+	MaxOutstandingMessages int64
+	MaxOutstandingBytes    int64
+	// Streams is the number of StreamingPull streams, default 1.
+	Streams int
+	// MaxBuffer bounds the EagerTrack buffer, default 1000.
+	MaxBuffer int
+	// HeartbeatInterval (default 30 s) and HeartbeatTimeout (default 15 s):
+	// an empty request every interval; no server response within the
+	// timeout after one restarts the stream.
+	HeartbeatInterval time.Duration
+	HeartbeatTimeout  time.Duration
+	// Backoff and Classify replace the reconnect policy (default randomized
+	// exponential 100 ms–60 s; source.DefaultClassifier).
+	Backoff  source.Backoff
+	Classify source.Classifier
+
+	// Lease chooses the deadline strategy (default adaptive: p99 of
+	// receipt→ack latency, clamped to 10–600 s). MaxExtension (default 60
+	// min; Unlimited for none) bounds how long one message is held.
+	Lease        lease.Strategy
+	MaxExtension time.Duration
+
+	// AckFlushInterval is the longest an ack waits to be batched (default
+	// 100 ms; a full batch or full flow control flushes at once).
+	AckFlushInterval time.Duration
+
+	// OnSuccess (default Ack) and OnFailure (default Nack) settle messages
+	// whose handler returned nil or an error; NackAfter uses NackDelay.
+	OnSuccess Outcome
+	OnFailure Outcome
+	NackDelay time.Duration
+	// OnShutdown settles messages received but not yet handed to processing
+	// when the subscriber shuts down: default NackAfter with
+	// ShutdownNackDelay (5 s); Nack or NoOp also allowed.
+	OnShutdown        Outcome
+	ShutdownNackDelay time.Duration
+	// DrainTimeout bounds how long shutdown waits for messages in
+	// processing to settle before nacking the rest (default 30 s).
+	DrainTimeout time.Duration
+
+	// Ordering processes messages of one ordering key one at a time, in
+	// order, even if the subscription does not report message ordering.
+	// Run always does so when the subscription does.
+	Ordering bool
+
+	// Logger receives connection, lease and ack events (default: none).
+	Logger *slog.Logger
+	// MeterProvider receives OpenTelemetry metrics (default: none, free).
+	MeterProvider metric.MeterProvider
+}
+
+var subscriptionName = regexp.MustCompile(`^projects/[^/]+/subscriptions/[^/]+$`)
+
+// ValidateSubscription checks a subscription name's form.
+func ValidateSubscription(name string) error {
+	if !subscriptionName.MatchString(name) {
+		return fmt.Errorf("pubsubflow: subscription %q: want projects/PROJECT/subscriptions/NAME", name)
+	}
+	return nil
+}
+
+// fieldError names the field in every configuration error.
+func fieldError(field string, format string, args ...any) error {
+	return fmt.Errorf("pubsubflow: SubscriberConfig.%s: %s", field, fmt.Sprintf(format, args...))
+}
+
+func inRange(field string, d, lo, hi time.Duration) error {
+	if d != 0 && (d < lo || d > hi) {
+		return fieldError(field, "%v is outside %v–%v", d, lo, hi)
+	}
+	return nil
+}
+
+func limit(field string, v int64) error {
+	if v < Unlimited {
+		return fieldError(field, "%d: want ≥ 0 (0 = default) or Unlimited (-1)", v)
+	}
+	return nil
+}
+
+func outcome(field string, o Outcome, allowed ...Outcome) error {
+	if o == message.Pending {
+		return nil
+	}
+	for _, a := range allowed {
+		if o == a {
+			return nil
+		}
+	}
+	return fieldError(field, "outcome %v is not one of %v", o, allowed)
+}
+
+// Validate reports every bad value, each naming its field.
+func (c *SubscriberConfig) Validate() error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Conn != nil && c.Client != nil {
+		add(fieldError("Conn", "set Conn or Client, not both"))
+	}
+	add(inRange("StreamAckDeadline", c.StreamAckDeadline, 10*time.Second, 600*time.Second))
+	if c.StreamAckDeadline < 0 {
+		add(fieldError("StreamAckDeadline", "negative"))
+	}
+	if len(c.ClientID) > 128 {
+		add(fieldError("ClientID", "%d bytes, at most 128", len(c.ClientID)))
+	}
+	add(limit("MaxOutstandingMessages", c.MaxOutstandingMessages))
+	add(limit("MaxOutstandingBytes", c.MaxOutstandingBytes))
+	if c.Streams < 0 || c.Streams > 64 {
+		add(fieldError("Streams", "%d: want 1–64 (0 = default 1)", c.Streams))
+	}
+	if c.MaxBuffer < 0 {
+		add(fieldError("MaxBuffer", "%d: negative", c.MaxBuffer))
+	}
+	add(positiveRange("HeartbeatInterval", c.HeartbeatInterval, time.Millisecond, 10*time.Minute))
+	add(positiveRange("HeartbeatTimeout", c.HeartbeatTimeout, time.Millisecond, 10*time.Minute))
+	if c.MaxExtension < 0 && c.MaxExtension != Unlimited {
+		add(fieldError("MaxExtension", "%v: want ≥ 0 or Unlimited", c.MaxExtension))
+	}
+	add(positiveRange("AckFlushInterval", c.AckFlushInterval, time.Millisecond, 10*time.Second))
+	add(outcome("OnSuccess", c.OnSuccess, Ack, Nack, NackAfter, NoOp))
+	add(outcome("OnFailure", c.OnFailure, Ack, Nack, NackAfter, NoOp))
+	add(outcome("OnShutdown", c.OnShutdown, Nack, NackAfter, NoOp))
+	add(positiveRange("NackDelay", c.NackDelay, 0, 600*time.Second))
+	add(positiveRange("ShutdownNackDelay", c.ShutdownNackDelay, 0, 600*time.Second))
+	add(positiveRange("DrainTimeout", c.DrainTimeout, 0, time.Hour))
+	return errors.Join(errs...)
+}
+
+// positiveRange accepts 0 (the default) or a value in [lo, hi].
+func positiveRange(field string, d, lo, hi time.Duration) error {
+	if d < 0 {
+		return fieldError(field, "%v: negative", d)
+	}
+	return inRange(field, d, lo, hi)
+}
+
+// withDefaults returns a copy with every zero field set to its default.
+func (c SubscriberConfig) withDefaults() SubscriberConfig {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.StreamAckDeadline, DefaultStreamAckDeadline)
+	def(&c.HeartbeatInterval, DefaultHeartbeatInterval)
+	def(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	def(&c.MaxExtension, DefaultMaxExtension)
+	def(&c.AckFlushInterval, DefaultAckFlushInterval)
+	def(&c.ShutdownNackDelay, DefaultShutdownNackDelay)
+	def(&c.DrainTimeout, DefaultDrainTimeout)
+	if c.MaxOutstandingMessages == 0 {
+		c.MaxOutstandingMessages = DefaultMaxOutstandingMessages
+	}
+	if c.MaxOutstandingBytes == 0 {
+		c.MaxOutstandingBytes = DefaultMaxOutstandingBytes
+	}
+	if c.Streams == 0 {
+		c.Streams = 1
+	}
+	if c.MaxBuffer == 0 {
+		c.MaxBuffer = DefaultMaxBuffer
+	}
+	if c.OnSuccess == message.Pending {
+		c.OnSuccess = Ack
+	}
+	if c.OnFailure == message.Pending {
+		c.OnFailure = Nack
+	}
+	if c.OnShutdown == message.Pending {
+		c.OnShutdown = NackAfter
+	}
+	return c
+}

@@ -1,0 +1,69 @@
+package pubsubflow
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc"
+)
+
+// TestBadConfigs: each bad value is a clear error from the constructor that
+// names its field, never a panic, and nothing is left running.
+func TestBadConfigs(t *testing.T) {
+	const sub = "projects/p/subscriptions/s"
+	conn := &grpc.ClientConn{}
+	cases := []struct {
+		name, sub, field string
+		cfg              SubscriberConfig
+	}{
+		{"empty subscription", "", "subscription", SubscriberConfig{}},
+		{"topic not subscription", "projects/p/topics/t", "subscription", SubscriberConfig{}},
+		{"missing project", "subscriptions/s", "subscription", SubscriberConfig{}},
+		{"deadline too short", sub, "StreamAckDeadline", SubscriberConfig{StreamAckDeadline: 5 * time.Second}},
+		{"deadline too long", sub, "StreamAckDeadline", SubscriberConfig{StreamAckDeadline: 601 * time.Second}},
+		{"deadline negative", sub, "StreamAckDeadline", SubscriberConfig{StreamAckDeadline: -time.Second}},
+		{"negative messages", sub, "MaxOutstandingMessages", SubscriberConfig{MaxOutstandingMessages: -5}},
+		{"negative bytes", sub, "MaxOutstandingBytes", SubscriberConfig{MaxOutstandingBytes: -2}},
+		{"negative streams", sub, "Streams", SubscriberConfig{Streams: -1}},
+		{"too many streams", sub, "Streams", SubscriberConfig{Streams: 1000}},
+		{"negative buffer", sub, "MaxBuffer", SubscriberConfig{MaxBuffer: -1}},
+		{"negative heartbeat", sub, "HeartbeatInterval", SubscriberConfig{HeartbeatInterval: -time.Second}},
+		{"heartbeat timeout too long", sub, "HeartbeatTimeout", SubscriberConfig{HeartbeatTimeout: time.Hour}},
+		{"negative max extension", sub, "MaxExtension", SubscriberConfig{MaxExtension: -time.Minute}},
+		{"flush interval too long", sub, "AckFlushInterval", SubscriberConfig{AckFlushInterval: time.Minute}},
+		{"bad success outcome", sub, "OnSuccess", SubscriberConfig{OnSuccess: Outcome(99)}},
+		{"expired is not a failure outcome", sub, "OnFailure", SubscriberConfig{OnFailure: Outcome(5)}},
+		{"ack on shutdown", sub, "OnShutdown", SubscriberConfig{OnShutdown: Ack}},
+		{"nack delay too long", sub, "NackDelay", SubscriberConfig{NackDelay: 11 * time.Minute}},
+		{"shutdown nack delay negative", sub, "ShutdownNackDelay", SubscriberConfig{ShutdownNackDelay: -time.Second}},
+		{"drain timeout too long", sub, "DrainTimeout", SubscriberConfig{DrainTimeout: 2 * time.Hour}},
+		{"client id too long", sub, "ClientID", SubscriberConfig{ClientID: strings.Repeat("x", 129)}},
+		{"conn and client", sub, "Conn", SubscriberConfig{Conn: conn, Client: pubsubpb.NewSubscriberClient(conn)}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := NewSubscriber(context.Background(), c.sub, c.cfg)
+			if err == nil {
+				s.Close()
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), c.field) {
+				t.Fatalf("error %q does not name %s", err, c.field)
+			}
+		})
+	}
+}
+
+func TestRunRejectsBadArguments(t *testing.T) {
+	env := newEnv(t)
+	s := env.subscriber(t, SubscriberConfig{})
+	if err := s.Run(context.Background(), 0, func(context.Context, *Message) error { return nil }); err == nil || !strings.Contains(err.Error(), "parallelism") {
+		t.Fatalf("parallelism 0: %v", err)
+	}
+	if err := s.Run(context.Background(), 1, nil); err == nil || !strings.Contains(err.Error(), "handler") {
+		t.Fatalf("nil handler: %v", err)
+	}
+}

@@ -1,0 +1,19 @@
+package pubsubflow
+
+import "github.com/pubsubflow/pubsubflow/message"
+
+// Message is one received message; see message.Message. Handlers settle it
+// with Ack, Nack, NackAfter or NoOp (the first outcome wins), or leave it to
+// the outcome policy.
+type Message = message.Message
+
+// Outcome is what happens to a received message; see message.Outcome.
+type Outcome = message.Outcome
+
+// The outcomes a policy may choose.
+const (
+	Ack       = message.Ack
+	Nack      = message.Nack
+	NackAfter = message.NackAfter
+	NoOp      = message.NoOp
+)

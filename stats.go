@@ -1,0 +1,60 @@
+package pubsubflow
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Stats is a snapshot of a Subscriber: the seed's "pressure snapshot",
+// with each message state kept apart. Received − settled = Buffered +
+// Processing, always.
+type Stats struct {
+	// Outstanding and OutstandingBytes are what flow control counts: every
+	// received message that holds a permit and is not settled.
+	Outstanding      int64
+	OutstandingBytes int64
+	// Leases is the number of messages whose deadline is being extended.
+	Leases int
+	// Buffered messages were received but not yet handed to processing;
+	// Processing messages were handed on and are not settled yet.
+	Buffered   int64
+	Processing int64
+	// Totals since the subscriber started.
+	Received    uint64
+	Redelivered uint64 // received with a delivery attempt above 1
+	Acked       uint64
+	Nacked      uint64
+	NoOps       uint64
+	Expired     uint64
+	Extended    uint64
+	Reconnects  uint64
+	AckFailures uint64
+	// AckDeadline is the current lease deadline.
+	AckDeadline time.Duration
+	// LastError is the most recent stream, lease or ack error.
+	LastError error
+}
+
+// counters hold the Stats totals; they are updated on hot paths, so each
+// is one atomic add.
+type counters struct {
+	received, redelivered, acked, nacked, noops, expired atomic.Uint64
+	extended, reconnects, ackFailures                    atomic.Uint64
+	settled, handed, settledHanded                       atomic.Int64
+
+	mu      sync.Mutex
+	lastErr error
+}
+
+func (c *counters) setErr(err error) {
+	c.mu.Lock()
+	c.lastErr = err
+	c.mu.Unlock()
+}
+
+func (c *counters) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastErr
+}

@@ -1,0 +1,242 @@
+package pubsubflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc"
+
+	"github.com/pubsubflow/pubsubflow/ack"
+	"github.com/pubsubflow/pubsubflow/connect"
+	"github.com/pubsubflow/pubsubflow/flow"
+	"github.com/pubsubflow/pubsubflow/lease"
+	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/sink"
+	"github.com/pubsubflow/pubsubflow/source"
+)
+
+// ErrClosed is returned by Run and Source on a subscriber that was closed.
+var ErrClosed = errors.New("pubsubflow: subscriber closed")
+
+// Subscriber consumes one subscription. It owns the lease table, the flow
+// budget and the acknowledger, which outlive every stream restart, and
+// composes the stages around them so they cannot be wired wrong:
+//
+//	Subscribe ─▶ EagerTrack ─▶ FlowGate ─▶ [your stages] ─▶ Acknowledge
+//
+// Source and Acknowledge are the two ends for custom topologies; Run is the
+// whole thing with a handler. Close (or Shutdown) drains and stops it.
+type Subscriber struct {
+	cfg    SubscriberConfig
+	sub    string
+	conn   *grpc.ClientConn // dialed by us, closed by Close
+	client pubsubpb.SubscriberClient
+
+	src     *source.Source
+	fc      *flow.FlowControl
+	ext     *lease.Extender
+	acks    *ack.Acknowledger
+	settler *sink.Settler
+	policy  sink.Policy
+	tel     *telemetry
+	c       counters
+	ordered bool
+
+	life      context.Context // cancelled when the streams must stop
+	stop      context.CancelFunc
+	draining  atomic.Bool
+	settledCh chan struct{} // pinged on settle while draining
+	runs      sync.WaitGroup
+	active    atomic.Int64 // running Source pipelines
+	runsDone  chan struct{}
+	abandon   chan struct{} // closed when the drain timeout has passed
+
+	mu         sync.Mutex
+	runCancels map[*context.CancelFunc]struct{}
+	closing    atomic.Bool
+	closeErr   error         // written before closeDone is closed
+	closeDone  chan struct{} // closed when shutdown has finished
+	closed     chan struct{} // closed when shutdown starts
+}
+
+// NewSubscriber validates cfg, connects, and prepares a subscriber for
+// subscription (projects/P/subscriptions/S). Nothing is received until Run
+// or a pipeline from Source runs.
+func NewSubscriber(ctx context.Context, subscription string, cfg SubscriberConfig) (*Subscriber, error) {
+	if err := ValidateSubscription(subscription); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Subscriber{
+		cfg: cfg, sub: subscription,
+		settledCh:  make(chan struct{}, 1),
+		runsDone:   make(chan struct{}, 1),
+		runCancels: map[*context.CancelFunc]struct{}{},
+		closed:     make(chan struct{}),
+		closeDone:  make(chan struct{}),
+		abandon:    make(chan struct{}),
+	}
+	if err := s.connect(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.build(ctx); err != nil {
+		s.closeParts()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Subscriber) connect(ctx context.Context) error {
+	switch {
+	case s.cfg.Client != nil:
+		s.client = s.cfg.Client
+	case s.cfg.Conn != nil:
+		s.client = pubsubpb.NewSubscriberClient(s.cfg.Conn)
+	default:
+		conn, err := connect.Dial(ctx, s.cfg.Connect)
+		if err != nil {
+			return fmt.Errorf("pubsubflow: connecting for %s: %w", s.sub, err)
+		}
+		s.conn, s.client = conn, pubsubpb.NewSubscriberClient(conn)
+	}
+	return nil
+}
+
+// build makes the long-lived parts: telemetry, flow control, lease
+// extender, acknowledger, settle path and the stream source.
+func (s *Subscriber) build(ctx context.Context) error {
+	var err error
+	s.tel, err = newTelemetry(s.sub, s.cfg.Logger, s.cfg.MeterProvider, &s.c, s.Stats)
+	if err != nil {
+		return fmt.Errorf("pubsubflow: telemetry: %w", err)
+	}
+	s.fc = flow.NewFlowControl(clientLimit(s.cfg.MaxOutstandingMessages), clientLimit(s.cfg.MaxOutstandingBytes))
+	maxExt := s.cfg.MaxExtension
+	if maxExt == Unlimited {
+		maxExt = -1
+	}
+	s.ext, err = lease.NewExtender(s.client, s.sub, lease.Config{
+		Strategy:          s.cfg.Lease,
+		StreamAckDeadline: s.cfg.StreamAckDeadline,
+		MaxExtension:      maxExt,
+		Events:            s.tel.onEvent,
+		Logger:            s.cfg.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	s.acks, err = ack.New(s.client, s.sub, ack.Config{
+		FlushInterval: s.cfg.AckFlushInterval,
+		Flow:          s.fc,
+		Events:        s.tel.onEvent,
+		Logger:        s.cfg.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	s.settler = sink.NewSettler(s.acks, s.fc, s.ext)
+	s.policy = sink.Policy{OnSuccess: s.cfg.OnSuccess, OnFailure: s.cfg.OnFailure, NackDelay: s.cfg.NackDelay}
+	s.src, err = source.Subscribe(s.client, source.Config{
+		Subscription:           s.sub,
+		StreamAckDeadline:      s.cfg.StreamAckDeadline,
+		ClientID:               s.cfg.ClientID,
+		MaxOutstandingMessages: s.cfg.MaxOutstandingMessages,
+		MaxOutstandingBytes:    s.cfg.MaxOutstandingBytes,
+		Streams:                s.cfg.Streams,
+		HeartbeatInterval:      s.cfg.HeartbeatInterval,
+		HeartbeatTimeout:       s.cfg.HeartbeatTimeout,
+		Backoff:                s.cfg.Backoff,
+		Classify:               s.cfg.Classify,
+		Events:                 s.tel.onEvent,
+		Logger:                 s.cfg.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	s.life, s.stop = context.WithCancel(context.Background())
+	s.ordered = s.cfg.Ordering || s.subscriptionOrdered(ctx)
+	return nil
+}
+
+// clientLimit maps the config's Unlimited to flow control's "no limit".
+func clientLimit(v int64) int64 {
+	if v == Unlimited {
+		return 0
+	}
+	return v
+}
+
+// subscriptionOrdered asks the server whether the subscription orders by
+// key. It is best effort: without the permission, Ordering decides.
+func (s *Subscriber) subscriptionOrdered(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got, err := s.client.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: s.sub})
+	return err == nil && got.GetEnableMessageOrdering()
+}
+
+// ClientID is the id sent on every stream of this subscriber.
+func (s *Subscriber) ClientID() string { return s.src.ClientID() }
+
+// Settle is the subscriber's one settle path (message.Settler): it counts
+// the outcome and hands the message to the sink's settler, which releases
+// the flow permit and the lease and sends the ack or nack.
+func (s *Subscriber) Settle(m *Message, o Outcome, d time.Duration) {
+	s.settler.Settle(m, o, d)
+	switch o {
+	case message.Ack:
+		s.c.acked.Add(1)
+	case message.Nack, message.NackAfter:
+		s.c.nacked.Add(1)
+	case message.NoOp:
+		s.c.noops.Add(1)
+	case message.Expired:
+		s.c.expired.Add(1)
+	}
+	s.c.settled.Add(1)
+	if m.HandedOff() {
+		s.c.settledHanded.Add(1)
+	}
+	if s.draining.Load() {
+		ping(s.settledCh)
+	}
+}
+
+func ping(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns a snapshot of the subscriber's state and totals.
+func (s *Subscriber) Stats() Stats {
+	received := int64(s.c.received.Load())
+	processing := s.c.handed.Load() - s.c.settledHanded.Load()
+	return Stats{
+		Outstanding:      s.fc.Outstanding(),
+		OutstandingBytes: s.fc.OutstandingBytes(),
+		Leases:           s.ext.Len(),
+		Buffered:         max(0, received-s.c.settled.Load()-processing),
+		Processing:       processing,
+		Received:         uint64(received),
+		Redelivered:      s.c.redelivered.Load(),
+		Acked:            s.c.acked.Load(),
+		Nacked:           s.c.nacked.Load(),
+		NoOps:            s.c.noops.Load(),
+		Expired:          s.c.expired.Load(),
+		Extended:         s.c.extended.Load(),
+		Reconnects:       s.c.reconnects.Load(),
+		AckFailures:      s.c.ackFailures.Load(),
+		AckDeadline:      s.ext.Deadline(),
+		LastError:        s.c.err(),
+	}
+}
