@@ -20,6 +20,9 @@ type Stats struct {
 	// Processing messages were handed on and are not settled yet.
 	Buffered   int64
 	Processing int64
+	// Acking messages were acked and their ack is not yet final (sent and
+	// confirmed, or failed for good); their leases are still extended.
+	Acking int64
 	// Totals since the subscriber started.
 	Received    uint64
 	Redelivered uint64 // received with a delivery attempt above 1
@@ -41,7 +44,7 @@ type Stats struct {
 type counters struct {
 	received, redelivered, acked, nacked, noops, expired atomic.Uint64
 	extended, reconnects, ackFailures                    atomic.Uint64
-	settled, handed, settledHanded                       atomic.Int64
+	settled, handed, settledHanded, ackFinal             atomic.Int64
 
 	mu      sync.Mutex
 	lastErr error

@@ -136,6 +136,7 @@ func (s *Subscriber) build(ctx context.Context) error {
 	s.acks, err = ack.New(s.client, s.sub, ack.Config{
 		FlushInterval: s.cfg.AckFlushInterval,
 		Flow:          s.fc,
+		OnAcked:       s.acked,
 		Events:        s.tel.onEvent,
 		Logger:        s.cfg.Logger,
 	})
@@ -143,6 +144,7 @@ func (s *Subscriber) build(ctx context.Context) error {
 		return err
 	}
 	s.settler = sink.NewSettler(s.acks, s.fc, s.ext)
+	s.settler.ReleaseAfterAck = true
 	s.policy = sink.Policy{OnSuccess: s.cfg.OnSuccess, OnFailure: s.cfg.OnFailure, NackDelay: s.cfg.NackDelay}
 	s.src, err = source.Subscribe(s.client, source.Config{
 		Subscription:           s.sub,
@@ -210,6 +212,14 @@ func (s *Subscriber) Settle(m *Message, o Outcome, d time.Duration) {
 	}
 }
 
+// acked is the acknowledger's completion hook: leases of acked messages
+// are released only once the ack is final, so they are extended while a
+// slow Acknowledge is on its way.
+func (s *Subscriber) acked(ackIDs []string) {
+	s.ext.ReleaseAcked(s.sub, ackIDs)
+	s.c.ackFinal.Add(int64(len(ackIDs)))
+}
+
 func ping(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -227,6 +237,7 @@ func (s *Subscriber) Stats() Stats {
 		Leases:           s.ext.Len(),
 		Buffered:         max(0, received-s.c.settled.Load()-processing),
 		Processing:       processing,
+		Acking:           max(0, int64(s.c.acked.Load())-s.c.ackFinal.Load()),
 		Received:         uint64(received),
 		Redelivered:      s.c.redelivered.Load(),
 		Acked:            s.c.acked.Load(),

@@ -261,3 +261,30 @@ func TestSourceAcknowledgeComposition(t *testing.T) {
 		t.Fatalf("pipeline: %v", err)
 	}
 }
+
+// TestSlowAcknowledgeKeepsLeases: every Acknowledge takes 25 s (longer than
+// the 10 s stream deadline); leases of acked messages keep being extended
+// until their ack is final, so nothing expires or is redelivered.
+func TestSlowAcknowledgeKeepsLeases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, pubsubtest.WithBufconn())
+		e.publish(t, 200, nil)
+		e.srv.SetLatency("Acknowledge", 25*time.Second)
+		s := e.subscriber(t, SubscriberConfig{StreamAckDeadline: 10 * time.Second})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := runAsync(ctx, s, 4, func(ctx context.Context, m *Message) error { return nil })
+		waitFor(t, "acks to be sent", time.Minute, func() bool { return s.Stats().Acking > 0 })
+		waitFor(t, "200 acks", 5*time.Minute, func() bool { return e.srv.SubscriptionStats(e.sub).Acked == 200 })
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		ss := e.srv.SubscriptionStats(e.sub)
+		if ss.Expired != 0 || ss.Redelivered != 0 {
+			t.Fatalf("slow acks let leases lapse: %+v", ss)
+		}
+		if st := s.Stats(); st.Leases != 0 || st.Acking != 0 {
+			t.Fatalf("after drain: %+v", st)
+		}
+	})
+}

@@ -176,6 +176,7 @@ func (a *Acknowledger) enqueue(key batchKey, ackID string) *message.Result {
 			r.Resolve(err)
 		}
 		a.emitFailed(1, err)
+		a.acked(key, []string{ackID})
 		return r
 	}
 	b := a.batchLocked(key)

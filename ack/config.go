@@ -65,6 +65,13 @@ type Config struct {
 	// Retryable classifies a failed RPC that carries no per-ack-id
 	// failures: true retries it. Nil means DefaultRetryable.
 	Retryable func(error) bool
+	// OnAcked, if set, is called once for every ack id queued with Ack or
+	// AckWithResult when its fate is final: confirmed, failed for good, or
+	// abandoned at Close. The lease manager uses it to keep extending a
+	// lease until its ack has reached the server, so a slow Acknowledge
+	// cannot let it lapse. It runs on the acknowledger's goroutines, after
+	// its lock is released, and must not block.
+	OnAcked func(ackIDs []string)
 	// Events receives Ack, Nack (counts the server accepted), Retry and
 	// AckFailed events. Nil: none.
 	Events event.Func

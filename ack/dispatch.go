@@ -182,6 +182,7 @@ func (a *Acknowledger) complete(r *request, err error) {
 
 	var evs []event.Event
 	var retry *request
+	var final []string // ack ids whose fate is now final (for OnAcked)
 	switch {
 	case err != nil && aborted:
 		a.failAll(r, ErrClosed, err)
@@ -201,6 +202,9 @@ func (a *Acknowledger) complete(r *request, err error) {
 			evs = append(evs, event.Event{Kind: event.AckFailed, Subscription: a.sub, Count: len(o.failed), Err: first})
 			a.log.Warn("pubsubflow: ack ids failed for good", "subscription", a.sub, "count", len(o.failed), "err", first)
 		}
+		if len(o.retry) == 0 {
+			final = r.ids
+		}
 		if len(o.retry) > 0 {
 			retry = r.subset(o.retry)
 			retry.err = err
@@ -210,8 +214,10 @@ func (a *Acknowledger) complete(r *request, err error) {
 				evs = append(evs, event.Event{Kind: event.AckFailed, Subscription: a.sub, Count: len(retry.ids), Err: first})
 				a.log.Warn("pubsubflow: ack retries exhausted", "subscription", a.sub, "count", len(retry.ids), "err", err)
 				retry = nil
+				final = r.ids
 			} else {
 				retry.due = now.Add(delay)
+				final = without(r.ids, o.retry)
 				evs = append(evs, event.Event{Kind: event.Retry, Subscription: a.sub, Count: len(retry.ids), Delay: delay, Err: err})
 				a.log.Debug("pubsubflow: ack retry", "subscription", a.sub, "count", len(retry.ids), "delay", delay, "err", err)
 			}
@@ -236,9 +242,31 @@ func (a *Acknowledger) complete(r *request, err error) {
 	a.noteIdleLocked()
 	a.mu.Unlock()
 
+	a.acked(r.key, final)
 	for _, e := range evs {
 		a.events.Emit(e)
 	}
+}
+
+// acked reports ack ids whose fate is final to Config.OnAcked.
+func (a *Acknowledger) acked(key batchKey, ids []string) {
+	if key.kind == kindAck && a.cfg.OnAcked != nil && len(ids) > 0 {
+		a.cfg.OnAcked(ids)
+	}
+}
+
+// without returns ids less the given indexes (sorted ascending).
+func without(ids []string, idx []int) []string {
+	out := make([]string, 0, len(ids)-len(idx))
+	j := 0
+	for i, id := range ids {
+		if j < len(idx) && idx[j] == i {
+			j++
+			continue
+		}
+		out = append(out, id)
+	}
+	return out
 }
 
 // resolveOK settles the Results of the ids the server confirmed.
@@ -321,6 +349,7 @@ func (a *Acknowledger) failAll(r *request, kind, err error) {
 		return
 	}
 	a.emitFailed(len(r.ids), a.failIndexes(r, nil, nil, kind, err))
+	a.acked(r.key, r.ids)
 }
 
 // backoff is the pause before attempt+1: exponential from 100 ms to 60 s

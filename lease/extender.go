@@ -222,6 +222,30 @@ func (e *Extender) Release(m *message.Message, o message.Outcome) {
 	}
 }
 
+// ReleaseAcked releases the leases of ack ids of subscription ("" for the
+// extender's own) whose acks have reached the server, recording their
+// latency as Release does for message.Ack. It is the acknowledger's
+// completion hook (ack.Config.OnAcked): a settle path that defers lease
+// release to it keeps extending a lease while its ack is still on its way.
+func (e *Extender) ReleaseAcked(subscription string, ackIDs []string) {
+	if subscription == "" {
+		subscription = e.sub
+	}
+	now := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, id := range ackIDs {
+		k := key{sub: subscription, ackID: id}
+		l := e.leases[k]
+		if l == nil {
+			continue
+		}
+		delete(e.leases, k)
+		l.endConfirm()
+		e.policy.record(now.Sub(l.received))
+	}
+}
+
 // Deadline is the deadline the strategy yields now, in whole seconds: what
 // the stream should use as its ack deadline and what new leases get.
 // Messages of exactly-once subscriptions get at least 60 s.

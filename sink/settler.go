@@ -23,6 +23,13 @@ type Settler struct {
 	acks   *ack.Acknowledger
 	fc     *flow.FlowControl
 	leases Leases
+
+	// ReleaseAfterAck leaves the lease of an acked message in place, to be
+	// released when the acknowledger reports the ack final
+	// (ack.Config.OnAcked wired to lease.Extender.ReleaseAcked), so the
+	// lease keeps being extended while a slow Acknowledge is on its way.
+	// Nacks always release at once: an extension after a nack would undo it.
+	ReleaseAfterAck bool
 }
 
 // NewSettler returns the settle path over the shared acknowledger, flow
@@ -43,7 +50,7 @@ func (s *Settler) Settle(m *message.Message, o message.Outcome, delay time.Durat
 	if s.fc != nil {
 		s.fc.ReleaseMessage(m)
 	}
-	if s.leases != nil {
+	if s.leases != nil && !(o == message.Ack && s.ReleaseAfterAck && s.acks != nil) {
 		s.leases.Release(m, o)
 	}
 	if s.acks == nil {
