@@ -13,6 +13,7 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/ack"
 	"github.com/pubsubflow/pubsubflow/connect"
+	"github.com/pubsubflow/pubsubflow/event"
 	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/lease"
 	"github.com/pubsubflow/pubsubflow/message"
@@ -37,15 +38,16 @@ type Subscriber struct {
 	conn   *grpc.ClientConn // dialed by us, closed by Close
 	client pubsubpb.SubscriberClient
 
-	src     *source.Source
-	fc      *flow.FlowControl
-	ext     *lease.Extender
-	acks    *ack.Acknowledger
-	settler *sink.Settler
-	policy  sink.Policy
-	tel     *telemetry
-	c       counters
-	ordered bool
+	src      *source.Source
+	srcReady atomic.Pointer[source.Source] // for events that may precede src
+	fc       *flow.FlowControl
+	ext      *lease.Extender
+	acks     *ack.Acknowledger
+	settler  *sink.Settler
+	policy   sink.Policy
+	tel      *telemetry
+	c        counters
+	ordered  bool
 
 	life      context.Context // cancelled when the streams must stop
 	stop      context.CancelFunc
@@ -127,7 +129,7 @@ func (s *Subscriber) build(ctx context.Context) error {
 		Strategy:          s.cfg.Lease,
 		StreamAckDeadline: s.cfg.StreamAckDeadline,
 		MaxExtension:      maxExt,
-		Events:            s.tel.onEvent,
+		Events:            s.onLeaseEvent,
 		Logger:            s.cfg.Logger,
 	})
 	if err != nil {
@@ -163,6 +165,7 @@ func (s *Subscriber) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.srcReady.Store(s.src)
 	s.life, s.stop = context.WithCancel(context.Background())
 	s.ordered = s.cfg.Ordering || s.subscriptionOrdered(ctx)
 	return nil
@@ -209,6 +212,19 @@ func (s *Subscriber) Settle(m *Message, o Outcome, d time.Duration) {
 	}
 	if s.draining.Load() {
 		ping(s.settledCh)
+	}
+}
+
+// onLeaseEvent reports lease events and lets the streams' ack deadline
+// follow the adaptive lease deadline, so a message's deadline before its
+// receipt modack is already the one its processing needs.
+func (s *Subscriber) onLeaseEvent(e event.Event) {
+	s.tel.onEvent(e)
+	if e.Kind != event.Extend || e.Deadline == 0 {
+		return
+	}
+	if src := s.srcReady.Load(); src != nil && src.StreamAckDeadline() != e.Deadline {
+		src.SetStreamAckDeadline(e.Deadline)
 	}
 }
 
