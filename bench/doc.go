@@ -1,0 +1,16 @@
+// Package bench measures pubsubflow's Subscriber side by side with Google's
+// official Go client (cloud.google.com/go/pubsub/v2) and with a raw
+// StreamingPull loop, all against one in-process pubsubtest server, and
+// holds the helpers those benchmarks share (Meter: wall time, process CPU
+// time and peak heap of a run).
+//
+// The benchmarks live in this package's tests; BENCHMARKS.md at the
+// repository root has the commands, the machine and the measured tables:
+//
+//	go test -run '^$' -bench Throughput -benchtime 100000x -count 6 ./bench/
+//	go test -run '^$' -bench SlowConsumer -benchtime 1x ./bench/
+//	go test -run '^$' -bench MemoryBacklog -benchtime 1000000x -timeout 30m ./bench/
+//
+// go test ./bench/ without -bench runs only quick tests (the slow-consumer
+// scenario in virtual time, and the helpers).
+package bench

@@ -1,0 +1,23 @@
+package bench
+
+import (
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	// The memory benchmark re-runs this test binary as its out-of-process
+	// server (see memory_test.go).
+	if os.Getenv(serverEnv) != "" {
+		os.Exit(serveBacklog())
+	}
+	// Google's client starts OpenCensus's stats worker in a package init,
+	// and its stream keep-alive goroutine outlives Receive until the next
+	// tick of a 10 s ticker: neither is ours to stop.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+		goleak.IgnoreTopFunction("cloud.google.com/go/pubsub/v2.(*messageIterator).streamKeepAliveHandler"),
+	)
+}
