@@ -144,12 +144,12 @@ func (a *Acknowledger) classify(r *request, err error) outcome {
 		return outcome{ok: len(r.ids)}
 	}
 	var o outcome
-	if reasons := failureReasons(err); reasons != nil {
+	if reasons := ackids.FailureReasons(err); reasons != nil {
 		for i, id := range r.ids {
 			switch reason, has := reasons[id]; {
 			case !has:
 				o.ok++ // the server applied the ids it did not list
-			case transientReason(reason):
+			case ackids.Transient(reason):
 				o.retry = append(o.retry, i)
 			default:
 				o.failed = append(o.failed, i)

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/status"
+	"github.com/pubsubflow/pubsubflow/internal/ackids"
 )
 
 // Kinds of failure an *IDError unwraps to.
@@ -27,7 +26,7 @@ const (
 	// malformed; the message will be (or was) redelivered.
 	ReasonInvalidAckID = "PERMANENT_FAILURE_INVALID_ACK_ID"
 	// TransientPrefix starts every reason that is retried.
-	TransientPrefix = "TRANSIENT_"
+	TransientPrefix = ackids.TransientPrefix
 )
 
 // IDError is the error a Result settles with, and the Err of an AckFailed
@@ -65,21 +64,3 @@ func (e *IDError) Unwrap() []error {
 
 // InvalidAckID reports whether the server said the ack id was not live.
 func (e *IDError) InvalidAckID() bool { return e.Reason == ReasonInvalidAckID }
-
-// failureReasons returns the per-ack-id reasons carried by err's
-// errdetails.ErrorInfo metadata, or nil when there are none (the failure
-// is the whole RPC's).
-func failureReasons(err error) map[string]string {
-	st, ok := status.FromError(err)
-	if !ok {
-		return nil
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && len(info.GetMetadata()) > 0 {
-			return info.GetMetadata()
-		}
-	}
-	return nil
-}
-
-func transientReason(reason string) bool { return strings.HasPrefix(reason, TransientPrefix) }

@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/event"
+	"github.com/pubsubflow/pubsubflow/internal/ackids"
 )
 
 // job is one ModifyAckDeadline request: ids[i] is the ack id of leases[i].
@@ -122,13 +121,13 @@ func classify(j job, err error) (ok, retry []*lease, failed []failure) {
 	if err == nil {
 		return j.leases, nil, nil
 	}
-	if reasons := ackIDReasons(err); reasons != nil {
+	if reasons := ackids.FailureReasons(err); reasons != nil {
 		for _, l := range j.leases {
 			reason, named := reasons[l.key.ackID]
 			switch {
 			case !named:
 				ok = append(ok, l)
-			case strings.HasPrefix(reason, "TRANSIENT_FAILURE"):
+			case ackids.Transient(reason):
 				retry = append(retry, l)
 			default:
 				failed = append(failed, failure{l: l, perID: true, err: fmt.Errorf("lease: ack id failed (%s): %w", reason, err)})
@@ -143,21 +142,6 @@ func classify(j job, err error) (ok, retry []*lease, failed []failure) {
 		failed = append(failed, failure{l: l, err: fmt.Errorf("lease: modack: %w", err)})
 	}
 	return nil, nil, failed
-}
-
-// ackIDReasons returns the per-ack-id reasons of an exactly-once failure,
-// or nil when err carries none.
-func ackIDReasons(err error) map[string]string {
-	st, ok := status.FromError(err)
-	if !ok {
-		return nil
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && len(info.GetMetadata()) > 0 {
-			return info.GetMetadata()
-		}
-	}
-	return nil
 }
 
 // succeeded records a successful modack sent at sentAt: new expiry, and for
