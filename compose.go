@@ -27,6 +27,12 @@ func (s *Subscriber) Source() stage.Source[*Message] {
 }
 
 func (s *Subscriber) runSource(g *stage.Group) <-chan *Message {
+	if s.closing.Load() {
+		g.Fail(ErrClosed)
+		out := make(chan *Message)
+		close(out)
+		return out
+	}
 	s.active.Add(1)
 	s.runs.Add(1)
 	// The streams stop when the pipeline stops or the subscriber drains;
@@ -196,9 +202,9 @@ func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) 
 	}()
 	select {
 	case err := <-done:
-		// A terminal error, or a shutdown started elsewhere: drain what is
-		// left so nothing stays leased.
-		closeErr := s.Close()
+		// A terminal error: the pipeline has ended, so nothing is in
+		// processing; nack what is still leased without waiting.
+		closeErr := s.shutdownOnce(context.Background(), false)
 		if err != nil && !errors.Is(err, context.Canceled) {
 			return err
 		}

@@ -20,10 +20,16 @@ func (s *Subscriber) Close() error { return s.Shutdown(context.Background()) }
 // extension; and returns after every goroutine the subscriber started has
 // exited.
 func (s *Subscriber) Shutdown(ctx context.Context) error {
+	return s.shutdownOnce(ctx, true)
+}
+
+// shutdownOnce runs the shutdown once; later callers wait for it. drain
+// false skips waiting for processing (Run's pipeline has already ended).
+func (s *Subscriber) shutdownOnce(ctx context.Context, drain bool) error {
 	// A channel, not a sync.Once: a second caller waits on it durably, so
 	// shutdown also works inside a testing/synctest bubble.
 	if s.closing.CompareAndSwap(false, true) {
-		s.closeErr = s.shutdown(ctx)
+		s.closeErr = s.shutdown(ctx, drain)
 		close(s.closeDone)
 		return s.closeErr
 	}
@@ -35,11 +41,13 @@ func (s *Subscriber) Shutdown(ctx context.Context) error {
 	}
 }
 
-func (s *Subscriber) shutdown(ctx context.Context) error {
+func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 	close(s.closed)
 	s.draining.Store(true)
 	s.stop()
-	s.drain(ctx)
+	if drain {
+		s.drain(ctx)
+	}
 	close(s.abandon)
 
 	// Nack what is still held (processing past the drain timeout, or

@@ -288,3 +288,17 @@ func TestSlowAcknowledgeKeepsLeases(t *testing.T) {
 		}
 	})
 }
+
+func TestUseAfterClose(t *testing.T) {
+	e := newEnv(t)
+	s := e.subscriber(t, SubscriberConfig{})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(context.Background(), 1, func(context.Context, *Message) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Run after Close = %v", err)
+	}
+	if err := pipeline.From(s.Source()).To(s.Acknowledge()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("pipeline after Close = %v", err)
+	}
+}
