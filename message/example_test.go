@@ -1,0 +1,24 @@
+package message_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/pubsubflow/pubsubflow/message"
+)
+
+type printSettler struct{}
+
+func (printSettler) Settle(m *message.Message, o message.Outcome, d time.Duration) {
+	fmt.Println("settle", m.AckID, o)
+}
+
+// The first outcome wins and reaches the settle path once.
+func ExampleMessage_Ack() {
+	m := &message.Message{AckID: "a1"}
+	m.Bind(printSettler{})
+	fmt.Println(m.Ack(), m.Nack(), m.Outcome())
+	// Output:
+	// settle a1 ack
+	// true false ack
+}

@@ -1,0 +1,39 @@
+package operators_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/pubsubflow/pubsubflow/operators"
+	"github.com/pubsubflow/pubsubflow/pipeline"
+)
+
+// Ordered mode: four workers, results in input order.
+func ExampleParallelMap() {
+	upper := operators.ParallelMap(4, func(_ context.Context, s string) (string, error) {
+		return strings.ToUpper(s), nil
+	}, operators.Options[string, string]{Mode: operators.Ordered})
+	err := pipeline.Map(pipeline.From(pipeline.Slice("a", "b", "c", "d")), upper).
+		To(pipeline.ForEach(func(_ context.Context, s string) error { fmt.Print(s); return nil }))
+	fmt.Println("", err)
+	// Output: ABCD <nil>
+}
+
+// Keyed mode: one element per key at a time, in arrival order per key.
+func ExampleParallelMap_keyed() {
+	type order struct{ customer, item string }
+	pm := operators.ParallelMap(4, func(_ context.Context, o order) (order, error) { return o, nil },
+		operators.Options[order, order]{Mode: operators.Keyed, Key: func(o order) string { return o.customer }})
+	var alice []string
+	err := pipeline.From(pipeline.Slice(order{"alice", "1"}, order{"bob", "1"}, order{"alice", "2"}, order{"alice", "3"})).
+		Via(pm).
+		To(pipeline.ForEach(func(_ context.Context, o order) error {
+			if o.customer == "alice" {
+				alice = append(alice, o.item)
+			}
+			return nil
+		}))
+	fmt.Println(alice, err)
+	// Output: [1 2 3] <nil>
+}
