@@ -199,6 +199,7 @@ func (s *Subscriber) Settle(m *Message, o Outcome, d time.Duration) {
 	switch o {
 	case message.Ack:
 		s.c.acked.Add(1)
+		s.tel.ackLatency(time.Since(m.ReceiveTime))
 	case message.Nack, message.NackAfter:
 		s.c.nacked.Add(1)
 	case message.NoOp:

@@ -3,6 +3,7 @@ package pubsubflow
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -89,11 +90,22 @@ func (t *telemetry) add(ctr metric.Int64Counter, n int) {
 	}
 }
 
+// ackLatency records a message's receipt→ack latency.
+func (t *telemetry) ackLatency(d time.Duration) {
+	if t.hasOTe {
+		t.ins.ackLatency.Record(context.Background(), d.Seconds(), t.attrs)
+	}
+}
+
 // onEvent is the event.Func given to every stage.
 func (t *telemetry) onEvent(e event.Event) {
 	switch e.Kind {
 	case event.Received:
 		t.add(t.ins.received, e.Count)
+	case event.Ack:
+		t.add(t.ins.acked, e.Count)
+	case event.Nack:
+		t.add(t.ins.nacked, e.Count)
 	case event.Extend:
 		t.c.extended.Add(uint64(e.Count))
 		t.add(t.ins.extended, e.Count)
