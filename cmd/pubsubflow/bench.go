@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc"
+
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
+)
+
+func benchCommand() command {
+	return command{
+		name:    "bench",
+		summary: "a load run; --compare-naive runs the demand-driven tracker too",
+		usage: `Usage: pubsubflow bench [flags]
+
+Publishes --messages to an embedded Pub/Sub server (or to --topic, and
+consumes --subscription on real Pub/Sub or PUBSUB_EMULATOR_HOST), consumes
+them with --parallelism workers whose handler takes --handler-delay, on
+--streams streams, and reports throughput, processing latency (receipt →
+handled) and ack latency (ack → its Acknowledge RPC returned) percentiles,
+redeliveries and expirations.
+
+--compare-naive runs, after ours, the demand-driven tracker (the seed's
+bug: leases taken only when the handler pulls the next message) on the
+same load. With the defaults the last buffered message waits ≈ 15.6 s
+behind the handlers while the ack deadline is 10 s: the naive run shows
+redeliveries, ours none. --plot FILE.svg (or .png) draws outstanding,
+buffered, processing and redeliveries over time, one panel per run.`,
+		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
+			o := benchOptions{s: demoScenario()}
+			o.s.progress = progressLines
+			o.s.progressEvery = 2 * o.s.progressEvery
+			o.s.register(fs)
+			o.ep.register(fs)
+			fs.BoolVar(&o.compareNaive, "compare-naive", false, "also run the demand-driven tracker shape and compare")
+			fs.StringVar(&o.plot, "plot", "", "write a plot of each run over time to this .svg or .png file")
+			fs.StringVar(&o.subscription, "subscription", "", "consume this subscription instead of the embedded server's")
+			fs.StringVar(&o.topic, "topic", "", "with --subscription: publish each run's messages to this topic first")
+			return func(ctx context.Context, env cliEnv, args []string) error {
+				if err := wantArgs(args, 0, "no arguments"); err != nil {
+					return err
+				}
+				return runBench(ctx, env, o)
+			}
+		},
+	}
+}
+
+type benchOptions struct {
+	s            scenario
+	ep           endpointFlags
+	compareNaive bool
+	plot         string
+	subscription string
+	topic        string
+}
+
+func (o *benchOptions) validate() error {
+	if err := o.s.validate(); err != nil {
+		return err
+	}
+	if o.plot != "" {
+		if err := checkPlotFile(o.plot); err != nil {
+			return err
+		}
+	}
+	if o.topic != "" && o.subscription == "" {
+		return usagef("--topic needs --subscription")
+	}
+	if o.subscription == "" {
+		return nil
+	}
+	if o.s.inMemory {
+		return usagef("--in-memory is for the embedded server, not --subscription")
+	}
+	if o.compareNaive && o.topic == "" {
+		return usagef("--compare-naive with --subscription needs --topic, to publish each run's messages")
+	}
+	return o.ep.validate()
+}
+
+// shapes are the consumer shapes bench knows.
+const (
+	shapeOurs  = "ours (EagerTrack)"
+	shapeNaive = "naive (demand-driven tracker)"
+)
+
+func runBench(ctx context.Context, env cliEnv, o benchOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	var (
+		sub, topic string
+		err        error
+	)
+	if o.subscription != "" {
+		if sub, err = resolveName("subscriptions", o.subscription, o.ep.project); err != nil {
+			return err
+		}
+		if o.topic != "" {
+			if topic, err = resolveName("topics", o.topic, o.ep.project); err != nil {
+				return err
+			}
+		}
+	}
+	shapes := []string{shapeOurs}
+	if o.compareNaive {
+		shapes = append(shapes, shapeNaive)
+	}
+	fmt.Fprintf(env.stdout, "bench: %d messages of %d bytes, %d workers × %v handler, %d stream(s), ack deadline %v, max outstanding %d\n",
+		o.s.messages, o.s.size, o.s.parallelism, o.s.handlerDelay, o.s.streams, o.s.ackDeadline, o.s.maxOutstanding)
+	var runs []runResult
+	for _, shape := range shapes {
+		var r runResult
+		if sub == "" {
+			r, err = benchEmbedded(ctx, env, o.s, shape)
+		} else {
+			r, err = benchReal(ctx, env, o, sub, topic, shape)
+		}
+		if err != nil {
+			return err
+		}
+		runs = append(runs, r)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	fmt.Fprintln(env.stdout)
+	if err := benchTable(runs).write(env.stdout); err != nil {
+		return err
+	}
+	if o.compareNaive && len(runs) == 2 {
+		fmt.Fprintf(env.stdout, "\nours: %d redelivered; naive: %d redelivered — the naive shape leases a message only when a worker asks for it.\n",
+			runs[0].redelivered(), runs[1].redelivered())
+	}
+	var errs []error
+	for _, r := range runs {
+		errs = append(errs, r.err)
+	}
+	if o.plot != "" {
+		if err := writePlot(o.plot, runs); err != nil {
+			errs = append(errs, err)
+		} else {
+			fmt.Fprintf(env.stdout, "plot written to %s\n", o.plot)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// newConsumer makes the consumer of a shape.
+func newConsumer(ctx context.Context, shape string, conn grpc.ClientConnInterface, sub string, s scenario, m *meter) (consumer, error) {
+	if shape == shapeNaive {
+		return newNaive(conn, sub, s, m), nil
+	}
+	return newOurs(ctx, conn, sub, s, m)
+}
+
+// benchEmbedded runs one shape on a fresh embedded server.
+func benchEmbedded(ctx context.Context, env cliEnv, s scenario, shape string) (runResult, error) {
+	e, err := startEmbedded(ctx, s)
+	if err != nil {
+		return runResult{}, err
+	}
+	defer e.close()
+	m := newMeter(s.handlerDelay)
+	conn, err := e.dial(ctx, grpc.WithChainUnaryInterceptor(m.interceptor))
+	if err != nil {
+		return runResult{}, err
+	}
+	defer conn.Close()
+	if err := publishBacklog(ctx, conn, e.topic, s.messages, s.size); err != nil {
+		return runResult{}, err
+	}
+	return consume(ctx, env, s, shape, conn, e.srv, e.sub, m)
+}
+
+// benchReal runs one shape on a real subscription (or an emulator's).
+func benchReal(ctx context.Context, env cliEnv, o benchOptions, sub, topic, shape string) (runResult, error) {
+	m := newMeter(o.s.handlerDelay)
+	conn, err := o.ep.dial(ctx, grpc.WithChainUnaryInterceptor(m.interceptor))
+	if err != nil {
+		return runResult{}, err
+	}
+	defer conn.Close()
+	if err := o.ep.checkResource(ctx, "subscription "+sub, func(ctx context.Context) error {
+		_, err := pubsubpb.NewSubscriberClient(conn).GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: sub})
+		return err
+	}); err != nil {
+		return runResult{}, err
+	}
+	if topic != "" {
+		if err := publishBacklog(ctx, conn, topic, o.s.messages, o.s.size); err != nil {
+			return runResult{}, err
+		}
+	}
+	return consume(ctx, env, o.s, shape, conn, nil, sub, m)
+}
+
+func consume(ctx context.Context, env cliEnv, s scenario, shape string, conn grpc.ClientConnInterface, srv *pubsubtest.Server, sub string, m *meter) (runResult, error) {
+	c, err := newConsumer(ctx, shape, conn, sub, s, m)
+	if err != nil {
+		return runResult{}, err
+	}
+	fmt.Fprintf(env.stdout, "run: %s\n", shape)
+	prog := newProgress(env.stdout, s.progress, int64(s.messages), shapeLabel(shape), s.progressEvery)
+	return drive(ctx, shape, c, m, srv, sub, s.messages, s.timeout, prog), nil
+}
+
+func shapeLabel(shape string) string {
+	if shape == shapeNaive {
+		return "naive"
+	}
+	return "ours "
+}
+
+// benchTable lays the runs side by side.
+func benchTable(runs []runResult) *table {
+	var t table
+	head := []any{""}
+	for _, r := range runs {
+		head = append(head, r.name)
+	}
+	t.row(head...)
+	add := func(name string, f func(r *runResult) any) {
+		cells := []any{name}
+		for i := range runs {
+			cells = append(cells, f(&runs[i]))
+		}
+		t.row(cells...)
+	}
+	server := func(f func(st *pubsubtest.SubStats) int64) func(r *runResult) any {
+		return func(r *runResult) any {
+			if r.server == nil {
+				return "n/a"
+			}
+			return f(r.server)
+		}
+	}
+	add("messages handled", func(r *runResult) any { return r.handled })
+	add("deliveries (server)", server(func(st *pubsubtest.SubStats) int64 { return st.Delivered }))
+	add("acked (server)", server(func(st *pubsubtest.SubStats) int64 { return st.Acked }))
+	add("redelivered", func(r *runResult) any { return r.redelivered() })
+	add("expired (server)", server(func(st *pubsubtest.SubStats) int64 { return st.Expired }))
+	add("handled twice or more", func(r *runResult) any { return r.duplicates })
+	add("peak outstanding", func(r *runResult) any { return r.peakOutstanding })
+	add("throughput", func(r *runResult) any { return rate(r.throughput()) })
+	add("wall time", func(r *runResult) any { return seconds(r.wall) })
+	add("processing p50/p90/p99", func(r *runResult) any { return pct(r.processing) })
+	add("ack latency p50/p90/p99", func(r *runResult) any { return pct(r.ack) })
+	add("result", func(r *runResult) any {
+		if r.err != nil {
+			return "FAILED"
+		}
+		return "ok"
+	})
+	return &t
+}
+
+func pct(p percentiles) string {
+	if p.n == 0 {
+		return "n/a"
+	}
+	return millis(p.p50) + " / " + millis(p.p90) + " / " + millis(p.p99)
+}
+

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc"
+
+	"github.com/pubsubflow/pubsubflow"
+)
+
+// consumer is one consumer shape under measurement: ours (the Subscriber)
+// or the demand-driven tracker (naive.go).
+type consumer interface {
+	// start begins consuming with the meter's handler.
+	start(ctx context.Context) error
+	// state returns outstanding, buffered and processing now.
+	state() (outstanding, buffered, processing int64)
+	// expired is the number of leases the client itself gave up (past the
+	// maximum extension).
+	expired() int64
+	// stop ends consuming, settles what is left, and waits for every
+	// goroutine the consumer started.
+	stop() error
+}
+
+// oursConsumer is the Subscriber: Run with the meter's handler.
+type oursConsumer struct {
+	sub    *pubsubflow.Subscriber
+	m      *meter
+	par    int
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func newOurs(ctx context.Context, conn grpc.ClientConnInterface, sub string, s scenario, m *meter) (*oursConsumer, error) {
+	cfg := pubsubflow.SubscriberConfig{
+		Conn:                   conn,
+		StreamAckDeadline:      s.ackDeadline,
+		MaxOutstandingMessages: s.maxOutstanding,
+		MaxBuffer:              s.buffer,
+		Streams:                s.streams,
+		OnShutdown:             pubsubflow.Nack,
+	}
+	su, err := pubsubflow.NewSubscriber(ctx, sub, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &oursConsumer{sub: su, m: m, par: s.parallelism}, nil
+}
+
+func (c *oursConsumer) start(ctx context.Context) error {
+	ctx, c.cancel = context.WithCancel(ctx)
+	c.done = make(chan error, 1)
+	go func() { c.done <- c.sub.Run(ctx, c.par, c.m.handle) }()
+	return nil
+}
+
+func (c *oursConsumer) state() (outstanding, buffered, processing int64) {
+	st := c.sub.Stats()
+	return st.Outstanding, st.Buffered, st.Processing
+}
+
+func (c *oursConsumer) expired() int64 { return int64(c.sub.Stats().Expired) }
+
+func (c *oursConsumer) stop() error {
+	var err error
+	if c.cancel != nil {
+		c.cancel()
+		err = <-c.done // Run drains and closes the subscriber
+	}
+	return errors.Join(err, c.sub.Close())
+}

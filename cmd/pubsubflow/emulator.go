@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
+)
+
+func emulatorCommand() command {
+	return command{
+		name:    "emulator",
+		summary: "run pubsubtest as a standalone Pub/Sub emulator",
+		usage: `Usage: pubsubflow emulator [flags]
+
+Serves the Pub/Sub gRPC API (Publisher and Subscriber services) from the
+strict in-process server pubsubtest, for any language's official client:
+
+	export PUBSUB_EMULATOR_HOST=127.0.0.1:8085
+
+Topics and subscriptions are created through the API, in any project. It
+prints its address, one line of counters per --stats-every, and stops
+cleanly on SIGINT or SIGTERM. Faults can be injected: streams killed every
+--kill-streams-every with --kill-code; a method's next N calls failed
+(--fail Acknowledge=3:UNAVAILABLE); a method delayed (--latency
+Publish=200ms).`,
+		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
+			o := emulatorOptions{killCode: codes.Unavailable}
+			fs.StringVar(&o.addr, "addr", "127.0.0.1:8085", "TCP address to listen on (port 0: any free port)")
+			fs.DurationVar(&o.minAckDeadline, "min-ack-deadline", 10*time.Second, "smallest ack deadline accepted (the real service: 10s)")
+			fs.IntVar(&o.perResponse, "max-messages-per-response", 100, "messages per StreamingPull response at most")
+			fs.DurationVar(&o.statsEvery, "stats-every", time.Minute, "interval of the counter lines (0: none)")
+			fs.DurationVar(&o.killEvery, "kill-streams-every", 0, "end every open StreamingPull stream this often (0: never)")
+			fs.Func("kill-code", "status code of killed streams (default UNAVAILABLE)", func(s string) error {
+				c, err := parseCode(s)
+				o.killCode = c
+				return err
+			})
+			fs.Func("fail", "METHOD=N[:CODE]: fail METHOD's next N calls with CODE (default UNAVAILABLE); repeatable", func(s string) error {
+				f, err := parseFail(s)
+				o.fails = append(o.fails, f)
+				return err
+			})
+			fs.Func("latency", "METHOD=DURATION: delay every call of METHOD; repeatable", func(s string) error {
+				l, err := parseLatency(s)
+				o.latencies = append(o.latencies, l)
+				return err
+			})
+			return func(ctx context.Context, env cliEnv, args []string) error {
+				if err := wantArgs(args, 0, "no arguments"); err != nil {
+					return err
+				}
+				return runEmulator(ctx, env, o)
+			}
+		},
+	}
+}
+
+type emulatorOptions struct {
+	addr           string
+	minAckDeadline time.Duration
+	perResponse    int
+	statsEvery     time.Duration
+	killEvery      time.Duration
+	killCode       codes.Code
+	fails          []failSpec
+	latencies      []latencySpec
+}
+
+type failSpec struct {
+	method string
+	n      int
+	code   codes.Code
+}
+
+type latencySpec struct {
+	method string
+	d      time.Duration
+}
+
+func (o *emulatorOptions) validate() error {
+	switch {
+	case o.minAckDeadline < 0 || o.minAckDeadline > 600*time.Second:
+		return usagef("--min-ack-deadline %v: want 0–600s", o.minAckDeadline)
+	case o.perResponse < 1:
+		return usagef("--max-messages-per-response %d: want ≥ 1", o.perResponse)
+	case o.statsEvery < 0:
+		return usagef("--stats-every %v: want ≥ 0", o.statsEvery)
+	case o.killEvery < 0:
+		return usagef("--kill-streams-every %v: want ≥ 0", o.killEvery)
+	}
+	return nil
+}
+
+// pubsubMethods are the RPC names of the Publisher and Subscriber
+// services, read from their descriptors so none is missed.
+func pubsubMethods() []string {
+	var out []string
+	svcs := pubsubpb.File_google_pubsub_v1_pubsub_proto.Services()
+	for i := range svcs.Len() {
+		ms := svcs.Get(i).Methods()
+		for j := range ms.Len() {
+			out = append(out, string(ms.Get(j).Name()))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func checkMethod(m string) error {
+	if !slices.Contains(pubsubMethods(), m) {
+		return fmt.Errorf("unknown method %q (one of %s)", m, strings.Join(pubsubMethods(), ", "))
+	}
+	return nil
+}
+
+// parseCode accepts a gRPC code by name (UNAVAILABLE, unavailable) or
+// number.
+func parseCode(s string) (codes.Code, error) {
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil && n < 17 {
+		return codes.Code(n), nil
+	}
+	var c codes.Code
+	if err := c.UnmarshalJSON([]byte(strconv.Quote(strings.ToUpper(s)))); err != nil {
+		return 0, fmt.Errorf("unknown status code %q", s)
+	}
+	if c == codes.OK {
+		return 0, fmt.Errorf("status code %q is not an error", s)
+	}
+	return c, nil
+}
+
+func parseFail(s string) (failSpec, error) {
+	method, rest, ok := strings.Cut(s, "=")
+	if !ok {
+		return failSpec{}, fmt.Errorf("%q: want METHOD=N[:CODE]", s)
+	}
+	if err := checkMethod(method); err != nil {
+		return failSpec{}, err
+	}
+	nStr, codeStr, hasCode := strings.Cut(rest, ":")
+	n, err := strconv.Atoi(nStr)
+	if err != nil || n < 1 {
+		return failSpec{}, fmt.Errorf("%q: N must be a positive integer", s)
+	}
+	f := failSpec{method: method, n: n, code: codes.Unavailable}
+	if hasCode {
+		if f.code, err = parseCode(codeStr); err != nil {
+			return failSpec{}, err
+		}
+	}
+	return f, nil
+}
+
+func parseLatency(s string) (latencySpec, error) {
+	method, dStr, ok := strings.Cut(s, "=")
+	if !ok {
+		return latencySpec{}, fmt.Errorf("%q: want METHOD=DURATION", s)
+	}
+	if err := checkMethod(method); err != nil {
+		return latencySpec{}, err
+	}
+	d, err := time.ParseDuration(dStr)
+	if err != nil || d < 0 {
+		return latencySpec{}, fmt.Errorf("%q: bad duration", s)
+	}
+	return latencySpec{method: method, d: d}, nil
+}
+
+func runEmulator(ctx context.Context, env cliEnv, o emulatorOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	srv, err := pubsubtest.NewServer(
+		pubsubtest.WithAddr(o.addr),
+		pubsubtest.WithMinAckDeadline(o.minAckDeadline),
+		pubsubtest.WithMaxMessagesPerResponse(o.perResponse),
+	)
+	if err != nil {
+		return err
+	}
+	for _, f := range o.fails {
+		srv.FailNext(f.method, f.n, f.code)
+	}
+	for _, l := range o.latencies {
+		srv.SetLatency(l.method, l.d)
+	}
+	fmt.Fprintf(env.stdout, "pubsubflow emulator listening on %s\nexport PUBSUB_EMULATOR_HOST=%s\n", srv.Addr(), srv.Addr())
+	for _, f := range o.fails {
+		fmt.Fprintf(env.stdout, "fault: the next %d %s calls fail with %v\n", f.n, f.method, f.code)
+	}
+	for _, l := range o.latencies {
+		fmt.Fprintf(env.stdout, "fault: every %s call is delayed %v\n", l.method, l.d)
+	}
+	if o.killEvery > 0 {
+		fmt.Fprintf(env.stdout, "fault: every %v, open streams end with %v\n", o.killEvery, o.killCode)
+	}
+
+	stats, kill := ticker(o.statsEvery), ticker(o.killEvery)
+	defer stats.Stop()
+	defer kill.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(env.stdout, "pubsubflow emulator: stopping")
+			printEmulatorStats(env.stdout, srv, start)
+			if err := srv.Close(); err != nil {
+				return fmt.Errorf("stopping: %w", err)
+			}
+			fmt.Fprintln(env.stdout, "pubsubflow emulator: stopped")
+			return nil
+		case <-stats.C:
+			printEmulatorStats(env.stdout, srv, start)
+		case <-kill.C:
+			n := srv.KillStreams(o.killCode, "pubsubflow emulator: injected stream kill")
+			fmt.Fprintf(env.stdout, "fault: ended %d streams with %v\n", n, o.killCode)
+		}
+	}
+}
+
+// ticker returns a running ticker, or a stopped one that never fires for
+// d == 0.
+func ticker(d time.Duration) *time.Ticker {
+	if d <= 0 {
+		t := time.NewTicker(time.Hour)
+		t.Stop()
+		return t
+	}
+	return time.NewTicker(d)
+}
+
+// printEmulatorStats prints one line of the server's counters: streams,
+// deliveries and outstanding messages summed over every stream, and the
+// calls and errors of the busiest methods.
+func printEmulatorStats(w io.Writer, srv *pubsubtest.Server, start time.Time) {
+	var open int64
+	streams := srv.Streams("")
+	subs := map[string]bool{}
+	for _, st := range streams {
+		if st.Open {
+			open++
+		}
+		subs[st.Subscription] = true
+	}
+	// Per-subscription counters, summed over the subscriptions that were
+	// ever streamed from (the server lists subscriptions only by project).
+	var sum pubsubtest.SubStats
+	for name := range subs {
+		st := srv.SubscriptionStats(name)
+		sum.Delivered += st.Delivered
+		sum.Acked += st.Acked
+		sum.Redelivered += st.Redelivered
+		sum.Expired += st.Expired
+		sum.Outstanding += st.Outstanding
+		sum.Backlog += st.Backlog
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "stats +%v: streams %d open / %d opened; streamed subscriptions: delivered %d, acked %d, redelivered %d, expired %d, outstanding %d, backlog %d",
+		time.Since(start).Round(time.Second), open, len(streams), sum.Delivered, sum.Acked, sum.Redelivered, sum.Expired, sum.Outstanding, sum.Backlog)
+	b.WriteString("; calls:")
+	for i, m := range []string{"Publish", "Acknowledge", "ModifyAckDeadline", "Pull"} {
+		st := srv.MethodStats(m)
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, " %s %d", m, st.Calls)
+		if st.Errors > 0 {
+			fmt.Fprintf(&b, " (%d errors, %d injected)", st.Errors, st.Injected)
+		}
+	}
+	if st := srv.MethodStats("StreamingPull"); st.Errors > 0 {
+		fmt.Fprintf(&b, ", StreamingPull errors %d (%d injected)", st.Errors, st.Injected)
+	}
+	fmt.Fprintln(w, b.String())
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"sync"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
+	"github.com/pubsubflow/pubsubflow/publisher"
+)
+
+// Bounds of the publish command.
+const (
+	// maxLine is the longest stdin line accepted: Pub/Sub's 10 MB message
+	// limit.
+	maxLine = 10 << 20
+	// publishWindow bounds the results waiting to be printed in order.
+	publishWindow = 1000
+)
+
+func publishCommand() command {
+	return command{
+		name:    "publish",
+		summary: "publish each stdin line as a message; print the ids",
+		usage: `Usage: pubsubflow publish [flags] TOPIC
+
+Publishes each line of standard input (without its newline) as one message
+to TOPIC (projects/P/topics/T, or T with --project) and prints each message
+id on its own line, in input order. Empty lines are skipped unless the
+messages carry attributes. A line that fails to publish is reported on
+stderr, and the exit code is 1.`,
+		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
+			o := publishOptions{attrs: map[string]string{}}
+			o.ep.register(fs)
+			fs.Func("attr", "attribute KEY=VALUE on every message (repeatable)", func(s string) error {
+				k, v, ok := strings.Cut(s, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("%q: want KEY=VALUE", s)
+				}
+				o.attrs[k] = v
+				return nil
+			})
+			fs.StringVar(&o.orderingKey, "ordering-key", "", "ordering key of every message (enables ordered publishing)")
+			return func(ctx context.Context, env cliEnv, args []string) error {
+				if err := wantArgs(args, 1, "TOPIC"); err != nil {
+					return err
+				}
+				return runPublish(ctx, env, args[0], o)
+			}
+		},
+	}
+}
+
+type publishOptions struct {
+	ep          endpointFlags
+	attrs       map[string]string
+	orderingKey string
+}
+
+func runPublish(ctx context.Context, env cliEnv, name string, o publishOptions) error {
+	if err := o.ep.validate(); err != nil {
+		return err
+	}
+	topic, err := resolveName("topics", name, o.ep.project)
+	if err != nil {
+		return err
+	}
+	conn, err := o.ep.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := o.ep.checkResource(ctx, "topic "+topic, func(ctx context.Context) error {
+		_, err := pubsubpb.NewPublisherClient(conn).GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
+		return err
+	}); err != nil {
+		return err
+	}
+	pub, err := publisher.New(conn, topic, publisher.Config{EnableOrdering: o.orderingKey != ""})
+	if err != nil {
+		return err
+	}
+	attrs := o.attrs
+	if len(attrs) == 0 {
+		attrs = nil
+	}
+
+	type pending struct {
+		line int
+		r    *publisher.Result
+	}
+	results := make(chan pending, publishWindow)
+	var (
+		wg     sync.WaitGroup
+		failed int
+	)
+	wg.Add(1)
+	go func() { // prints ids in input order
+		defer wg.Done()
+		for p := range results {
+			id, err := p.r.Get(ctx)
+			if err != nil {
+				failed++
+				fmt.Fprintf(env.stderr, "pubsubflow publish: line %d: %v\n", p.line, err)
+				continue
+			}
+			fmt.Fprintln(env.stdout, id)
+		}
+	}()
+
+	sc := bufio.NewScanner(env.stdin)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	var readErr error
+	for n := 1; sc.Scan(); n++ {
+		if len(sc.Bytes()) == 0 && attrs == nil {
+			continue // Pub/Sub refuses a message with neither data nor attributes
+		}
+		data := append([]byte(nil), sc.Bytes()...)
+		r := pub.Publish(ctx, &publisher.Message{Data: data, Attributes: attrs, OrderingKey: o.orderingKey})
+		select {
+		case results <- pending{line: n, r: r}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			readErr = ctx.Err()
+			break
+		}
+	}
+	if err := sc.Err(); err != nil {
+		readErr = fmt.Errorf("reading stdin: %w", err)
+	}
+	close(results)
+	closeErr := pub.Close()
+	wg.Wait()
+	if failed > 0 {
+		return errors.Join(readErr, fmt.Errorf("%d messages failed to publish", failed))
+	}
+	return errors.Join(readErr, closeErr)
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/pubsubflow/pubsubflow/publisher"
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
+)
+
+// scenario sizes a demo or bench run.
+type scenario struct {
+	messages       int
+	size           int // payload bytes
+	parallelism    int
+	handlerDelay   time.Duration
+	streams        int
+	ackDeadline    time.Duration // the stream ack deadline
+	maxOutstanding int64
+	buffer         int
+	progress       string
+	progressEvery  time.Duration
+	timeout        time.Duration
+	inMemory       bool
+}
+
+// demoScenario is the demo's default: the last of the 5000 buffered
+// messages waits ≈ 5000 × 25 ms / 8 ≈ 15.6 s for a worker, longer than the
+// 10 s stream ack deadline, so a tracker that leases on demand lets the
+// tail of the buffer expire; ours must show none.
+func demoScenario() scenario {
+	return scenario{
+		messages:       5000,
+		size:           64,
+		parallelism:    8,
+		handlerDelay:   25 * time.Millisecond,
+		streams:        1,
+		ackDeadline:    10 * time.Second,
+		maxOutstanding: 5000,
+		buffer:         5000,
+		progress:       progressAuto,
+		progressEvery:  time.Second,
+		timeout:        2 * time.Minute,
+	}
+}
+
+func (s *scenario) register(fs *flag.FlagSet) {
+	fs.IntVar(&s.messages, "messages", s.messages, "messages to publish and consume")
+	fs.IntVar(&s.size, "message-size", s.size, "payload bytes per message")
+	fs.IntVar(&s.parallelism, "parallelism", s.parallelism, "handler workers")
+	fs.DurationVar(&s.handlerDelay, "handler-delay", s.handlerDelay, "time each handler call takes")
+	fs.IntVar(&s.streams, "streams", s.streams, "StreamingPull streams")
+	fs.DurationVar(&s.ackDeadline, "ack-deadline", s.ackDeadline, "stream ack deadline, 10s–600s")
+	fs.Int64Var(&s.maxOutstanding, "max-outstanding", s.maxOutstanding, "flow control: messages held at once")
+	fs.IntVar(&s.buffer, "buffer", s.buffer, "EagerTrack buffer (messages received ahead of the workers)")
+	fs.StringVar(&s.progress, "progress", s.progress, "progress display: auto (a bar on a terminal, lines otherwise), bar, lines, none")
+	fs.DurationVar(&s.progressEvery, "progress-every", s.progressEvery, "interval of progress lines")
+	fs.DurationVar(&s.timeout, "timeout", s.timeout, "give up after this long")
+	fs.BoolVar(&s.inMemory, "in-memory", false, "serve the embedded server over an in-memory listener instead of loopback TCP")
+}
+
+func (s *scenario) validate() error {
+	switch {
+	case s.messages < 1:
+		return usagef("--messages %d: want ≥ 1", s.messages)
+	case s.size < 1 || s.size > 10<<20:
+		return usagef("--message-size %d: want 1–%d", s.size, 10<<20)
+	case s.parallelism < 1 || s.parallelism > 10000:
+		return usagef("--parallelism %d: want 1–10000", s.parallelism)
+	case s.handlerDelay < 0:
+		return usagef("--handler-delay %v: want ≥ 0", s.handlerDelay)
+	case s.streams < 1 || s.streams > 64:
+		return usagef("--streams %d: want 1–64", s.streams)
+	case s.ackDeadline < 10*time.Second || s.ackDeadline > 600*time.Second:
+		return usagef("--ack-deadline %v: want 10s–600s", s.ackDeadline)
+	case s.maxOutstanding < 1:
+		return usagef("--max-outstanding %d: want ≥ 1", s.maxOutstanding)
+	case s.buffer < 1:
+		return usagef("--buffer %d: want ≥ 1", s.buffer)
+	case s.progressEvery <= 0:
+		return usagef("--progress-every %v: want > 0", s.progressEvery)
+	case s.timeout <= 0:
+		return usagef("--timeout %v: want > 0", s.timeout)
+	}
+	return checkProgressMode(s.progress)
+}
+
+// Names of the embedded server's resources.
+const (
+	embeddedTopic = "pubsubflow-demo"
+	embeddedSub   = "pubsubflow-demo-sub"
+)
+
+// embedded is an in-process pubsubtest server with one topic and one
+// subscription.
+type embedded struct {
+	srv   *pubsubtest.Server
+	topic string
+	sub   string
+}
+
+func startEmbedded(ctx context.Context, s scenario) (*embedded, error) {
+	var opts []pubsubtest.Option
+	if s.inMemory {
+		opts = append(opts, pubsubtest.WithBufconn())
+	}
+	srv, err := pubsubtest.NewServer(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("starting the embedded server: %w", err)
+	}
+	topic, err := srv.CreateTopic(ctx, embeddedTopic)
+	if err == nil {
+		_, err = srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: embeddedSub, Topic: topic, AckDeadline: s.ackDeadline})
+	}
+	if err != nil {
+		_ = srv.Close()
+		return nil, fmt.Errorf("setting up the embedded server: %w", err)
+	}
+	return &embedded{srv: srv, topic: topic, sub: srv.SubscriptionName(embeddedSub)}, nil
+}
+
+func (e *embedded) dial(ctx context.Context, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return e.srv.Dial(ctx, opts...)
+}
+
+func (e *embedded) close() error { return e.srv.Close() }
+
+// publishBacklog publishes n messages of size bytes through our batching
+// publisher and waits for every id.
+func publishBacklog(ctx context.Context, conn grpc.ClientConnInterface, topic string, n, size int) error {
+	pub, err := publisher.New(conn, topic, publisher.Config{MaxMessages: 1000})
+	if err != nil {
+		return err
+	}
+	results := make([]*publisher.Result, 0, min(n, publishWindow))
+	var errs []error
+	wait := func() {
+		for _, r := range results {
+			if _, err := r.Get(ctx); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
+		results = results[:0]
+	}
+	for i := range n {
+		data := bytes.Repeat([]byte{'.'}, size)
+		copy(data, fmt.Sprintf("message %d ", i))
+		results = append(results, pub.Publish(ctx, &publisher.Message{Data: data}))
+		if len(results) == cap(results) {
+			wait()
+		}
+		if len(errs) > 0 {
+			break
+		}
+	}
+	wait()
+	errs = append(errs, pub.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("publishing the backlog: %w", err)
+	}
+	return nil
+}

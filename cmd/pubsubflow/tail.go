@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
+	"github.com/pubsubflow/pubsubflow"
+	"github.com/pubsubflow/pubsubflow/pipeline"
+)
+
+// tailDrain bounds how long tail waits, when it stops, for a message being
+// printed to settle.
+const tailDrain = 5 * time.Second
+
+func tailCommand() command {
+	return command{
+		name:    "tail",
+		summary: "print a subscription's messages as JSON lines",
+		usage: `Usage: pubsubflow tail [flags] SUBSCRIPTION
+
+Receives from SUBSCRIPTION (projects/P/subscriptions/S, or S with --project)
+and prints one JSON object per message: id, publish_time, attributes,
+ordering_key, delivery_attempt, and data as text (valid UTF-8) or
+data_base64. Without --ack the messages are held while tail runs (their
+leases extended, so each is printed once) and nacked when it stops, so the
+subscription keeps them; with --ack each is acked once printed.
+It stops after --max messages, after --timeout, or on SIGINT/SIGTERM.`,
+		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
+			var o tailOptions
+			o.ep.register(fs)
+			fs.BoolVar(&o.ack, "ack", false, "ack each message once printed (default: nack them all when tail stops)")
+			fs.IntVar(&o.max, "max", 0, "stop after this many messages (0: no limit)")
+			fs.DurationVar(&o.timeout, "timeout", 0, "stop after this long (0: no limit)")
+			fs.BoolVar(&o.base64, "base64", false, "always print data as data_base64")
+			fs.Int64Var(&o.maxOutstanding, "max-outstanding", 1000, "messages held at once (without --ack, the most tail shows)")
+			return func(ctx context.Context, env cliEnv, args []string) error {
+				if err := wantArgs(args, 1, "SUBSCRIPTION"); err != nil {
+					return err
+				}
+				return runTail(ctx, env, args[0], o)
+			}
+		},
+	}
+}
+
+type tailOptions struct {
+	ep             endpointFlags
+	ack            bool
+	max            int
+	timeout        time.Duration
+	base64         bool
+	maxOutstanding int64
+}
+
+func (o *tailOptions) validate() error {
+	switch {
+	case o.max < 0:
+		return usagef("--max %d: want ≥ 0", o.max)
+	case o.timeout < 0:
+		return usagef("--timeout %v: want ≥ 0", o.timeout)
+	case o.maxOutstanding < 1:
+		return usagef("--max-outstanding %d: want ≥ 1", o.maxOutstanding)
+	}
+	return o.ep.validate()
+}
+
+func runTail(ctx context.Context, env cliEnv, name string, o tailOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	sub, err := resolveName("subscriptions", name, o.ep.project)
+	if err != nil {
+		return err
+	}
+	conn, err := o.ep.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := pubsubpb.NewSubscriberClient(conn)
+	if err := o.ep.checkResource(ctx, "subscription "+sub, func(ctx context.Context) error {
+		_, err := client.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: sub})
+		return err
+	}); err != nil {
+		return err
+	}
+	s, err := pubsubflow.NewSubscriber(ctx, sub, pubsubflow.SubscriberConfig{
+		Conn:                   conn,
+		MaxOutstandingMessages: o.maxOutstanding,
+		MaxBuffer:              int(min(o.maxOutstanding, 1000)),
+		// Tail stops on purpose: what it received and did not print goes
+		// straight back to the subscription.
+		OnShutdown:   pubsubflow.Nack,
+		DrainTimeout: tailDrain,
+	})
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := ctx, context.CancelFunc(func() {})
+	if o.timeout > 0 {
+		runCtx, cancel = context.WithTimeout(ctx, o.timeout)
+	}
+	defer cancel()
+
+	t := &tailer{w: env.stdout, ack: o.ack, max: o.max, base64: o.base64, full: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() { done <- pipeline.From(s.Source()).To(pipeline.ForEach(t.each)) }()
+	var runErr error
+	select {
+	case <-runCtx.Done():
+	case <-t.full:
+	case runErr = <-done:
+	}
+	t.stop()
+	closeErr := s.Close()
+	if runErr == nil {
+		runErr = <-done
+	}
+	if o.max > 0 && t.count() < o.max && errors.Is(runCtx.Err(), context.DeadlineExceeded) {
+		fmt.Fprintf(env.stderr, "pubsubflow tail: timeout after %v with %d of %d messages\n", o.timeout, t.count(), o.max)
+	}
+	return errors.Join(runErr, closeErr)
+}
+
+// tailer prints messages and settles them: ack, or hold until stop.
+type tailer struct {
+	w      io.Writer
+	ack    bool
+	max    int
+	base64 bool
+
+	mu       sync.Mutex
+	printed  int
+	held     []*pubsubflow.Message
+	stopping bool
+	full     chan struct{} // closed when max messages were printed
+}
+
+// tailLine is one printed message.
+type tailLine struct {
+	ID              string            `json:"id"`
+	PublishTime     string            `json:"publish_time"`
+	Attributes      map[string]string `json:"attributes,omitempty"`
+	OrderingKey     string            `json:"ordering_key,omitempty"`
+	DeliveryAttempt int               `json:"delivery_attempt,omitempty"`
+	Data            *string           `json:"data,omitempty"`
+	DataBase64      *string           `json:"data_base64,omitempty"`
+}
+
+func (t *tailer) each(_ context.Context, m *pubsubflow.Message) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopping || (t.max > 0 && t.printed >= t.max) {
+		m.Nack() // not shown: back to the subscription
+		return nil
+	}
+	line := tailLine{
+		ID:              m.ID,
+		PublishTime:     m.PublishTime.UTC().Format(time.RFC3339Nano),
+		Attributes:      m.Attributes,
+		OrderingKey:     m.OrderingKey,
+		DeliveryAttempt: m.DeliveryAttempt,
+	}
+	if !t.base64 && utf8.Valid(m.Data) {
+		s := string(m.Data)
+		line.Data = &s
+	} else {
+		s := base64.StdEncoding.EncodeToString(m.Data)
+		line.DataBase64 = &s
+	}
+	b, err := json.Marshal(line)
+	if err != nil {
+		m.Nack()
+		return fmt.Errorf("encoding message %s: %w", m.ID, err)
+	}
+	if _, err := t.w.Write(append(b, '\n')); err != nil {
+		m.Nack()
+		return fmt.Errorf("writing message %s: %w", m.ID, err)
+	}
+	t.printed++
+	if t.ack {
+		m.Ack()
+	} else {
+		t.held = append(t.held, m)
+	}
+	if t.max > 0 && t.printed == t.max {
+		close(t.full)
+	}
+	return nil
+}
+
+// stop nacks what tail holds; later messages are nacked as they come.
+func (t *tailer) stop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stopping = true
+	for _, m := range t.held {
+		m.Nack()
+	}
+	t.held = nil
+}
+
+func (t *tailer) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.printed
+}
