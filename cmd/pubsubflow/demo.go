@@ -19,9 +19,10 @@ func demoCommand() command {
 Needs no flags and no credentials. Starts an embedded Pub/Sub server
 (pubsubtest), publishes a backlog of --messages, and consumes it with a
 Subscriber whose handler takes --handler-delay on --parallelism workers.
-By default the last buffered message waits about 15.6 s for a worker while
-the stream ack deadline is 10 s: a tracker that leases messages only when
-the handler asks for them lets that tail expire and be redelivered (see
+By default (1000 messages, 250 ms on 10 workers, the library's default
+limits) the last buffered message waits about 25 s for a worker while the
+stream ack deadline is 10 s: a tracker that leases messages only when the
+handler asks for them lets what waits expire and be redelivered (see
 'pubsubflow bench --compare-naive'); the Subscriber leases every message on
 receipt, so it shows 0 redeliveries and 0 expirations. Live progress is a
 bar on a terminal and plain lines otherwise; the run ends with a table.

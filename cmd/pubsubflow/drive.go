@@ -19,6 +19,7 @@ type runResult struct {
 	messages int
 	wall     time.Duration
 	timedOut bool
+	gaveUp   bool // the naive run was stopped at its time limit, as expected
 	err      error
 
 	handled, duplicates int64 // distinct messages handled; copies handled again
@@ -38,12 +39,21 @@ func (r *runResult) redelivered() int64 {
 	return r.duplicates
 }
 
-// throughput is distinct messages handled per second of wall time.
+// acked is the server's ack count when known, otherwise the distinct
+// messages handled (each was acked).
+func (r *runResult) acked() int64 {
+	if r.server != nil {
+		return r.server.Acked
+	}
+	return r.handled
+}
+
+// throughput is messages acked per second of wall time.
 func (r *runResult) throughput() float64 {
 	if r.wall <= 0 {
 		return 0
 	}
-	return float64(r.handled) / r.wall.Seconds()
+	return float64(r.acked()) / r.wall.Seconds()
 }
 
 // drive runs c until every one of n messages was acked (by the server's

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -35,6 +36,7 @@ var plotSeries = []struct {
 	{"buffered", color.RGBA{R: 255, G: 127, B: 14, A: 255}, func(s snapshot) int64 { return s.buffered }, false},
 	{"processing", color.RGBA{R: 44, G: 160, B: 44, A: 255}, func(s snapshot) int64 { return s.processing }, false},
 	{"redeliveries (total)", color.RGBA{R: 214, G: 39, B: 40, A: 255}, func(s snapshot) int64 { return s.redelivered }, false},
+	{"acked (total)", color.RGBA{R: 148, G: 103, B: 189, A: 255}, func(s snapshot) int64 { return s.acked }, false},
 	{"outstanding (server)", color.RGBA{R: 127, G: 127, B: 127, A: 255}, func(s snapshot) int64 { return s.serverOutstanding }, true},
 }
 
@@ -96,8 +98,10 @@ func runPlot(r runResult) (*plot.Plot, error) {
 	p.X.Label.Text = "seconds"
 	p.Y.Label.Text = "messages"
 	p.Y.Min = 0
+	p.Y.Tick.Marker = intTicks{}
 	p.Legend.Top = true
 	p.Add(plotter.NewGrid())
+	var top float64
 	for _, s := range plotSeries {
 		if s.serverOnly && r.server == nil {
 			continue
@@ -108,6 +112,7 @@ func runPlot(r runResult) (*plot.Plot, error) {
 		}
 		for i, sm := range r.samples {
 			xys[i] = plotter.XY{X: sm.at.Seconds(), Y: float64(s.value(sm))}
+			top = max(top, xys[i].Y)
 		}
 		l, err := plotter.NewLine(xys)
 		if err != nil {
@@ -121,5 +126,20 @@ func runPlot(r runResult) (*plot.Plot, error) {
 		p.Add(l)
 		p.Legend.Add(s.name, l)
 	}
+	// Head room, so that the legend (top right) does not cover the data.
+	p.Y.Max = max(1, top) * 1.6
 	return p, nil
+}
+
+// intTicks are the default ticks labelled as whole numbers.
+type intTicks struct{}
+
+func (intTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', 0, 64)
+		}
+	}
+	return ts
 }
