@@ -1,0 +1,233 @@
+package proptest
+
+import (
+	"runtime"
+	"strings"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/proto"
+	"pgregory.net/rapid"
+
+	"github.com/pubsubflow/pubsubflow"
+)
+
+// check runs after every action (and before the first): it lets the
+// subscriber settle, then checks the invariants that must hold at every
+// step.
+func (m *machine) check(t *rapid.T) {
+	m.settle()
+	for _, v := range m.led.Violations() {
+		t.Fatalf("invariants 1/3/6 (ledger): %s", v)
+	}
+	if !m.closed {
+		m.checkStats(t)
+	}
+	m.checkStreams(t)
+}
+
+// checkStats checks the subscriber's own counters against its bounds.
+func (m *machine) checkStats(t *rapid.T) {
+	st := m.sub.Stats()
+	held := st.Buffered + st.Processing // received and not settled
+	limit := m.cfg.MaxOutstandingMessages
+	maxBuffer := int64(m.cfg.MaxBuffer)
+	parallelism := int64(0)
+	if m.run != nil {
+		parallelism = int64(m.run.parallelism)
+	}
+
+	// Invariant 1: everything held is leased. A message between the
+	// receive hook and EagerTrack (one hand-off) is not tracked yet.
+	if l := leased(st); l < held-1-m.stranded.unleased {
+		t.Fatalf("invariant 1: %d messages held (buffered %d, processing %d) but only %d leased (%d leases, %d of them acks on their way)",
+			held, st.Buffered, st.Processing, l, st.Leases, st.Acking)
+	}
+	// Invariant 2: flow control counts what passed EagerTrack's bounded
+	// buffer, within its limits.
+	if st.Outstanding > limit {
+		t.Fatalf("invariant 2: Outstanding %d > limit %d", st.Outstanding, limit)
+	}
+	if b := m.cfg.MaxOutstandingBytes; b > 0 && st.OutstandingBytes > b && st.Outstanding > 1 {
+		t.Fatalf("invariant 2: OutstandingBytes %d > limit %d with %d messages out", st.OutstandingBytes, b, st.Outstanding)
+	}
+	// Uncounted: EagerTrack's buffer, the hand-off before it, and the one
+	// message a gate holds while it waits for a permit.
+	if uncounted := held - st.Outstanding; uncounted > maxBuffer+2+m.stranded.held-m.stranded.permits {
+		t.Fatalf("invariant 2: %d held messages hold no permit (held %d, outstanding %d, EagerTrack buffer %d): %+v; server %+v",
+			uncounted, held, st.Outstanding, maxBuffer, st, m.srv.SubscriptionStats(m.subName))
+	}
+	// Invariant 4: what the stages hold is bounded by their bounds.
+	if bound := maxBuffer + 2 + limit + parallelism + 2 + m.stranded.held; held > bound {
+		t.Fatalf("invariant 4: %d messages held, bound %d (buffer %d, limit %d, parallelism %d)", held, bound, maxBuffer, limit, parallelism)
+	}
+}
+
+// leased is how many held (unsettled) messages are leased: acked messages
+// keep their lease until the ack is final.
+func leased(st pubsubflow.Stats) int64 { return int64(st.Leases) - st.Acking }
+
+// checkStreams checks invariant 5 on every request of every stream, and
+// invariant 6's stable client id and divided budget.
+func (m *machine) checkStreams(t *rapid.T) {
+	streams := m.srv.Streams(m.subName)
+	if ss := m.srv.SubscriptionStats(m.subName); ss.RejectedRequests != 0 {
+		t.Fatalf("invariant 5: the server rejected %d requests", ss.RejectedRequests)
+	}
+	n := int64(m.cfg.Streams)
+	for _, s := range streams {
+		if s.Rejected != 0 {
+			t.Fatalf("invariant 5: stream %d: %d requests rejected: %s", s.ID, s.Rejected, s.Err)
+		}
+		reqs := m.srv.StreamRequests(s.ID)
+		if len(reqs) == 0 {
+			continue
+		}
+		if err := checkInitial(reqs[0], m.subName); err != "" {
+			t.Fatalf("invariant 5: stream %d initial request: %s: %v", s.ID, err, reqs[0])
+		}
+		for i, r := range reqs[1:] {
+			if err := checkLater(r); err != "" {
+				t.Fatalf("invariant 5: stream %d request %d: %s: %v", s.ID, i+1, err, r)
+			}
+		}
+		if s.ClientID != reqs[0].GetClientId() {
+			t.Fatalf("stream %d: server saw client id %q, request had %q", s.ID, s.ClientID, reqs[0].GetClientId())
+		}
+		if s.ID > int64(m.mainStreams()) {
+			continue // the drain subscriber's
+		}
+		if s.ClientID != m.sub.ClientID() {
+			t.Fatalf("invariant 6: stream %d has client id %q, the subscriber's is %q", s.ID, s.ClientID, m.sub.ClientID())
+		}
+		if perStream := ceilDiv(m.cfg.MaxOutstandingMessages, n); s.MaxOutstandingMessages > perStream {
+			t.Fatalf("stream %d: max outstanding messages %d, more than its share %d of %d over %d streams",
+				s.ID, s.MaxOutstandingMessages, perStream, m.cfg.MaxOutstandingMessages, n)
+		}
+	}
+}
+
+// mainStreams is how many streams the subscriber under test opened: all of
+// them while it is open, and those before the drain afterwards.
+func (m *machine) mainStreams() int {
+	if m.drainFrom > 0 {
+		return m.drainFrom
+	}
+	return len(m.srv.Streams(m.subName))
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// checkInitial returns what is wrong with a stream's first request, or "".
+func checkInitial(r *pubsubpb.StreamingPullRequest, sub string) string {
+	switch {
+	case r.GetSubscription() != sub:
+		return "subscription " + r.GetSubscription()
+	case r.GetClientId() == "":
+		return "no client id"
+	case r.GetProtocolVersion() != 1:
+		return "protocol version not 1"
+	case r.GetStreamAckDeadlineSeconds() < 10 || r.GetStreamAckDeadlineSeconds() > 600:
+		return "stream ack deadline outside 10–600 s"
+	case len(r.GetAckIds()) > 0 || len(r.GetModifyDeadlineAckIds()) > 0:
+		return "acks or modacks on the stream (they go by unary RPC)"
+	}
+	return ""
+}
+
+// checkLater returns what is wrong with a later request, or "": it must be
+// the zero value but for stream_ack_deadline_seconds.
+func checkLater(r *pubsubpb.StreamingPullRequest) string {
+	c := proto.Clone(r).(*pubsubpb.StreamingPullRequest)
+	if d := c.GetStreamAckDeadlineSeconds(); d != 0 && (d < 10 || d > 600) {
+		return "stream ack deadline outside 10–600 s"
+	}
+	c.StreamAckDeadlineSeconds = 0
+	if !proto.Equal(c, &pubsubpb.StreamingPullRequest{}) {
+		return "not built from the zero value (only stream_ack_deadline_seconds may be set)"
+	}
+	return ""
+}
+
+// subscriberGoroutines returns the stacks of the goroutines now running
+// code of the subscriber (the library's packages), leaving out the
+// server's and the user's part of a pipeline (the workers of Process, the
+// Acknowledge sink, pipeline.To and this package's run goroutines), which
+// end with the pipeline's context, not with Close. A goroutine that has not
+// started yet shows no code of its own: it is attributed to its creator.
+//
+// Only the caller's synctest bubble is looked at: other tests' goroutines
+// are not this case's business.
+func subscriberGoroutines() []string {
+	self := make([]byte, 256)
+	self = self[:runtime.Stack(self, false)]
+	bubble := ""
+	if _, rest, ok := strings.Cut(string(self), ", synctest bubble "); ok {
+		bubble, _, _ = strings.Cut(rest, "]")
+		bubble = ", synctest bubble " + bubble + "]"
+	}
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	stacks := map[string]string{} // goroutine id → stack
+	var ids []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		header, _, _ := strings.Cut(g, "\n")
+		if !strings.Contains(header, bubble) {
+			continue
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(header, "goroutine "), " ")
+		stacks[id] = g
+		ids = append(ids, id)
+	}
+	var out []string
+	for _, id := range ids {
+		if owner(stacks, id, 0) == "subscriber" {
+			out = append(out, stacks[id])
+		}
+	}
+	return out
+}
+
+// owner classifies a goroutine as "subscriber", "user" or "other".
+func owner(stacks map[string]string, id string, depth int) string {
+	g := stacks[id]
+	body, created, _ := strings.Cut(g, "\ncreated by ")
+	for _, user := range []string{
+		"pubsubflow/operators.",
+		"pubsubflow/sink.Acknowledge",
+		"pubsubflow/pipeline.Pipeline",
+		"pubsubflow/proptest.(*machine).startRun",
+	} {
+		if strings.Contains(body, user) {
+			return "user"
+		}
+	}
+	if strings.Contains(body, "pubsubflow/pubsubtest.") {
+		return "other"
+	}
+	// Frames of the library other than the group wrapper that every
+	// stage goroutine starts in.
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "github.com/pubsubflow/pubsubflow/") &&
+			!strings.HasPrefix(line, "github.com/pubsubflow/pubsubflow/stage.(*Group).Go.func1") &&
+			!strings.HasPrefix(line, "github.com/pubsubflow/pubsubflow/proptest.") {
+			return "subscriber"
+		}
+	}
+	if !strings.Contains(body, "github.com/pubsubflow/pubsubflow/stage.(*Group).Go.func1") || depth > 8 {
+		return "other"
+	}
+	// Not started yet: whoever created it decides.
+	_, creator, ok := strings.Cut(created, " in goroutine ")
+	creator, _, _ = strings.Cut(creator, "\n")
+	if !ok || stacks[creator] == "" {
+		return "subscriber" // its creator is gone: nobody can stop it but Close
+	}
+	return owner(stacks, creator, depth+1)
+}
