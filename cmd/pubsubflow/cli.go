@@ -81,10 +81,15 @@ func mainUsage(w io.Writer) {
 		"Application Default Credentials. Exit codes: 0 ok, 1 failure, 2 bad usage.\n")
 }
 
-func runCommand(ctx context.Context, c command, args []string, env cliEnv) int {
+// flagSet returns c's flags and the function that runs it.
+func (c command) flagSet() (*flag.FlagSet, func(context.Context, cliEnv, []string) error) {
 	fs := flag.NewFlagSet("pubsubflow "+c.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // we print errors and usage ourselves
-	exec := c.flags(fs)
+	return fs, c.flags(fs)
+}
+
+func runCommand(ctx context.Context, c command, args []string, env cliEnv) int {
+	fs, exec := c.flagSet()
 	pos, err := parseInterspersed(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		commandUsage(env.stdout, c, fs)

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+)
+
+// tableRow returns the cells of the row of an output table that starts
+// with name (cells are separated by two spaces or more).
+func tableRow(t testing.TB, out, name string) []string {
+	t.Helper()
+	for _, l := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(l, name+"  "); ok {
+			var cells []string
+			for _, c := range strings.Split(rest, "  ") {
+				if c = strings.TrimSpace(c); c != "" {
+					cells = append(cells, c)
+				}
+			}
+			return cells
+		}
+	}
+	t.Fatalf("no row %q in:\n%s", name, out)
+	return nil
+}
+
+func atoi(t testing.TB, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	return n
+}
+
+// bench --compare-naive at its default sizes, in virtual time (the
+// embedded server in memory, inside a synctest bubble): ours redelivers
+// nothing and lets nothing expire, the demand-driven shape does both, and
+// the plot of both runs is written, as SVG and as PNG.
+func TestBenchCompareNaive(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"bench.svg", "bench.png"} {
+		plot := filepath.Join(dir, name)
+		var (
+			code           int
+			stdout, stderr string
+		)
+		synctest.Test(t, func(t *testing.T) {
+			code, stdout, stderr = cliCtx(context.Background(), "", "bench", "--compare-naive", "--in-memory", "--plot", plot, "--progress", "none")
+		})
+		if code != exitOK {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		t.Logf("%s:\n%s", name, stdout)
+		red := tableRow(t, stdout, "redelivered")
+		exp := tableRow(t, stdout, "expired (server)")
+		if len(red) != 2 || len(exp) != 2 {
+			t.Fatalf("rows %q, %q", red, exp)
+		}
+		if atoi(t, red[0]) != 0 || atoi(t, exp[0]) != 0 {
+			t.Errorf("ours: redelivered %s, expired %s; want 0 and 0", red[0], exp[0])
+		}
+		if atoi(t, red[1]) == 0 || atoi(t, exp[1]) == 0 {
+			t.Errorf("naive: redelivered %s, expired %s; want both > 0 (else the scenario shows nothing)", red[1], exp[1])
+		}
+		if ours := tableRow(t, stdout, "acked (server)")[0]; ours != "1000" {
+			t.Errorf("ours acked %s of 1000", ours)
+		}
+		fi, err := os.Stat(plot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() < 10<<10 {
+			t.Errorf("%s is %d bytes: too small to hold two panels", name, fi.Size())
+		}
+	}
+}
