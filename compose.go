@@ -54,29 +54,44 @@ func (s *Subscriber) runSource(g *stage.Group) <-chan *Message {
 	bound := pipeline.Filter(s.receive, nil).Run(g, raw)
 	tracked := flow.EagerTrack(s.ext, s.cfg.MaxBuffer).Run(g, bound)
 	gated := flow.FlowGate(s.fc).Run(g, tracked)
-	out := pipeline.Filter(s.handOff, nil).Run(g, gated)
-
-	done := make(chan *Message)
+	out := make(chan *Message)
 	g.Go(func(ctx context.Context) error {
 		defer func() {
-			close(done)
+			close(out)
 			s.active.Add(-1)
 			ping(s.runsDone)
 			s.runs.Done()
 		}()
-		for m := range out {
-			select {
-			case done <- m:
-			case <-ctx.Done():
-			case <-s.abandon:
-				// The pipeline is stopping, or shutdown gave up waiting for
-				// it: the message was handed off and is settled by
-				// shutdown's nack of what is left.
-			}
-		}
+		s.handOffLoop(ctx, gated, out)
 		return nil
 	})
-	return done
+	return out
+}
+
+// handOffLoop passes messages from the gate to processing, or, once the
+// subscriber drains, settles them with the OnShutdown outcome instead. It
+// reads its input until it closes, so the stages before it always finish.
+func (s *Subscriber) handOffLoop(ctx context.Context, in <-chan *Message, out chan<- *Message) {
+	for m := range in {
+		if m.Settled() {
+			continue
+		}
+		if s.draining.Load() {
+			m.Settle(s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
+			continue
+		}
+		if m.MarkHandedOff() {
+			s.c.handed.Add(1)
+		}
+		select {
+		case out <- m:
+		case <-ctx.Done():
+		case <-s.abandon:
+			// The pipeline is stopping, or shutdown gave up waiting for
+			// it: the message was handed off and is settled by
+			// shutdown's nack of what is left.
+		}
+	}
 }
 
 // receive binds the settle path on receipt, before any stage can settle.
@@ -85,22 +100,6 @@ func (s *Subscriber) receive(m *Message) bool {
 	s.c.received.Add(1)
 	if m.DeliveryAttempt > 1 {
 		s.c.redelivered.Add(1)
-	}
-	return true
-}
-
-// handOff passes a message to processing, or, once draining, settles it
-// with the OnShutdown outcome instead.
-func (s *Subscriber) handOff(m *Message) bool {
-	if m.Settled() {
-		return false
-	}
-	if s.draining.Load() {
-		m.Settle(s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
-		return false
-	}
-	if m.MarkHandedOff() {
-		s.c.handed.Add(1)
 	}
 	return true
 }
