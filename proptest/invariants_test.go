@@ -36,9 +36,14 @@ func (m *machine) checkStats(t *rapid.T) {
 		parallelism = int64(m.run.parallelism)
 	}
 
-	// Invariant 1: everything held is leased. A message between the
-	// receive hook and EagerTrack (one hand-off) is not tracked yet.
-	if l := leased(st); l < held-1-m.stranded.unleased {
+	// Invariant 1: everything held is leased. A message in the hand-off
+	// between the receive hook and EagerTrack is not (a known fault,
+	// TestKnownSourceHoldsUntracked), so one is allowed unless strict.
+	handoff := int64(1)
+	if strict {
+		handoff = 0
+	}
+	if l := leased(st); l < held-handoff-m.stranded.unleased {
 		t.Fatalf("invariant 1: %d messages held (buffered %d, processing %d) but only %d leased (%d leases, %d of them acks on their way)",
 			held, st.Buffered, st.Processing, l, st.Leases, st.Acking)
 	}
