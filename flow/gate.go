@@ -33,6 +33,16 @@ type Gate struct {
 	// holds and what it receives from then on (graceful shutdown: messages
 	// not yet handed to processing are nacked).
 	Discard <-chan struct{}
+
+	// HandOff, if set, is asked once for each message about to be offered
+	// downstream, on the gate's goroutine: true offers it; false removes
+	// it from the buffer without emitting it, HandOff having settled it
+	// (for example with the shutdown outcome while a subscriber drains).
+	// The gate releases a removed message's permits (idempotently) either
+	// way. A subscriber marks messages handed to processing there, which
+	// saves a stage (a goroutine and a hand-off per message) behind the
+	// gate. It must not block.
+	HandOff func(m *message.Message) bool
 }
 
 // FlowGate returns a Gate on fc with the default OnDrop (nack).
@@ -42,7 +52,7 @@ func FlowGate(fc *FlowControl) stage.Flow[*message.Message, *message.Message] {
 
 // Run starts the gate's goroutine under g and returns its output.
 func (gt *Gate) Run(g *stage.Group, in <-chan *message.Message) <-chan *message.Message {
-	r := &gateRun{fc: gt.Flow, onDrop: gt.OnDrop}
+	r := &gateRun{fc: gt.Flow, onDrop: gt.OnDrop, handOff: gt.HandOff}
 	bound := stage.DefaultBound
 	if m := gt.Flow.MaxMessages(); m > 0 {
 		bound = int(m) // admitted messages never exceed it
@@ -63,8 +73,10 @@ func (gt *Gate) Run(g *stage.Group, in <-chan *message.Message) <-chan *message.
 
 // gateRun is one run's state; its methods run on the stage's goroutine only.
 type gateRun struct {
-	fc     *FlowControl
-	onDrop func(*message.Message)
+	fc      *FlowControl
+	onDrop  func(*message.Message)
+	handOff func(*message.Message) bool
+	asked   *message.Message // the head HandOff last accepted
 	// wake was fetched before the last failed Room or Admit check, so a
 	// release after that check closes it (no lost wake-up).
 	wake    <-chan struct{}
@@ -121,9 +133,17 @@ func (r *gateRun) wakeCh() <-chan struct{} {
 // skip drops a buffered message that was settled meanwhile. Its settle path
 // released its permits; releasing here too covers a message settled with
 // no settle path bound (ReleaseMessage is idempotent).
+//
+// It also asks HandOff, once per head, whether m may be offered.
 func (r *gateRun) skip(m *message.Message) bool {
 	if !m.Settled() {
-		return false
+		if r.handOff == nil || r.asked == m {
+			return false
+		}
+		if r.handOff(m) {
+			r.asked = m
+			return false
+		}
 	}
 	r.fc.ReleaseMessage(m)
 	return true

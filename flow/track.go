@@ -37,6 +37,12 @@ type Tracker struct {
 	// MaxBuffer bounds the messages held (0: DefaultTrackBuffer).
 	MaxBuffer int
 
+	// OnReceive, if set, runs for each message on receipt, on the stage's
+	// goroutine, just before its lease is taken: a subscriber binds its
+	// settle path there, which saves a stage (a goroutine and a hand-off
+	// per message) in front of the tracker. It must not block.
+	OnReceive func(m *message.Message)
+
 	// OnDrop receives each message the stage still holds when it stops
 	// without emitting it (cancellation or Discard). Nil means do nothing:
 	// the message stays leased and the Subscriber nacks what is still
@@ -68,6 +74,7 @@ func (t *Tracker) Run(g *stage.Group, in <-chan *message.Message) <-chan *messag
 		return out
 	}
 	ext := t.Extender
+	onReceive := t.OnReceive
 	bound := t.MaxBuffer
 	if bound <= 0 {
 		bound = DefaultTrackBuffer
@@ -75,6 +82,9 @@ func (t *Tracker) Run(g *stage.Group, in <-chan *message.Message) <-chan *messag
 	e := &stage.Eager[*message.Message]{
 		Bound: bound,
 		OnReceive: func(_ context.Context, m *message.Message) error {
+			if onReceive != nil {
+				onReceive(m)
+			}
 			ext.Track(m)
 			return nil
 		},

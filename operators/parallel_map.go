@@ -37,6 +37,12 @@ type Options[T, R any] struct {
 	// panic) into a result: emit reports whether to emit r. When nil, the
 	// first error fails the group.
 	OnError func(v T, err error) (r R, emit bool)
+	// Emit, if set, is asked for every result about to be emitted
+	// (OnError's included); false drops it instead of sending it
+	// downstream. A worker whose result is done with (a message already
+	// settled by f) then goes straight on to its next element, without a
+	// hand-off to a downstream goroutine that would have nothing to do.
+	Emit func(r R) bool
 }
 
 // PanicError is the error for an element whose function panicked.
@@ -80,14 +86,18 @@ type parallelMap[T, R any] struct {
 // ok reports whether r is to be emitted; err is a failure for the group.
 func (pm *parallelMap[T, R]) call(ctx context.Context, v T) (r R, ok bool, err error) {
 	r, err = safeCall(ctx, pm.f, v)
-	if err == nil {
-		return r, true, nil
-	}
-	if pm.opt.OnError != nil {
+	switch {
+	case err == nil:
+		ok = true
+	case pm.opt.OnError != nil:
 		r, ok = pm.opt.OnError(v, err)
-		return r, ok, nil
+	default:
+		return r, false, err
 	}
-	return r, false, err
+	if ok && pm.opt.Emit != nil {
+		ok = pm.opt.Emit(r)
+	}
+	return r, ok, nil
 }
 
 func safeCall[T, R any](ctx context.Context, f func(context.Context, T) (R, error), v T) (r R, err error) {
