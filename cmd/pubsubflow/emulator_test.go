@@ -160,7 +160,9 @@ func TestEmulatorServesPublishAndTail(t *testing.T) {
 	defer cancel()
 	var out syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"emulator", "--addr", "127.0.0.1:0", "--stats-every", "0"}, strings.NewReader(""), &out, &out) }()
+	go func() {
+		done <- run(ctx, []string{"emulator", "--addr", "127.0.0.1:0", "--stats-every", "0"}, strings.NewReader(""), &out, &out)
+	}()
 	addr := waitListening(t, &out, func() bool { return len(done) > 0 })
 
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
