@@ -1,0 +1,40 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Each message goes down exactly one branch; orders are totalled, the
+// malformed ones nacked, events counted by kind.
+func TestTopology(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	const n = 900
+	tot, err := runEmbedded(ctx, &out, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(out.String())
+	// i%300 == 0: 3 bad orders (0, 300, 600); other multiples of 3: 297
+	// orders; the rest: 300 views (even) and 300 clicks (odd).
+	var wantCents int64
+	for i := 3; i < n; i += 3 {
+		if i%300 != 0 {
+			wantCents += int64(i)
+		}
+	}
+	if tot.BadOrders != 3 || tot.Orders != 297 || tot.OrderCents != wantCents {
+		t.Errorf("orders %+v; want 297 valid totalling %d, 3 bad", tot, wantCents)
+	}
+	if tot.Events["view"] != 300 || tot.Events["click"] != 300 || len(tot.Events) != 2 {
+		t.Errorf("events %v; want 300 views and 300 clicks", tot.Events)
+	}
+}
