@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
 // tableRow returns the cells of the row of an output table that starts
@@ -78,5 +80,37 @@ func TestBenchCompareNaive(t *testing.T) {
 		if fi.Size() < 10<<10 {
 			t.Errorf("%s is %d bytes: too small to hold two panels", name, fi.Size())
 		}
+	}
+}
+
+// bench against a subscription of a running server (here the test's,
+// reached as an emulator would be): it publishes each run's messages to
+// --topic, consumes them from --subscription, and reports what the client
+// can see (the server's counters are n/a).
+func TestBenchOnSubscription(t *testing.T) {
+	s := newTestServer(t, pubsubtest.SubscriptionConfig{})
+	args := append([]string{"bench", "--subscription", "sub-a", "--topic", "topic-a", "--project", "test-project",
+		"--messages", "200", "--handler-delay", "1ms", "--parallelism", "4", "--compare-naive", "--progress", "lines"}, s.endpoint()...)
+	code, stdout, stderr := cli(t, "", args...)
+	if code != exitOK {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	t.Log(stdout)
+	if got := tableRow(t, stdout, "messages handled"); len(got) != 2 || got[0] != "200" || got[1] != "200" {
+		t.Errorf("handled %q, want 200 and 200", got)
+	}
+	if got := tableRow(t, stdout, "acked (server)"); got[0] != "n/a" {
+		t.Errorf("server counters on a real subscription: %q", got)
+	}
+	if st := s.srv.SubscriptionStats(s.sub); st.Acked != 400 || st.Outstanding != 0 {
+		t.Errorf("server: %+v; want 400 acked, none outstanding", st)
+	}
+	if p := tableRow(t, stdout, "ack latency p50/p90/p99"); len(p) != 2 || p[0] == "n/a" {
+		t.Errorf("ack latency %q", p)
+	}
+
+	code, _, stderr = cli(t, "", append([]string{"bench", "--subscription", "projects/test-project/subscriptions/no-such-sub"}, s.endpoint()...)...)
+	if code != exitFailure || !strings.Contains(stderr, "not found") {
+		t.Errorf("missing subscription: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -239,8 +239,9 @@ func ticker(d time.Duration) *time.Ticker {
 	return time.NewTicker(d)
 }
 
-// printEmulatorStats prints one line of the server's counters: streams,
-// deliveries and outstanding messages summed over every stream, and the
+// printEmulatorStats prints one line of the server's counters: streams;
+// deliveries, acks, redeliveries, expirations, outstanding messages and
+// backlog summed over the subscriptions that were streamed from; and the
 // calls and errors of the busiest methods.
 func printEmulatorStats(w io.Writer, srv *pubsubtest.Server, start time.Time) {
 	var open int64

@@ -20,6 +20,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -138,6 +139,9 @@ func (t *topology) waitSettled(ctx context.Context, sub *pubsubflow.Subscriber, 
 		case <-ctx.Done():
 			return nil
 		case err := <-done:
+			if err == nil {
+				err = errors.New("the source closed")
+			}
 			return fmt.Errorf("pipeline ended early: %w", err)
 		case <-tick.C:
 		}
