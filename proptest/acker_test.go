@@ -1,0 +1,176 @@
+package proptest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"pgregory.net/rapid"
+
+	"github.com/pubsubflow/pubsubflow/ack"
+	"github.com/pubsubflow/pubsubflow/internal/ackids"
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
+)
+
+// ackerChecks is the CI default of TestAcknowledgerSplitting's cases.
+const ackerChecks = 150
+
+// TestAcknowledgerSplitting feeds an ack.Acknowledger random acks, nacks,
+// delayed nacks and modacks — up to 3000 ack ids of up to 3000 bytes
+// each, so that both the 1000-id and the 512 KiB limits are reached — with
+// flushes in between and transient failures of the first calls, and
+// checks, against a recording SubscriberClient, in virtual time:
+//   - every request has at most 1000 ack ids and at most 512 KiB encoded;
+//   - every ack id reaches the server exactly once, with its kind and
+//     deadline (an ack as Acknowledge, a nack as ModifyAckDeadline 0, a
+//     delayed nack as its delay rounded up to whole seconds), retries of
+//     failed calls included (invariant 3);
+//   - requests are full: per kind and deadline, at most twice the lower
+//     bound ceil(ids/1000) + ceil(bytes/512 KiB), plus one partial request
+//     per flush (explicit or the 100 ms tick).
+func TestAcknowledgerSplitting(t *testing.T) {
+	check(t, ackerChecks, func(rt *rapid.T) {
+		rapid.SyncTest(rt, func(rt *rapid.T) { runAcker(rt) })
+	})
+}
+
+// op is one ack id given to the acknowledger and what must reach the
+// server for it.
+type op struct {
+	id      string
+	ack     bool  // Acknowledge; otherwise ModifyAckDeadline
+	seconds int32 // for ModifyAckDeadline
+}
+
+// ackStub is a SubscriberClient that records Acknowledge and
+// ModifyAckDeadline requests and fails the first calls.
+type ackStub struct {
+	pubsubpb.SubscriberClient // nil: other methods are not used
+	mu                        sync.Mutex
+	failLeft                  int
+	calls                     int
+	sent                      map[string][]op // ack id → what succeeded for it
+	requests                  map[string]int  // "ack" or "modack N" → successful requests
+	violations                []string
+}
+
+func (s *ackStub) record(kind string, ids []string, size int, o op) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if len(ids) > ackids.MaxIDs || size > pubsubtest.MaxAckRequestBytes {
+		s.violations = append(s.violations, fmt.Sprintf("%s request with %d ack ids, %d bytes", kind, len(ids), size))
+	}
+	if s.failLeft > 0 {
+		s.failLeft--
+		return status.Error(codes.Unavailable, "proptest: injected")
+	}
+	s.requests[kind]++
+	for _, id := range ids {
+		o.id = id
+		s.sent[id] = append(s.sent[id], o)
+	}
+	return nil
+}
+
+func (s *ackStub) Acknowledge(_ context.Context, in *pubsubpb.AcknowledgeRequest, _ ...grpc.CallOption) (*emptypb.Empty, error) {
+	return &emptypb.Empty{}, s.record("ack", in.GetAckIds(), proto.Size(in), op{ack: true})
+}
+
+func (s *ackStub) ModifyAckDeadline(_ context.Context, in *pubsubpb.ModifyAckDeadlineRequest, _ ...grpc.CallOption) (*emptypb.Empty, error) {
+	kind := fmt.Sprintf("modack %d", in.GetAckDeadlineSeconds())
+	return &emptypb.Empty{}, s.record(kind, in.GetAckIds(), proto.Size(in), op{seconds: in.GetAckDeadlineSeconds()})
+}
+
+func runAcker(t *rapid.T) {
+	n := rapid.IntRange(1, 100).Draw(t, "ackIDs")
+	if rapid.IntRange(0, 2).Draw(t, "big") == 0 {
+		n = rapid.IntRange(900, 3000).Draw(t, "bigAckIDs")
+	}
+	maxLen := rapid.SampledFrom([]int{20, 300, 3000}).Draw(t, "maxIDLength")
+	seed := rapid.Uint64().Draw(t, "seed")
+	flushes := rapid.IntRange(0, 3).Draw(t, "flushes")
+	stub := &ackStub{
+		failLeft: rapid.IntRange(0, 3).Draw(t, "failures"),
+		sent:     map[string][]op{},
+		requests: map[string]int{},
+	}
+	a, err := ack.New(stub, "projects/p/subscriptions/s", ack.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Close(context.Background()) }()
+
+	// The ids and kinds come from a seeded generator: thousands of draws
+	// would make rapid's cases slow to shrink, and their values do not
+	// matter, only their lengths and how they are grouped.
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	want := make([]op, n)
+	need := map[string]int{}  // kind → ack ids
+	bytes := map[string]int{} // kind → encoded bytes
+	start := time.Now()
+	for i := range want {
+		id := fmt.Sprintf("%d-", i) + strings.Repeat("x", rng.IntN(maxLen))
+		o := op{id: id}
+		var kind string
+		switch rng.IntN(4) {
+		case 0:
+			o.ack = true
+			a.Ack(id)
+			kind = "ack"
+		case 1:
+			a.Nack(id, 0)
+			kind = "modack 0"
+		case 2:
+			d := time.Duration(rng.IntN(600_000)+1) * time.Millisecond
+			o.seconds = ack.DelaySeconds(d)
+			a.Nack(id, d)
+			kind = fmt.Sprintf("modack %d", o.seconds)
+		default:
+			o.seconds = int32(rng.IntN(3)*295 + 10) // a few shared deadlines (10, 305, 600 s)
+			a.Modack(id, o.seconds)
+			kind = fmt.Sprintf("modack %d", o.seconds)
+		}
+		want[i] = o
+		need[kind]++
+		bytes[kind] += ackids.EncodedSize(id)
+		if flushes > 0 && i > 0 && i%(n/(flushes+1)+1) == 0 {
+			if err := a.Flush(context.Background()); err != nil {
+				t.Fatalf("Flush: %v", err)
+			}
+		}
+	}
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	ticks := int(time.Since(start)/ack.DefaultFlushInterval) + 1
+
+	stub.mu.Lock()
+	defer stub.mu.Unlock()
+	for _, v := range stub.violations {
+		t.Fatalf("limits: %s", v)
+	}
+	for _, o := range want {
+		got := stub.sent[o.id]
+		if len(got) != 1 || got[0] != o {
+			t.Fatalf("invariant 3: ack id %.20s… (ack %v, %d s) reached the server as %v", o.id, o.ack, o.seconds, got)
+		}
+	}
+	for kind, ids := range need {
+		lower := (ids+ackids.MaxIDs-1)/ackids.MaxIDs + (bytes[kind]+ackids.MaxBytes-1)/ackids.MaxBytes
+		if got, most := stub.requests[kind], 2*lower+flushes+ticks; got > most {
+			t.Fatalf("splitting: %d %q requests for %d ack ids of %d bytes (at most %d: lower bound %d, %d flushes, %d ticks)",
+				got, kind, ids, bytes[kind], most, lower, flushes, ticks)
+		}
+	}
+}

@@ -1,0 +1,399 @@
+package proptest
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"pgregory.net/rapid"
+
+	"github.com/pubsubflow/pubsubflow/internal/ackids"
+	"github.com/pubsubflow/pubsubflow/lease"
+	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
+)
+
+// extenderChecks is the CI default of TestExtenderProperties' cases.
+const extenderChecks = 150
+
+// TestExtenderProperties drives a lease.Extender against pubsubtest in
+// virtual time: messages pulled in batches of random sizes (up to 2500,
+// over the 1000-id request limit) are tracked on receipt, then acked,
+// nacked or held while time passes, with ModifyAckDeadline failing or slow
+// within the safety margin. After every step:
+//   - no lease the extender holds lapses at the server (invariant 1),
+//     and the extender holds exactly the leases the model does;
+//   - a lease is dropped (settled as Expired) only past the maximum
+//     extension, and within a tick after it (invariant 3's "expired past
+//     max extension");
+//   - batching: every request has at most 1000 ack ids and 512 KiB, and
+//     the leases due at one moment with one deadline go out in as few
+//     requests as the limit allows (ceil(n/1000); a receipt flush and a
+//     tick at the same instant are separate).
+func TestExtenderProperties(t *testing.T) {
+	check(t, extenderChecks, func(rt *rapid.T) {
+		rapid.SyncTest(rt, func(rt *rapid.T) {
+			x := newExtenderModel(rt)
+			defer x.teardown()
+			rt.Repeat(map[string]func(*rapid.T){
+				"":             x.check,
+				"Pull":         x.pull,
+				"Ack":          x.ack,
+				"Nack":         x.nack,
+				"Advance":      x.advance,
+				"FailModacks":  x.failModacks,
+				"DelayModacks": x.delayModacks,
+			})
+		})
+	})
+}
+
+// modackRequest is one ModifyAckDeadline call as the client made it.
+type modackRequest struct {
+	at      time.Time
+	seconds int32
+	ids     []string
+	size    int
+	err     error
+}
+
+// recorder records every ModifyAckDeadline request.
+type recorder struct {
+	pubsubpb.SubscriberClient
+	mu   sync.Mutex
+	reqs []modackRequest
+}
+
+func (r *recorder) ModifyAckDeadline(ctx context.Context, in *pubsubpb.ModifyAckDeadlineRequest, opts ...grpc.CallOption) (*emptypb.Empty, error) {
+	at := time.Now()
+	out, err := r.SubscriberClient.ModifyAckDeadline(ctx, in, opts...)
+	r.mu.Lock()
+	r.reqs = append(r.reqs, modackRequest{at: at, seconds: in.GetAckDeadlineSeconds(), ids: in.GetAckIds(), size: proto.Size(in), err: err})
+	r.mu.Unlock()
+	return out, err
+}
+
+type extenderModel struct {
+	srv          *pubsubtest.Server
+	raw          pubsubpb.SubscriberClient
+	rec          *recorder
+	ext          *lease.Extender
+	topic, sub   string
+	deadline     time.Duration // the subscription's (Pull's) ack deadline
+	maxExtension time.Duration
+	interval     time.Duration // the tick interval
+	lastFault    map[string]time.Time
+	checked      int // requests already checked
+
+	mu       sync.Mutex
+	held     map[*message.Message]bool
+	expired  map[*message.Message]time.Time // settled as Expired by the extender, when
+	received map[*message.Message]time.Time
+}
+
+// Settle is the messages' settle path: the extender settles a message as
+// Expired past the maximum extension.
+func (x *extenderModel) Settle(m *message.Message, o message.Outcome, _ time.Duration) {
+	x.ext.Release(m, o)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if o == message.Expired {
+		x.expired[m] = time.Now()
+		delete(x.held, m)
+	}
+}
+
+func newExtenderModel(t *rapid.T) *extenderModel {
+	srv, err := pubsubtest.NewServer(pubsubtest.WithBufconn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &extenderModel{
+		srv:       srv,
+		raw:       pubsubpb.NewSubscriberClient(srv.ClientConn()),
+		lastFault: map[string]time.Time{},
+		held:      map[*message.Message]bool{},
+		expired:   map[*message.Message]time.Time{},
+		received:  map[*message.Message]time.Time{},
+	}
+	x.rec = &recorder{SubscriberClient: x.raw}
+	x.deadline = rapid.SampledFrom([]time.Duration{10 * time.Second, 20 * time.Second, 60 * time.Second}).Draw(t, "deadline")
+	x.maxExtension = rapid.SampledFrom([]time.Duration{time.Minute, 3 * time.Minute, lease.DefaultMaxExtension}).Draw(t, "maxExtension")
+	ctx := context.Background()
+	if x.topic, err = srv.CreateTopic(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if x.sub, err = srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: x.topic, AckDeadline: x.deadline}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := lease.Config{StreamAckDeadline: x.deadline, MaxExtension: x.maxExtension}
+	x.interval = x.deadline / 4
+	if !strict {
+		// TestKnownLeaseLapseWhenDeadlineDrops: Adaptive lets leases lapse
+		// when its deadline drops.
+		cfg.Strategy = lease.Fixed(x.interval, x.deadline)
+	}
+	if x.ext, err = lease.NewExtender(x.rec, x.sub, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func (x *extenderModel) teardown() {
+	_ = x.ext.Close()
+	_ = x.srv.Close()
+}
+
+func (x *extenderModel) pull(t *rapid.T) {
+	n := rapid.IntRange(1, 40).Draw(t, "n")
+	if rapid.IntRange(0, 9).Draw(t, "big") == 0 {
+		n = rapid.IntRange(900, 2500).Draw(t, "bigN")
+	}
+	msgs := make([]*pubsubpb.PubsubMessage, n)
+	for i := range msgs {
+		msgs[i] = &pubsubpb.PubsubMessage{Data: []byte(strconv.Itoa(i))}
+	}
+	ctx := context.Background()
+	for start := 0; start < n; start += 1000 {
+		if _, err := x.srv.Publish(ctx, x.topic, msgs[start:min(n, start+1000)]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for got := 0; got < n; {
+		resp, err := x.raw.Pull(ctx, &pubsubpb.PullRequest{Subscription: x.sub, MaxMessages: int32(min(n-got, 1000)), ReturnImmediately: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetReceivedMessages()) == 0 {
+			break // the rest is out already (redeliveries come back later)
+		}
+		now := time.Now()
+		for _, rm := range resp.GetReceivedMessages() {
+			m := message.FromReceived(rm, x.sub, nil, now)
+			m.Bind(x)
+			x.mu.Lock()
+			x.held[m] = true
+			x.received[m] = now
+			x.mu.Unlock()
+			x.ext.Track(m)
+			got++
+		}
+	}
+	x.settle()
+}
+
+// pick draws up to n held messages.
+func (x *extenderModel) pick(t *rapid.T) []*message.Message {
+	x.mu.Lock()
+	var held []*message.Message
+	for m := range x.held {
+		held = append(held, m)
+	}
+	x.mu.Unlock()
+	if len(held) == 0 {
+		return nil
+	}
+	sortMessages(held)
+	n := rapid.IntRange(1, len(held)).Draw(t, "count")
+	start := rapid.IntRange(0, len(held)-n).Draw(t, "from")
+	return held[start : start+n]
+}
+
+// ack acks some held messages: the RPC first, then Release, as the
+// extender's contract asks (a lease is kept until the ack reached the
+// server).
+func (x *extenderModel) ack(t *rapid.T) {
+	ms := x.pick(t)
+	if len(ms) == 0 {
+		return
+	}
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.AckID
+	}
+	for _, chunk := range chunks(ids) {
+		if _, err := x.raw.Acknowledge(context.Background(), &pubsubpb.AcknowledgeRequest{Subscription: x.sub, AckIds: chunk}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.release(ms, message.Ack)
+}
+
+// nack releases some held messages and nacks them: Release first, so no
+// extension can undo the nack.
+func (x *extenderModel) nack(t *rapid.T) {
+	ms := x.pick(t)
+	if len(ms) == 0 {
+		return
+	}
+	x.release(ms, message.Nack)
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.AckID
+	}
+	for _, chunk := range chunks(ids) {
+		// Injected faults hit the test's nacks too: retry them.
+		var err error
+		for range 5 {
+			if _, err = x.raw.ModifyAckDeadline(context.Background(), &pubsubpb.ModifyAckDeadlineRequest{Subscription: x.sub, AckIds: chunk}); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.settle()
+}
+
+func (x *extenderModel) release(ms []*message.Message, o message.Outcome) {
+	for _, m := range ms {
+		x.ext.Release(m, o)
+		x.mu.Lock()
+		delete(x.held, m)
+		x.mu.Unlock()
+	}
+	x.settle()
+}
+
+func (x *extenderModel) advance(t *rapid.T) {
+	time.Sleep(time.Duration(rapid.IntRange(1, 30000).Draw(t, "ms")) * time.Millisecond)
+	x.settle()
+}
+
+// Faults stay within the margin, as in the machine (see faultCooldown).
+func (x *extenderModel) inject(f func()) {
+	if last, ok := x.lastFault["ModifyAckDeadline"]; ok && time.Since(last) < faultCooldown {
+		return
+	}
+	x.lastFault["ModifyAckDeadline"] = time.Now()
+	f()
+	x.settle()
+}
+
+func (x *extenderModel) failModacks(t *rapid.T) {
+	n := rapid.IntRange(1, 2).Draw(t, "n")
+	x.inject(func() { x.srv.FailNext("ModifyAckDeadline", n, codes.Unavailable) })
+}
+
+func (x *extenderModel) delayModacks(t *rapid.T) {
+	d := rapid.SampledFrom([]time.Duration{0, 100 * time.Millisecond, time.Second}).Draw(t, "latency")
+	x.inject(func() { x.srv.SetLatency("ModifyAckDeadline", d) })
+}
+
+// settle lets the extender's receipt flush (2 ms) and workers run.
+func (x *extenderModel) settle() {
+	time.Sleep(10 * time.Millisecond)
+}
+
+func (x *extenderModel) check(t *rapid.T) {
+	x.settle()
+	ss := x.srv.SubscriptionStats(x.sub)
+	x.mu.Lock()
+	held, expired := len(x.held), len(x.expired)
+	now := time.Now()
+	for m := range x.held {
+		// Dropped at the first tick past the limit; ticks are jittered
+		// ±10 % and a slow RPC may hold the loop up to a second more.
+		if age := now.Sub(x.received[m]); age > x.maxExtension+x.interval*11/10+2*time.Second {
+			x.mu.Unlock()
+			t.Fatalf("a lease held %v, past the maximum extension %v", age, x.maxExtension)
+		}
+	}
+	for m, at := range x.expired {
+		if age := at.Sub(x.received[m]); age < x.maxExtension {
+			x.mu.Unlock()
+			t.Fatalf("a lease dropped after %v, before the maximum extension %v", age, x.maxExtension)
+		}
+	}
+	x.mu.Unlock()
+	// The server redelivers what the extender dropped: those may expire.
+	if ss.Expired > int64(expired) {
+		t.Fatalf("invariant 1: %d leases lapsed at the server, %d dropped past max extension (holding %d)", ss.Expired, expired, held)
+	}
+	if got := x.ext.Len(); got != held {
+		t.Fatalf("the extender holds %d leases, the model %d", got, held)
+	}
+	x.checkRequests(t)
+}
+
+// checkRequests checks the requests made since the last check: limits,
+// and that what was due together went out together.
+func (x *extenderModel) checkRequests(t *rapid.T) {
+	x.rec.mu.Lock()
+	reqs := x.rec.reqs[x.checked:]
+	failed := map[string]bool{}
+	for _, r := range x.rec.reqs[:x.checked] {
+		if r.err != nil {
+			for _, id := range r.ids {
+				failed[id] = true
+			}
+		}
+	}
+	x.checked = len(x.rec.reqs)
+	x.rec.mu.Unlock()
+	type group struct {
+		at      time.Time
+		seconds int32
+	}
+	ids := map[group]int{}
+	count := map[group]int{}
+	for _, r := range reqs {
+		if len(r.ids) > ackids.MaxIDs || r.size > pubsubtest.MaxAckRequestBytes {
+			t.Fatalf("a ModifyAckDeadline request with %d ack ids, %d bytes", len(r.ids), r.size)
+		}
+		if r.seconds < 1 || r.seconds > 600 {
+			t.Fatalf("an extension of %d s", r.seconds)
+		}
+		retry := len(r.ids) > 0 && failed[r.ids[0]]
+		for _, id := range r.ids {
+			if r.err != nil {
+				failed[id] = true
+			}
+		}
+		if retry {
+			continue
+		}
+		g := group{r.at, r.seconds}
+		ids[g] += len(r.ids)
+		count[g]++
+	}
+	for g, n := range count {
+		// A receipt flush and a tick may fall on the same instant.
+		if want := (ids[g]+ackids.MaxIDs-1)/ackids.MaxIDs + 1; n > want {
+			t.Fatalf("batching: %d requests for %d ack ids due at %s with %d s (want at most %d)", n, ids[g], g.at.Format("04:05.000"), g.seconds, want)
+		}
+	}
+}
+
+// chunks splits ack ids at the API's 1000-id limit (the test's own acks).
+func chunks(ids []string) [][]string {
+	var out [][]string
+	for len(ids) > ackids.MaxIDs {
+		out = append(out, ids[:ackids.MaxIDs])
+		ids = ids[ackids.MaxIDs:]
+	}
+	return append(out, ids)
+}
+
+// sortMessages orders messages by ack id, so that draws do not depend on
+// map order.
+func sortMessages(ms []*message.Message) {
+	slices.SortFunc(ms, func(a, b *message.Message) int {
+		switch {
+		case a.AckID < b.AckID:
+			return -1
+		case a.AckID > b.AckID:
+			return 1
+		}
+		return 0
+	})
+}
