@@ -23,13 +23,14 @@ import (
 )
 
 // ackerChecks is the CI default of TestAcknowledgerSplitting's cases.
-const ackerChecks = 150
+const ackerChecks = 300
 
 // TestAcknowledgerSplitting feeds an ack.Acknowledger random acks, nacks,
 // delayed nacks and modacks — up to 3000 ack ids of up to 3000 bytes
 // each, so that both the 1000-id and the 512 KiB limits are reached — with
 // flushes in between and transient failures of the first calls, and
-// checks, against a recording SubscriberClient, in virtual time:
+// checks, against a recording SubscriberClient that may be slow (so that
+// every in-flight slot is busy and ack ids pile up), in virtual time:
 //   - every request has at most 1000 ack ids and at most 512 KiB encoded;
 //   - every ack id reaches the server exactly once, with its kind and
 //     deadline (an ack as Acknowledge, a nack as ModifyAckDeadline 0, a
@@ -58,6 +59,7 @@ type ackStub struct {
 	pubsubpb.SubscriberClient // nil: other methods are not used
 	mu                        sync.Mutex
 	failLeft                  int
+	latency                   time.Duration
 	calls                     int
 	sent                      map[string][]op // ack id → what succeeded for it
 	requests                  map[string]int  // "ack" or "modack N" → successful requests
@@ -65,6 +67,11 @@ type ackStub struct {
 }
 
 func (s *ackStub) record(kind string, ids []string, size int, o op) error {
+	// A slow server fills the acknowledger's in-flight slots, so that ack
+	// ids pile up into fuller batches. The sleep is virtual (synctest), so a
+	// call stays in flight for as long as the test adds ack ids: the piling
+	// up does not depend on scheduling.
+	time.Sleep(s.latency)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
@@ -93,19 +100,30 @@ func (s *ackStub) ModifyAckDeadline(_ context.Context, in *pubsubpb.ModifyAckDea
 }
 
 func runAcker(t *rapid.T) {
+	// pileUp: one slot in flight, no flush, thousands of acks: they pile
+	// up behind the first request, the case where splitting matters most.
+	pileUp := rapid.IntRange(0, 3).Draw(t, "pileUp") == 0
 	n := rapid.IntRange(1, 100).Draw(t, "ackIDs")
-	if rapid.IntRange(0, 2).Draw(t, "big") == 0 {
+	if pileUp || rapid.IntRange(0, 2).Draw(t, "big") == 0 {
 		n = rapid.IntRange(900, 3000).Draw(t, "bigAckIDs")
 	}
 	maxLen := rapid.SampledFrom([]int{20, 300, 3000}).Draw(t, "maxIDLength")
 	seed := rapid.Uint64().Draw(t, "seed")
 	flushes := rapid.IntRange(0, 3).Draw(t, "flushes")
+	kinds := rapid.IntRange(1, 4).Draw(t, "kinds") // 1: acks only
 	stub := &ackStub{
 		failLeft: rapid.IntRange(0, 3).Draw(t, "failures"),
+		latency:  rapid.SampledFrom([]time.Duration{10 * time.Millisecond, 300 * time.Millisecond}).Draw(t, "latency"),
 		sent:     map[string][]op{},
 		requests: map[string]int{},
 	}
-	a, err := ack.New(stub, "projects/p/subscriptions/s", ack.Config{})
+	// Few slots in flight and a slow server make ack ids pile up beyond
+	// one request's worth, which the splitting must cut.
+	cfg := ack.Config{MaxInFlight: rapid.SampledFrom([]int{1, 2, ack.DefaultMaxInFlight}).Draw(t, "maxInFlight")}
+	if pileUp {
+		cfg.MaxInFlight, flushes, kinds = 1, 0, 1
+	}
+	a, err := ack.New(stub, "projects/p/subscriptions/s", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +141,7 @@ func runAcker(t *rapid.T) {
 		id := fmt.Sprintf("%d-", i) + strings.Repeat("x", rng.IntN(maxLen))
 		o := op{id: id}
 		var kind string
-		switch rng.IntN(4) {
+		switch rng.IntN(kinds) {
 		case 0:
 			o.ack = true
 			a.Ack(id)
