@@ -31,10 +31,13 @@ bug: leases taken only when a worker pulls the next message) on the same
 load, for at most twice ours' wall time plus 10 s (it may never finish).
 With the defaults ours holds 1000 leased messages, the last waiting ≈ 25 s
 with a 10 s ack deadline, and redelivers nothing; the naive shape leaves
-the ≈ 500 messages that HTTP/2 flow control lets the server send ahead
-unleased for ≈ 12.5 s, so they expire and are redelivered, again and
-again. --plot FILE.svg (or .png) draws outstanding, buffered, processing
-and redeliveries over time, one panel per run.`,
+the messages that gRPC flow control lets the server send ahead (all 1000
+here) unleased in the stream's buffers, so they expire and are
+redelivered, again and again. A fast handler hides the bug: what waits
+unleased must wait longer than the deadline.
+
+--plot FILE.svg (or .png) draws outstanding, buffered, processing,
+redeliveries and acks over time, one panel per run.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
 			o := benchOptions{s: demoScenario()}
 			o.s.progress = progressLines
