@@ -32,15 +32,28 @@ func (nopClient) ModifyAckDeadline(context.Context, *pubsubpb.ModifyAckDeadlineR
 }
 
 // BenchmarkStageChain pushes b.N pre-built messages through the stages
-// of a subscriber, without gRPC or a server: bind → EagerTrack → FlowGate
-// → hand-off → 8 workers acking → Acknowledge sink, with the real lease
-// extender, flow control, acknowledger and settle path (their RPCs answered
-// at once). It isolates the per-message cost of the stages and their
-// hand-offs from the transport's, so a change to a stage shows in it
-// above the noise of the end-to-end benchmarks.
+// of a subscriber, without gRPC or a server, with the real lease extender,
+// flow control, acknowledger and settle path (their RPCs answered at once).
+// It isolates the per-message cost of the stages and their hand-offs from
+// the transport's, so a change to a stage shows above the noise of the
+// end-to-end benchmarks.
+//
+//   - shape=current is the Subscriber's composition today: bind filter →
+//     EagerTrack → FlowGate → hand-off goroutine → 8 workers acking →
+//     Acknowledge sink (6 hand-offs per message).
+//   - shape=hooks is the proposed one: EagerTrack binding on receipt
+//     (Tracker.OnReceive) → FlowGate marking the hand-off (Gate.HandOff)
+//     → hand-off goroutine → 8 workers that keep settled messages
+//     (Options.Emit) (4 hand-offs per message).
 //
 //	go test -run '^$' -bench StageChain -count 10 ./bench/
 func BenchmarkStageChain(b *testing.B) {
+	for _, shape := range []string{"current", "hooks"} {
+		b.Run("shape="+shape, func(b *testing.B) { benchChain(b, shape == "hooks") })
+	}
+}
+
+func benchChain(b *testing.B, hooks bool) {
 	const sub = "projects/p/subscriptions/s"
 	client := nopClient{}
 	ext, err := lease.NewExtender(client, sub, lease.Config{})
@@ -62,18 +75,32 @@ func BenchmarkStageChain(b *testing.B) {
 		m.SetSize(100)
 		msgs[i] = m
 	}
-	bind := pipeline.Filter(func(m *message.Message) bool { m.Bind(settler); return true }, nil)
-	handOff := pipeline.Filter(func(m *message.Message) bool { return !m.Settled() }, nil)
+	bindOne := func(m *message.Message) { m.Bind(settler) }
+	handOne := func(m *message.Message) bool {
+		m.MarkHandedOff()
+		return !m.Settled()
+	}
+	relay := pipeline.Filter(func(*message.Message) bool { return true }, nil)
+	opt := operators.Options[*message.Message, *message.Message]{}
+	if hooks {
+		opt.Emit = func(m *message.Message) bool { return !m.Settled() }
+	}
 	work := operators.ParallelMap(ourParallelism, func(_ context.Context, m *message.Message) (*message.Message, error) {
 		sink.Apply(m, nil, sink.Policy{})
 		return m, nil
-	}, operators.Options[*message.Message, *message.Message]{})
+	}, opt)
+	p := pipeline.From(pipeline.Slice(msgs...))
+	if hooks {
+		p = p.Via(&flow.Tracker{Extender: ext, OnReceive: bindOne}, &flow.Gate{Flow: fc, HandOff: handOne}, relay, work)
+	} else {
+		bind := pipeline.Filter(func(m *message.Message) bool { bindOne(m); return true }, nil)
+		handOff := pipeline.Filter(handOne, nil)
+		p = p.Via(bind, flow.EagerTrack(ext, 0), flow.FlowGate(fc), handOff, work)
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	m := StartMeter(0)
-	err = pipeline.From(pipeline.Slice(msgs...)).
-		Via(bind, flow.EagerTrack(ext, 0), flow.FlowGate(fc), handOff, work).
-		To(sink.Acknowledge(sink.Policy{}))
+	err = p.To(sink.Acknowledge(sink.Policy{}))
 	r := m.Stop()
 	b.StopTimer()
 	if err != nil {
