@@ -51,27 +51,52 @@ func (s *Subscriber) runSource(g *stage.Group) <-chan *Message {
 		return err
 	})
 
-	bound := pipeline.Filter(s.receive, nil).Run(g, raw)
-	tracked := flow.EagerTrack(s.ext, s.cfg.MaxBuffer).Run(g, bound)
+	// A stopped pipeline's buffered messages are nacked (OnDrop), so the
+	// server redelivers them to the next run at once.
+	tracked := (&flow.Tracker{Extender: s.ext, MaxBuffer: s.cfg.MaxBuffer, OnDrop: nack}).Run(g, raw)
 	gated := flow.FlowGate(s.fc).Run(g, tracked)
 	out := make(chan *Message)
+	run := s.nextRun.Add(1)
+	handedOff := make(chan struct{})
 	g.Go(func(ctx context.Context) error {
 		defer func() {
 			close(out)
+			close(handedOff)
 			s.active.Add(-1)
 			ping(s.runsDone)
 			s.runs.Done()
 		}()
-		s.handOffLoop(ctx, gated, out)
+		s.handOffLoop(ctx, run, gated, out)
+		return nil
+	})
+	g.Go(func(ctx context.Context) error {
+		<-ctx.Done()
+		<-handedOff
+		s.nackStranded(run)
 		return nil
 	})
 	return out
 }
 
+func nack(m *Message) { m.Nack() }
+
+// nackStranded nacks what a stopped pipeline was handed and left
+// unsettled (dropped by one of its stages, or in flight when it was
+// cancelled), so it is neither held until max extension nor counted as
+// processing forever. A handler still running on such a message finds its
+// outcome already taken: cancelling a pipeline abandons its work.
+func (s *Subscriber) nackStranded(run uint64) {
+	for _, m := range s.ext.Leased() {
+		if m.HandedOffBy() == run && !m.Settled() {
+			m.Nack()
+		}
+	}
+}
+
 // handOffLoop passes messages from the gate to processing, or, once the
 // subscriber drains, settles them with the OnShutdown outcome instead. It
 // reads its input until it closes, so the stages before it always finish.
-func (s *Subscriber) handOffLoop(ctx context.Context, in <-chan *Message, out chan<- *Message) {
+func (s *Subscriber) handOffLoop(ctx context.Context, run uint64, in <-chan *Message, out chan<- *Message) {
 	for m := range in {
 		if m.Settled() {
 			continue
@@ -80,12 +105,14 @@ func (s *Subscriber) handOffLoop(ctx context.Context, in <-chan *Message, out ch
 			m.Settle(s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
 			continue
 		}
-		if m.MarkHandedOff() {
+		// Marked before the send: the receiver may settle it at once.
+		if m.MarkHandedOffBy(run) {
 			s.c.handed.Add(1)
 		}
 		select {
 		case out <- m:
 		case <-ctx.Done():
+			m.Nack() // the pipeline stopped before taking it
 		case <-s.abandon:
 			// The pipeline is stopping, or shutdown gave up waiting for
 			// it: the message was handed off and is settled by
@@ -94,14 +121,17 @@ func (s *Subscriber) handOffLoop(ctx context.Context, in <-chan *Message, out ch
 	}
 }
 
-// receive binds the settle path on receipt, before any stage can settle.
-func (s *Subscriber) receive(m *Message) bool {
+// receive runs on the stream's goroutine the moment a message is decoded:
+// it binds the settle path and takes the lease, so a message is leased
+// even while it waits in the source's hands for the pipeline to take it
+// (EagerTrack then finds it tracked and only buffers it).
+func (s *Subscriber) receive(m *Message) {
 	m.Bind(s)
+	s.ext.Track(m)
 	s.c.received.Add(1)
 	if m.DeliveryAttempt > 1 {
 		s.c.redelivered.Add(1)
 	}
-	return true
 }
 
 // Acknowledge returns the sink paired with Source: each message that
@@ -204,7 +234,7 @@ func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) 
 		// A terminal error: the pipeline has ended, so nothing is in
 		// processing; nack what is still leased without waiting.
 		closeErr := s.shutdownOnce(context.Background(), false)
-		if err != nil && !errors.Is(err, context.Canceled) {
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
 			return err
 		}
 		return closeErr
@@ -212,7 +242,8 @@ func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) 
 	case <-s.closed:
 	}
 	closeErr := s.Close()
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+	// ErrClosed here is our own close racing the pipeline's start.
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
 		return err
 	}
 	return closeErr

@@ -54,7 +54,8 @@ type Subscriber struct {
 	draining  atomic.Bool
 	settledCh chan struct{} // pinged on settle while draining
 	runs      sync.WaitGroup
-	active    atomic.Int64 // running Source pipelines
+	active    atomic.Int64  // running Source pipelines
+	nextRun   atomic.Uint64 // hand-off owner ids (from 2; 1 is MarkHandedOff's)
 	runsDone  chan struct{}
 	abandon   chan struct{} // closed when the drain timeout has passed
 
@@ -86,6 +87,7 @@ func NewSubscriber(ctx context.Context, subscription string, cfg SubscriberConfi
 		closeDone:  make(chan struct{}),
 		abandon:    make(chan struct{}),
 	}
+	s.nextRun.Store(1)
 	if err := s.connect(ctx); err != nil {
 		return nil, err
 	}
@@ -159,6 +161,8 @@ func (s *Subscriber) build(ctx context.Context) error {
 		HeartbeatTimeout:       s.cfg.HeartbeatTimeout,
 		Backoff:                s.cfg.Backoff,
 		Classify:               s.cfg.Classify,
+		OnReceive:              s.receive,
+		Unsent:                 nackAll,
 		Events:                 s.tel.onEvent,
 		Logger:                 s.cfg.Logger,
 	})
@@ -226,6 +230,14 @@ func (s *Subscriber) onLeaseEvent(e event.Event) {
 	}
 	if src := s.srcReady.Load(); src != nil && src.StreamAckDeadline() != e.Deadline {
 		src.SetStreamAckDeadline(e.Deadline)
+	}
+}
+
+// nackAll nacks messages the source received but could not hand on
+// (shutdown mid-response), so the server redelivers them at once.
+func nackAll(ms []*Message) {
+	for _, m := range ms {
+		m.Nack()
 	}
 }
 

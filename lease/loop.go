@@ -15,8 +15,19 @@ import (
 // on the workers; the loop only waits for a free worker.
 func (e *Extender) loop() {
 	defer close(e.loopDone)
-	tick := time.NewTimer(e.nextTick())
+	d := e.nextTick()
+	tick := time.NewTimer(d)
+	tickAt := time.Now().Add(d)
 	defer tick.Stop()
+	// pullTick brings the next tick forward when the deadline has dropped
+	// since it was scheduled: a lease granted the new, shorter deadline must
+	// be extended before it lapses, not at the old deadline's pace.
+	pullTick := func() {
+		if d := e.nextTick(); time.Now().Add(d).Before(tickAt) {
+			tick.Reset(d)
+			tickAt = time.Now().Add(d)
+		}
+	}
 	flush := time.NewTimer(time.Hour)
 	flush.Stop()
 	defer flush.Stop()
@@ -28,6 +39,7 @@ func (e *Extender) loop() {
 		case <-e.wake:
 			if e.pendingLen() >= ackids.MaxIDs {
 				e.flushReceipts()
+				pullTick()
 			} else if !armed {
 				flush.Reset(receiptFlushDelay)
 				armed = true
@@ -35,8 +47,11 @@ func (e *Extender) loop() {
 		case <-flush.C:
 			armed = false
 			e.flushReceipts()
+			pullTick()
 		case <-tick.C:
-			tick.Reset(e.tick())
+			d := e.tick()
+			tick.Reset(d)
+			tickAt = time.Now().Add(d)
 		}
 	}
 }

@@ -74,7 +74,7 @@ type Message struct {
 	delay   time.Duration
 	settler Settler
 	result  *Result
-	handed  atomic.Bool
+	handed  atomic.Uint64 // 0: not handed off; else the hand-off's owner
 }
 
 // FromReceived builds a Message from a StreamingPull response element.
@@ -176,7 +176,16 @@ func (m *Message) SetResult(r *Result) { m.result = r }
 // MarkHandedOff records that the message left the subscriber's buffers for
 // processing (the Subscriber's stats tell buffered and processing apart).
 // It reports false if it was already marked.
-func (m *Message) MarkHandedOff() bool { return m.handed.CompareAndSwap(false, true) }
+func (m *Message) MarkHandedOff() bool { return m.MarkHandedOffBy(1) }
 
-// HandedOff reports whether MarkHandedOff was called.
-func (m *Message) HandedOff() bool { return m.handed.Load() }
+// MarkHandedOffBy is MarkHandedOff naming the pipeline (a non-zero id) the
+// message was handed to, so that pipeline's stop can find what it left
+// unsettled.
+func (m *Message) MarkHandedOffBy(owner uint64) bool { return m.handed.CompareAndSwap(0, owner) }
+
+// HandedOff reports whether the message was handed off.
+func (m *Message) HandedOff() bool { return m.handed.Load() != 0 }
+
+// HandedOffBy returns the owner given to MarkHandedOffBy (1 for
+// MarkHandedOff, 0 if not handed off).
+func (m *Message) HandedOffBy() uint64 { return m.handed.Load() }

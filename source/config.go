@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pubsubflow/pubsubflow/event"
+	"github.com/pubsubflow/pubsubflow/message"
 )
 
 // Defaults applied to the zero values of Config.
@@ -70,6 +71,17 @@ type Config struct {
 	// Classify decides whether a stream failure is retried; nil means
 	// DefaultClassifier.
 	Classify Classifier
+
+	// OnReceive, if set, runs for each message on its stream's goroutine
+	// as soon as it is decoded, before it is handed on (a subscriber binds
+	// its settle path there, without a stage of its own). It must not block.
+	OnReceive func(m *message.Message)
+
+	// Unsent, if set, receives the messages of a response that were never
+	// handed on because the source was cancelled mid-response, so their
+	// owner can nack them instead of leaving them to the stream deadline.
+	// It runs on the stream's goroutine and must not block.
+	Unsent func(ms []*message.Message)
 
 	// Events receives telemetry (connect, disconnect, connect failure,
 	// reconnect, terminal error, heartbeat, messages received).

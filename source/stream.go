@@ -129,15 +129,37 @@ func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_Streami
 		}
 		s.emit(event.Event{Kind: event.Received, Stream: i, Count: len(msgs)})
 		now, props := time.Now(), s.props.Load()
-		for _, rm := range msgs {
+		for j, rm := range msgs {
 			m := message.FromReceived(rm, s.cfg.Subscription, props, now)
+			if s.cfg.OnReceive != nil {
+				s.cfg.OnReceive(m)
+			}
 			select {
 			case out <- m:
 			case <-ctx.Done():
+				s.unsent(m, msgs[j+1:], props, now)
 				return healthy, ctx.Err()
 			}
 		}
 	}
+}
+
+// unsent hands the messages of a response that will never be handed on
+// (first, then the undecoded rest) to Config.Unsent.
+func (s *Source) unsent(first *message.Message, rest []*pubsubpb.ReceivedMessage, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time) {
+	if s.cfg.Unsent == nil {
+		return
+	}
+	ms := make([]*message.Message, 0, 1+len(rest))
+	ms = append(ms, first)
+	for _, rm := range rest {
+		m := message.FromReceived(rm, s.cfg.Subscription, props, now)
+		if s.cfg.OnReceive != nil {
+			s.cfg.OnReceive(m)
+		}
+		ms = append(ms, m)
+	}
+	s.cfg.Unsent(ms)
 }
 
 func (s *Source) emit(e event.Event) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -102,20 +101,11 @@ func TestTailWithoutAckKeepsMessages(t *testing.T) {
 	}
 }
 
-// knownBugsEnv runs the tests of known bugs in other packages, which fail
-// until those are fixed.
-const knownBugsEnv = "PUBSUBFLOW_KNOWN_BUGS"
-
-// TestKnownBugShutdownDropsRestOfResponse: when a Subscriber shuts down,
-// the messages of the last StreamingPull response that the source had not
-// yet handed on are dropped without a nack (source/stream.go, the hand-off
-// loop returns on ctx.Done()), so the server holds them until the stream
-// ack deadline (60 s by default) instead of redelivering them at once.
-// Here tail stops after 1 of 5 messages that came in one response.
-func TestKnownBugShutdownDropsRestOfResponse(t *testing.T) {
-	if os.Getenv(knownBugsEnv) == "" {
-		t.Skip("known bug in source/stream.go; set " + knownBugsEnv + "=1 to run")
-	}
+// TestShutdownNacksRestOfResponse: when a Subscriber shuts down, the
+// messages of the last StreamingPull response that the source had not yet
+// handed on are nacked (source.Config.Unsent), not left to the stream ack
+// deadline. Here tail stops after 1 of 5 messages that came in one response.
+func TestShutdownNacksRestOfResponse(t *testing.T) {
 	s := newTestServer(t, pubsubtest.SubscriptionConfig{})
 	for range 5 {
 		s.publish(t, &pubsubpb.PubsubMessage{Data: []byte("x")})
