@@ -16,8 +16,8 @@ import (
 // step.
 func (m *machine) check(t *rapid.T) {
 	m.settle()
-	for _, v := range m.led.Violations() {
-		t.Fatalf("invariants 1/3/6 (ledger): %s", v)
+	if vs := m.led.Violations(); len(vs) > 0 {
+		fail(t, "invariants 1/3/6 (ledger): "+vs[0].kind, "%s", vs[0].detail)
 	}
 	if !m.closed {
 		m.checkStats(t)
@@ -44,26 +44,26 @@ func (m *machine) checkStats(t *rapid.T) {
 		handoff = 0
 	}
 	if l := leased(st); l < held-handoff-m.stranded.unleased {
-		t.Fatalf("invariant 1: %d messages held (buffered %d, processing %d) but only %d leased (%d leases, %d of them acks on their way)",
+		fail(t, "invariant 1: held messages that are not leased", "%d messages held (buffered %d, processing %d) but only %d leased (%d leases, %d of them acks on their way)",
 			held, st.Buffered, st.Processing, l, st.Leases, st.Acking)
 	}
 	// Invariant 2: flow control counts what passed EagerTrack's bounded
 	// buffer, within its limits.
 	if st.Outstanding > limit {
-		t.Fatalf("invariant 2: Outstanding %d > limit %d", st.Outstanding, limit)
+		fail(t, "invariant 2: Outstanding over the limit", "Outstanding %d > limit %d", st.Outstanding, limit)
 	}
 	if b := m.cfg.MaxOutstandingBytes; b > 0 && st.OutstandingBytes > b && st.Outstanding > 1 {
-		t.Fatalf("invariant 2: OutstandingBytes %d > limit %d with %d messages out", st.OutstandingBytes, b, st.Outstanding)
+		fail(t, "invariant 2: OutstandingBytes over the limit", "OutstandingBytes %d > limit %d with %d messages out", st.OutstandingBytes, b, st.Outstanding)
 	}
 	// Uncounted: EagerTrack's buffer, the hand-off before it, and the one
 	// message a gate holds while it waits for a permit.
 	if uncounted := held - st.Outstanding; uncounted > maxBuffer+2+m.stranded.held-m.stranded.permits {
-		t.Fatalf("invariant 2: %d held messages hold no permit (held %d, outstanding %d, EagerTrack buffer %d): %+v; server %+v",
+		fail(t, "invariant 2: held messages that hold no permit", "%d held messages hold no permit (held %d, outstanding %d, EagerTrack buffer %d): %+v; server %+v",
 			uncounted, held, st.Outstanding, maxBuffer, st, m.srv.SubscriptionStats(m.subName))
 	}
 	// Invariant 4: what the stages hold is bounded by their bounds.
 	if bound := maxBuffer + 2 + limit + parallelism + 2 + m.stranded.held; held > bound {
-		t.Fatalf("invariant 4: %d messages held, bound %d (buffer %d, limit %d, parallelism %d)", held, bound, maxBuffer, limit, parallelism)
+		fail(t, "invariant 4: more messages held than the stages' bounds", "%d messages held, bound %d (buffer %d, limit %d, parallelism %d)", held, bound, maxBuffer, limit, parallelism)
 	}
 }
 
@@ -76,36 +76,36 @@ func leased(st pubsubflow.Stats) int64 { return int64(st.Leases) - st.Acking }
 func (m *machine) checkStreams(t *rapid.T) {
 	streams := m.srv.Streams(m.subName)
 	if ss := m.srv.SubscriptionStats(m.subName); ss.RejectedRequests != 0 {
-		t.Fatalf("invariant 5: the server rejected %d requests", ss.RejectedRequests)
+		fail(t, "invariant 5: the server rejected requests", "the server rejected %d requests", ss.RejectedRequests)
 	}
 	n := int64(m.cfg.Streams)
 	for _, s := range streams {
 		if s.Rejected != 0 {
-			t.Fatalf("invariant 5: stream %d: %d requests rejected: %s", s.ID, s.Rejected, s.Err)
+			fail(t, "invariant 5: a stream's request was rejected", "stream %d: %d requests rejected: %s", s.ID, s.Rejected, s.Err)
 		}
 		reqs := m.srv.StreamRequests(s.ID)
 		if len(reqs) == 0 {
 			continue
 		}
 		if err := checkInitial(reqs[0], m.subName); err != "" {
-			t.Fatalf("invariant 5: stream %d initial request: %s: %v", s.ID, err, reqs[0])
+			fail(t, "invariant 5: a bad initial request: "+err, "stream %d initial request: %s: %v", s.ID, err, reqs[0])
 		}
 		for i, r := range reqs[1:] {
 			if err := checkLater(r); err != "" {
-				t.Fatalf("invariant 5: stream %d request %d: %s: %v", s.ID, i+1, err, r)
+				fail(t, "invariant 5: a later request: "+err, "stream %d request %d: %s: %v", s.ID, i+1, err, r)
 			}
 		}
 		if s.ClientID != reqs[0].GetClientId() {
-			t.Fatalf("stream %d: server saw client id %q, request had %q", s.ID, s.ClientID, reqs[0].GetClientId())
+			fail(t, "the server's client id differs from the request's", "stream %d: server saw client id %q, request had %q", s.ID, s.ClientID, reqs[0].GetClientId())
 		}
 		if s.ID > int64(m.mainStreams()) {
 			continue // the drain subscriber's
 		}
 		if s.ClientID != m.sub.ClientID() {
-			t.Fatalf("invariant 6: stream %d has client id %q, the subscriber's is %q", s.ID, s.ClientID, m.sub.ClientID())
+			fail(t, "invariant 6: a stream with another client id", "stream %d has client id %q, the subscriber's is %q", s.ID, s.ClientID, m.sub.ClientID())
 		}
 		if perStream := ceilDiv(m.cfg.MaxOutstandingMessages, n); s.MaxOutstandingMessages > perStream {
-			t.Fatalf("stream %d: max outstanding messages %d, more than its share %d of %d over %d streams",
+			fail(t, "a stream asked for more than its share of the budget", "stream %d: max outstanding messages %d, more than its share %d of %d over %d streams",
 				s.ID, s.MaxOutstandingMessages, perStream, m.cfg.MaxOutstandingMessages, n)
 		}
 	}

@@ -85,24 +85,28 @@ type ledger struct {
 	byAck      map[string]*delivery
 	last       map[string]*delivery // message id → its latest delivery
 	all        []*delivery
-	violations []string
+	violations []violation
 }
+
+// violation is a broken rule: kind is stable from run to run (rapid
+// shrinks while the failure message stays the same), detail is not.
+type violation struct{ kind, detail string }
 
 func newLedger(c pubsubpb.SubscriberClient) *ledger {
 	return &ledger{SubscriberClient: c, byAck: map[string]*delivery{}, last: map[string]*delivery{}}
 }
 
-func (l *ledger) violate(format string, args ...any) {
+func (l *ledger) violate(kind, format string, args ...any) {
 	if len(l.violations) < 8 {
-		l.violations = append(l.violations, fmt.Sprintf(format, args...))
+		l.violations = append(l.violations, violation{kind, fmt.Sprintf(format, args...)})
 	}
 }
 
 // Violations returns the violations seen so far.
-func (l *ledger) Violations() []string {
+func (l *ledger) Violations() []violation {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]string(nil), l.violations...)
+	return append([]violation(nil), l.violations...)
 }
 
 func (l *ledger) received(resp *pubsubpb.StreamingPullResponse) {
@@ -117,7 +121,7 @@ func (l *ledger) received(resp *pubsubpb.StreamingPullResponse) {
 				l.lateExcused++
 				prev.note("redelivered after it waited untracked (excused)")
 			} else {
-				l.violate("message %s redelivered (attempt %d) at %s while the client held its previous delivery: %v",
+				l.violate("a message redelivered while the client held it", "message %s redelivered (attempt %d) at %s while the client held its previous delivery: %v",
 					d.msgID, d.attempt, now.Format("04:05.000"), prev)
 			}
 		}
@@ -178,7 +182,7 @@ func (l *ledger) ack(ids []string, start bool, err error) {
 
 func (l *ledger) checkOnce(d *delivery) {
 	if d.acks+d.nacks > 1 {
-		l.violate("ack id settled more than once: %v", d)
+		l.violate("an ack id settled twice", "ack id settled more than once: %v", d)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -192,6 +193,15 @@ func (m *machine) teardown() {
 		<-m.run.done
 	}
 	_ = m.srv.Close()
+	// A goroutine that outlives Close (a fault the case may have just
+	// reported) would end the bubble with a deadlock panic that hides the
+	// report: give stragglers virtual time to finish first.
+	for range 120 {
+		if len(subscriberGoroutines()) == 0 {
+			break
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 func (m *machine) actions() map[string]func(*rapid.T) {
@@ -298,6 +308,15 @@ func (m *machine) rerun(t *rapid.T) {
 	m.settle()
 }
 
+// fail ends the case with a stable message, what, after logging the
+// details. rapid shrinks a case only while it fails with the same message,
+// and the details (ids, times, counts) change from run to run.
+func fail(t *rapid.T, what, format string, args ...any) {
+	t.Helper()
+	t.Logf(format, args...)
+	t.Fatal(what)
+}
+
 // settle lets the subscriber react: every goroutine of the bubble runs
 // until it blocks (virtual time does not move).
 func (m *machine) settle() { synctest.Wait() }
@@ -319,7 +338,7 @@ func (m *machine) stopRun() {
 	m.run = nil
 	r.cancel()
 	if err := m.waitErr(r.done, "the run's pipeline to stop"); err != nil && !errors.Is(err, context.Canceled) {
-		m.t.Fatalf("run (parallelism %d) ended with %v", r.parallelism, err)
+		fail(m.t, "a stopped run ended with an error", "run (parallelism %d) ended with %v", r.parallelism, err)
 	}
 	// Receipt modacks of what was tracked go out within milliseconds;
 	// what is still untracked then was dropped by the stop.
@@ -359,7 +378,7 @@ func (m *machine) waitErr(ch <-chan error, what string) error {
 	case err := <-ch:
 		return err
 	case <-time.After(waitLimit):
-		m.t.Fatalf("hang: waited %v for %s", waitLimit, what)
+		fail(m.t, "hang: "+what, "waited %v for %s", waitLimit, what)
 		return nil
 	}
 }
@@ -383,18 +402,18 @@ func (m *machine) close(t *rapid.T) {
 	select {
 	case err = <-done:
 	case <-time.After(budget + time.Second):
-		t.Fatalf("invariant 7: Close did not return within %v (drain timeout %v)", budget+time.Second, m.cfg.DrainTimeout)
+		fail(t, "invariant 7: Close did not return within its budget", "Close did not return within %v (drain timeout %v)", budget+time.Second, m.cfg.DrainTimeout)
 	}
 	took := time.Since(begin)
 	left := subscriberGoroutines()
 	if err != nil {
-		t.Fatalf("Close: %v", err)
+		fail(t, "Close returned an error", "Close: %v", err)
 	}
 	if took > budget {
-		t.Fatalf("invariant 7: Close took %v, budget %v (drain timeout %v)", took, budget, m.cfg.DrainTimeout)
+		fail(t, "invariant 7: Close took longer than its budget", "Close took %v, budget %v (drain timeout %v)", took, budget, m.cfg.DrainTimeout)
 	}
 	if len(left) > 0 {
-		t.Fatalf("invariant 7: %d goroutines of the subscriber still running when Close returned:\n%s", len(left), left[0])
+		fail(t, "invariant 7: goroutines of the subscriber still running when Close returned", "%d goroutines:\n%s", len(left), strings.Join(left, "\n\n"))
 	}
 	m.closed = true
 	// The user's part of the pipeline (workers, sink) ends with its context.
@@ -402,7 +421,7 @@ func (m *machine) close(t *rapid.T) {
 	if m.run != nil {
 		m.run.cancel()
 		if err := m.waitErr(m.run.done, "the run's pipeline to end after Close"); err != nil && !errors.Is(err, context.Canceled) {
-			t.Fatalf("run ended with %v after Close", err)
+			fail(t, "the run ended with an error after Close", "run ended with %v after Close", err)
 		}
 		m.run = nil
 	}
@@ -413,14 +432,14 @@ func (m *machine) close(t *rapid.T) {
 	st := m.sub.Stats()
 	settled := st.Acked + st.Nacked + st.NoOps + st.Expired
 	if st.Outstanding != 0 || st.OutstandingBytes != 0 || st.Leases != 0 {
-		t.Fatalf("invariant 3: after Close permits and leases are not zero: %+v", st)
+		fail(t, "invariant 3: after Close permits or leases are not zero", "stats after Close: %+v", st)
 	}
 	if lost := int64(st.Received - settled); lost > m.stranded.unleased || st.Processing != 0 || st.Buffered != lost {
-		t.Fatalf("invariant 3: after Close %d received, %d settled (acked %d, nacked %d, no-op %d, expired %d), buffered %d, processing %d",
+		fail(t, "invariant 3: after Close received and settled do not balance", "after Close %d received, %d settled (acked %d, nacked %d, no-op %d, expired %d), buffered %d, processing %d",
 			st.Received, settled, st.Acked, st.Nacked, st.NoOps, st.Expired, st.Buffered, st.Processing)
 	}
 	for _, d := range m.led.unsettled() {
-		t.Fatalf("invariant 3: after Close a delivery the client received was never settled: %v", d)
+		fail(t, "invariant 3: after Close a delivery the client received was never settled", "%v", d)
 	}
 }
 
@@ -458,18 +477,18 @@ func (m *machine) finish(t *rapid.T) {
 	}
 	cancel()
 	if err := m.waitErr(done, "the drain subscriber's Run"); err != nil {
-		t.Fatalf("drain Run: %v", err)
+		fail(t, "the drain subscriber's Run failed", "drain Run: %v", err)
 	}
 	ss := m.srv.SubscriptionStats(m.subName)
 	if ss.Acked != int64(m.published) {
-		t.Fatalf("invariant 3/6: %d of %d published messages acked after draining: %+v", ss.Acked, m.published, ss)
+		fail(t, "invariants 3/6: not every published message was acked after draining", "%d of %d published messages acked after draining: %+v", ss.Acked, m.published, ss)
 	}
 	m.check(t)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for id, n := range m.handled {
 		if n > 1 {
-			t.Fatalf("invariant 3: ack id %s handled %d times", id, n)
+			fail(t, "invariant 3: an ack id was handled twice", "ack id %s handled %d times", id, n)
 		}
 	}
 }
