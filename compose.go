@@ -21,7 +21,9 @@ import (
 //
 // The source ends when the subscriber shuts down (after handing its
 // buffered messages to the OnShutdown outcome) or on a terminal stream
-// error, which the pipeline returns.
+// error, which the pipeline returns. A pipeline stopped by its own context
+// or a failing stage nacks what it held and what it was handed but did not
+// settle, so a later pipeline on the same subscriber gets them again.
 func (s *Subscriber) Source() stage.Source[*Message] {
 	return stage.SourceFunc[*Message](s.runSource)
 }
