@@ -17,6 +17,7 @@ import (
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/sink"
+	"github.com/pubsubflow/pubsubflow/stage"
 )
 
 // nopClient answers Acknowledge and ModifyAckDeadline at once, without
@@ -36,17 +37,21 @@ func (nopClient) ModifyAckDeadline(context.Context, *pubsubpb.ModifyAckDeadlineR
 // flow control, acknowledger and settle path (their RPCs answered at once).
 // It isolates the per-message cost of the stages and their hand-offs from
 // the transport's, so a change to a stage shows above the noise of the
-// end-to-end benchmarks.
+// end-to-end benchmarks. The source binds and leases each message before
+// handing it on, as the Subscriber's stream does (source.Config.OnReceive).
 //
-//   - shape=current is the Subscriber's composition today: bind filter →
-//     EagerTrack → FlowGate → hand-off goroutine → 8 workers acking →
-//     Acknowledge sink (6 hand-offs per message).
-//   - shape=hooks is the proposed one: EagerTrack binding on receipt
-//     (Tracker.OnReceive) → FlowGate marking the hand-off (Gate.HandOff)
-//     → hand-off goroutine → 8 workers that keep settled messages
-//     (Options.Emit) (4 hand-offs per message).
+//	go test -run '^$' -bench StageChain -benchtime 300000x -count 6 ./bench/
+//	benchstat -col /shape out.txt
 //
-//	go test -run '^$' -bench StageChain -count 10 ./bench/
+// Shapes:
+//
+//   - shape=current is the Subscriber's composition: source → EagerTrack
+//     → FlowGate → hand-off goroutine (drain check, hand-off mark) → 8
+//     workers acking → Acknowledge sink: 5 hand-offs per message.
+//   - shape=hooks is the proposed one: the hand-off decision made on the
+//     gate's goroutine (Gate.HandOff), the hand-off goroutine only
+//     forwarding, and workers keeping the messages they settled
+//     (operators.Options.Emit): 4 hand-offs per message.
 func BenchmarkStageChain(b *testing.B) {
 	for _, shape := range []string{"current", "hooks"} {
 		b.Run("shape="+shape, func(b *testing.B) { benchChain(b, shape == "hooks") })
@@ -75,12 +80,10 @@ func benchChain(b *testing.B, hooks bool) {
 		m.SetSize(100)
 		msgs[i] = m
 	}
-	bindOne := func(m *message.Message) { m.Bind(settler) }
 	handOne := func(m *message.Message) bool {
 		m.MarkHandedOff()
 		return !m.Settled()
 	}
-	relay := pipeline.Filter(func(*message.Message) bool { return true }, nil)
 	opt := operators.Options[*message.Message, *message.Message]{}
 	if hooks {
 		opt.Emit = func(m *message.Message) bool { return !m.Settled() }
@@ -89,13 +92,29 @@ func benchChain(b *testing.B, hooks bool) {
 		sink.Apply(m, nil, sink.Policy{})
 		return m, nil
 	}, opt)
-	p := pipeline.From(pipeline.Slice(msgs...))
+	src := stage.SourceFunc[*message.Message](func(g *stage.Group) <-chan *message.Message {
+		out := make(chan *message.Message)
+		g.Go(func(ctx context.Context) error {
+			defer close(out)
+			for _, m := range msgs {
+				m.Bind(settler) // what the Subscriber's stream does on decode
+				ext.Track(m)
+				select {
+				case out <- m:
+				case <-ctx.Done():
+					return nil
+				}
+			}
+			return nil
+		})
+		return out
+	})
+	p := pipeline.From(src)
 	if hooks {
-		p = p.Via(&flow.Tracker{Extender: ext, OnReceive: bindOne}, &flow.Gate{Flow: fc, HandOff: handOne}, relay, work)
+		relay := pipeline.Filter(func(*message.Message) bool { return true }, nil)
+		p = p.Via(flow.EagerTrack(ext, 0), &flow.Gate{Flow: fc, HandOff: handOne}, relay, work)
 	} else {
-		bind := pipeline.Filter(func(m *message.Message) bool { bindOne(m); return true }, nil)
-		handOff := pipeline.Filter(handOne, nil)
-		p = p.Via(bind, flow.EagerTrack(ext, 0), flow.FlowGate(fc), handOff, work)
+		p = p.Via(flow.EagerTrack(ext, 0), flow.FlowGate(fc), pipeline.Filter(handOne, nil), work)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -22,12 +22,13 @@ import (
 
 // runProposed is a prototype of the Subscriber composition proposed in
 // BENCHMARKS.md ("Root package: proposed change"), built from the same
-// parts as runOurs: the bind filter folded into Tracker.OnReceive, the
-// hand-off filter into Gate.HandOff, and settled results dropped by the
-// workers (operators.Options.Emit) instead of handed to the Acknowledge
-// sink. It keeps the relay goroutine the Subscriber needs for its
-// shutdown bookkeeping, but none of that bookkeeping (stats, drain), so it
-// is a measure of the hand-offs saved, not a replacement.
+// parts as the Subscriber: the stream binds and leases each message on
+// decode (source.Config.OnReceive, as the Subscriber does), the hand-off
+// decision is made on the gate's goroutine (Gate.HandOff) so the hand-off
+// goroutine only forwards, and the workers keep the messages they settled
+// (operators.Options.Emit) instead of handing them to the Acknowledge
+// sink. It has none of the Subscriber's shutdown bookkeeping or stats, so
+// it is a measure of the hand-offs saved, not a replacement.
 func runProposed(ctx context.Context, tb testing.TB, e *env, s settings, handled func()) error {
 	cc := e.dial(tb)
 	defer cc.Close()
@@ -49,12 +50,16 @@ func runProposed(ctx context.Context, tb testing.TB, e *env, s settings, handled
 		MaxOutstandingMessages: int64(s.outstanding),
 		MaxOutstandingBytes:    byteBudget,
 		Streams:                s.streams,
+		OnReceive: func(m *message.Message) {
+			m.Bind(settler)
+			ext.Track(m)
+		},
 	})
 	if err != nil {
 		return err
 	}
 	var handedOff atomic.Int64
-	track := &flow.Tracker{Extender: ext, OnReceive: func(m *message.Message) { m.Bind(settler) }}
+	track := flow.EagerTrack(ext, 0)
 	gate := &flow.Gate{Flow: fc, HandOff: func(m *message.Message) bool {
 		if m.MarkHandedOff() {
 			handedOff.Add(1)
