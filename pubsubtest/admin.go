@@ -156,25 +156,36 @@ func page(names []string, size int32, token string) ([]string, string, error) {
 	return names[start:end], next, nil
 }
 
+// listPage returns one page of copies of the resources of project in all
+// (topics or subscriptions), by name.
+func listPage[V any, P proto.Message](all map[string]V, project string, size int32, token string, pb func(V) P) ([]P, string, error) {
+	var names []string
+	for n := range all {
+		if strings.HasPrefix(n, project+"/") {
+			names = append(names, n)
+		}
+	}
+	names, next, err := page(names, size, token)
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]P, 0, len(names))
+	for _, n := range names {
+		out = append(out, proto.Clone(pb(all[n])).(P))
+	}
+	return out, next, nil
+}
+
 // ListTopics implements pubsubpb.PublisherServer.
 func (s *rpcServer) ListTopics(_ context.Context, req *pubsubpb.ListTopicsRequest) (*pubsubpb.ListTopicsResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var names []string
-	for n := range s.topics {
-		if strings.HasPrefix(n, req.GetProject()+"/") {
-			names = append(names, n)
-		}
-	}
-	names, next, err := page(names, req.GetPageSize(), req.GetPageToken())
+	topics, next, err := listPage(s.topics, req.GetProject(), req.GetPageSize(), req.GetPageToken(),
+		func(t *topic) *pubsubpb.Topic { return t.pb })
 	if err != nil {
 		return nil, err
 	}
-	resp := &pubsubpb.ListTopicsResponse{NextPageToken: next}
-	for _, n := range names {
-		resp.Topics = append(resp.Topics, proto.Clone(s.topics[n].pb).(*pubsubpb.Topic))
-	}
-	return resp, nil
+	return &pubsubpb.ListTopicsResponse{Topics: topics, NextPageToken: next}, nil
 }
 
 // ListTopicSubscriptions implements pubsubpb.PublisherServer.
@@ -329,21 +340,12 @@ func (s *rpcServer) UpdateSubscription(_ context.Context, req *pubsubpb.UpdateSu
 func (s *rpcServer) ListSubscriptions(_ context.Context, req *pubsubpb.ListSubscriptionsRequest) (*pubsubpb.ListSubscriptionsResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var names []string
-	for n := range s.subs {
-		if strings.HasPrefix(n, req.GetProject()+"/") {
-			names = append(names, n)
-		}
-	}
-	names, next, err := page(names, req.GetPageSize(), req.GetPageToken())
+	subs, next, err := listPage(s.subs, req.GetProject(), req.GetPageSize(), req.GetPageToken(),
+		func(sub *subscription) *pubsubpb.Subscription { return sub.pb })
 	if err != nil {
 		return nil, err
 	}
-	resp := &pubsubpb.ListSubscriptionsResponse{NextPageToken: next}
-	for _, n := range names {
-		resp.Subscriptions = append(resp.Subscriptions, proto.Clone(s.subs[n].pb).(*pubsubpb.Subscription))
-	}
-	return resp, nil
+	return &pubsubpb.ListSubscriptionsResponse{Subscriptions: subs, NextPageToken: next}, nil
 }
 
 // DeleteSubscription implements pubsubpb.SubscriberServer: its open streams
