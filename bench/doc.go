@@ -10,6 +10,7 @@
 //	go test -run '^$' -bench Throughput -benchtime 100000x -count 6 ./bench/
 //	go test -run '^$' -bench SlowConsumer -benchtime 1x ./bench/
 //	go test -run '^$' -bench MemoryBacklog -benchtime 1000000x -timeout 30m ./bench/
+//	go test -run '^$' -bench StageChain -benchtime 300000x -count 6 ./bench/
 //
 // go test ./bench/ without -bench runs only quick tests (the slow-consumer
 // scenario in virtual time, and the helpers).
