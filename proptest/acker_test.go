@@ -99,30 +99,45 @@ func (s *ackStub) ModifyAckDeadline(_ context.Context, in *pubsubpb.ModifyAckDea
 	return &emptypb.Empty{}, s.record(kind, in.GetAckIds(), proto.Size(in), op{seconds: in.GetAckDeadlineSeconds()})
 }
 
+// ackerCase is what one case of TestAcknowledgerSplitting draws.
+type ackerCase struct {
+	N, MaxLen, Flushes, Kinds, Failures, MaxInFlight int
+	Seed                                             uint64
+	Latency                                          time.Duration
+}
+
 func runAcker(t *rapid.T) {
 	// pileUp: one slot in flight, no flush, thousands of acks: they pile
 	// up behind the first request, the case where splitting matters most.
 	pileUp := rapid.IntRange(0, 3).Draw(t, "pileUp") == 0
-	n := rapid.IntRange(1, 100).Draw(t, "ackIDs")
+	c := ackerCase{N: rapid.IntRange(1, 100).Draw(t, "ackIDs")}
 	if pileUp || rapid.IntRange(0, 2).Draw(t, "big") == 0 {
-		n = rapid.IntRange(900, 3000).Draw(t, "bigAckIDs")
+		c.N = rapid.IntRange(900, 3000).Draw(t, "bigAckIDs")
 	}
-	maxLen := rapid.SampledFrom([]int{20, 300, 3000}).Draw(t, "maxIDLength")
-	seed := rapid.Uint64().Draw(t, "seed")
-	flushes := rapid.IntRange(0, 3).Draw(t, "flushes")
-	kinds := rapid.IntRange(1, 4).Draw(t, "kinds") // 1: acks only
+	c.MaxLen = rapid.SampledFrom([]int{20, 300, 3000}).Draw(t, "maxIDLength")
+	c.Seed = rapid.Uint64().Draw(t, "seed")
+	c.Flushes = rapid.IntRange(0, 3).Draw(t, "flushes")
+	c.Kinds = rapid.IntRange(1, 4).Draw(t, "kinds") // 1: acks only
+	c.Failures = rapid.IntRange(0, 3).Draw(t, "failures")
+	// A slow server and few slots in flight make ack ids pile up beyond
+	// one request's worth, which the splitting must cut.
+	c.Latency = rapid.SampledFrom([]time.Duration{10 * time.Millisecond, 300 * time.Millisecond}).Draw(t, "latency")
+	c.MaxInFlight = rapid.SampledFrom([]int{1, 2, ack.DefaultMaxInFlight}).Draw(t, "maxInFlight")
+	if pileUp {
+		c.MaxInFlight, c.Flushes, c.Kinds = 1, 0, 1
+	}
+	runAckerCase(t, c)
+}
+
+func runAckerCase(t *rapid.T, c ackerCase) {
+	n, maxLen, seed, flushes, kinds := c.N, c.MaxLen, c.Seed, c.Flushes, c.Kinds
 	stub := &ackStub{
-		failLeft: rapid.IntRange(0, 3).Draw(t, "failures"),
-		latency:  rapid.SampledFrom([]time.Duration{10 * time.Millisecond, 300 * time.Millisecond}).Draw(t, "latency"),
+		failLeft: c.Failures,
+		latency:  c.Latency,
 		sent:     map[string][]op{},
 		requests: map[string]int{},
 	}
-	// Few slots in flight and a slow server make ack ids pile up beyond
-	// one request's worth, which the splitting must cut.
-	cfg := ack.Config{MaxInFlight: rapid.SampledFrom([]int{1, 2, ack.DefaultMaxInFlight}).Draw(t, "maxInFlight")}
-	if pileUp {
-		cfg.MaxInFlight, flushes, kinds = 1, 0, 1
-	}
+	cfg := ack.Config{MaxInFlight: c.MaxInFlight}
 	a, err := ack.New(stub, "projects/p/subscriptions/s", cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -75,10 +75,17 @@ type eagerModel struct {
 }
 
 func newEagerModel(t *rapid.T) *eagerModel {
+	bound := rapid.IntRange(1, 6).Draw(t, "bound")
+	useRoom := rapid.Bool().Draw(t, "useRoom")
+	useAdmit := rapid.Bool().Draw(t, "useAdmit")
+	return newEagerModelWith(bound, useRoom, useAdmit, rapid.IntRange(0, 5).Draw(t, "budget"))
+}
+
+func newEagerModelWith(bound int, useRoom, useAdmit bool, budget int) *eagerModel {
 	e := &eagerModel{
-		bound:           rapid.IntRange(1, 6).Draw(t, "bound"),
-		useRoom:         rapid.Bool().Draw(t, "useRoom"),
-		useAdmit:        rapid.Bool().Draw(t, "useAdmit"),
+		bound:           bound,
+		useRoom:         useRoom,
+		useAdmit:        useAdmit,
 		quota:           make(chan int, 1000),
 		producerDone:    make(chan struct{}),
 		discardCh:       make(chan struct{}),
@@ -88,7 +95,7 @@ func newEagerModel(t *rapid.T) *eagerModel {
 		dropped:         map[int]bool{},
 		sentWhenRoomOff: -1,
 	}
-	e.budget = rapid.IntRange(0, 5).Draw(t, "budget")
+	e.budget = budget
 	e.stg = &stage.Eager[int]{
 		Bound: e.bound,
 		OnReceive: func(_ context.Context, v int) error {
@@ -171,8 +178,9 @@ func (e *eagerModel) signalLocked() {
 	e.wake = make(chan struct{})
 }
 
-func (e *eagerModel) offer(t *rapid.T) {
-	n := rapid.IntRange(1, 5).Draw(t, "n")
+func (e *eagerModel) offer(t *rapid.T) { e.doOffer(rapid.IntRange(1, 5).Draw(t, "n")) }
+
+func (e *eagerModel) doOffer(n int) {
 	if e.closedIn {
 		return
 	}

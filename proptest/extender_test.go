@@ -112,6 +112,12 @@ func (x *extenderModel) Settle(m *message.Message, o message.Outcome, _ time.Dur
 }
 
 func newExtenderModel(t *rapid.T) *extenderModel {
+	deadline := rapid.SampledFrom([]time.Duration{10 * time.Second, 20 * time.Second, 60 * time.Second}).Draw(t, "deadline")
+	maxExtension := rapid.SampledFrom([]time.Duration{time.Minute, 3 * time.Minute, lease.DefaultMaxExtension}).Draw(t, "maxExtension")
+	return newExtenderModelWith(t, deadline, maxExtension)
+}
+
+func newExtenderModelWith(t *rapid.T, deadline, maxExtension time.Duration) *extenderModel {
 	srv, err := pubsubtest.NewServer(pubsubtest.WithBufconn())
 	if err != nil {
 		t.Fatal(err)
@@ -125,8 +131,7 @@ func newExtenderModel(t *rapid.T) *extenderModel {
 		received:  map[*message.Message]time.Time{},
 	}
 	x.rec = &recorder{SubscriberClient: x.raw}
-	x.deadline = rapid.SampledFrom([]time.Duration{10 * time.Second, 20 * time.Second, 60 * time.Second}).Draw(t, "deadline")
-	x.maxExtension = rapid.SampledFrom([]time.Duration{time.Minute, 3 * time.Minute, lease.DefaultMaxExtension}).Draw(t, "maxExtension")
+	x.deadline, x.maxExtension = deadline, maxExtension
 	ctx := context.Background()
 	if x.topic, err = srv.CreateTopic(ctx, "t"); err != nil {
 		t.Fatal(err)
@@ -157,6 +162,10 @@ func (x *extenderModel) pull(t *rapid.T) {
 	if rapid.IntRange(0, 9).Draw(t, "big") == 0 {
 		n = rapid.IntRange(900, 2500).Draw(t, "bigN")
 	}
+	x.doPull(t, n)
+}
+
+func (x *extenderModel) doPull(t *rapid.T, n int) {
 	msgs := make([]*pubsubpb.PubsubMessage, n)
 	for i := range msgs {
 		msgs[i] = &pubsubpb.PubsubMessage{Data: []byte(strconv.Itoa(i))}
@@ -265,7 +274,11 @@ func (x *extenderModel) release(ms []*message.Message, o message.Outcome) {
 }
 
 func (x *extenderModel) advance(t *rapid.T) {
-	time.Sleep(time.Duration(rapid.IntRange(1, 30000).Draw(t, "ms")) * time.Millisecond)
+	x.doAdvance(time.Duration(rapid.IntRange(1, 30000).Draw(t, "ms")) * time.Millisecond)
+}
+
+func (x *extenderModel) doAdvance(d time.Duration) {
+	time.Sleep(d)
 	x.settle()
 }
 

@@ -76,9 +76,14 @@ func (g *gateModel) Settle(m *message.Message, _ message.Outcome, _ time.Duratio
 }
 
 func newGateModel(t *rapid.T) *gateModel {
+	maxMsgs := rapid.Int64Range(1, 6).Draw(t, "maxMessages")
+	return newGateModelWith(maxMsgs, rapid.SampledFrom([]int64{0, 100, 400, 1000}).Draw(t, "maxBytes"))
+}
+
+func newGateModelWith(maxMsgs, maxBytes int64) *gateModel {
 	g := &gateModel{
-		maxMsgs:      rapid.Int64Range(1, 6).Draw(t, "maxMessages"),
-		maxBytes:     rapid.SampledFrom([]int64{0, 100, 400, 1000}).Draw(t, "maxBytes"),
+		maxMsgs:      maxMsgs,
+		maxBytes:     maxBytes,
 		quota:        make(chan struct{}, 1000),
 		producerDone: make(chan struct{}),
 		taken:        map[*message.Message]bool{},
@@ -116,7 +121,10 @@ func (g *gateModel) produce(ctx context.Context, in chan<- *message.Message) {
 }
 
 func (g *gateModel) offer(t *rapid.T) {
-	sizes := rapid.SliceOfN(rapid.IntRange(1, 600), 1, 5).Draw(t, "sizes")
+	g.doOffer(rapid.SliceOfN(rapid.IntRange(1, 600), 1, 5).Draw(t, "sizes"))
+}
+
+func (g *gateModel) doOffer(sizes []int) {
 	for _, size := range sizes {
 		m := &message.Message{ID: strconv.Itoa(g.next), AckID: "ack-" + strconv.Itoa(g.next)}
 		m.SetSize(size)

@@ -55,16 +55,33 @@ func (m *machine) checkStats(t *rapid.T) {
 	if b := m.cfg.MaxOutstandingBytes; b > 0 && st.OutstandingBytes > b && st.Outstanding > 1 {
 		fail(t, "invariant 2: OutstandingBytes over the limit", "OutstandingBytes %d > limit %d with %d messages out", st.OutstandingBytes, b, st.Outstanding)
 	}
-	// Uncounted: EagerTrack's buffer, the hand-off before it, and the one
-	// message a gate holds while it waits for a permit.
-	if uncounted := held - st.Outstanding; uncounted > maxBuffer+2+m.stranded.held-m.stranded.permits {
+	// Uncounted: what the streams decoded and have not handed on yet (a
+	// message is received, and leased, on decode), EagerTrack's buffer,
+	// and the one message a gate holds while it waits for a permit.
+	if uncounted := held - st.Outstanding; uncounted > m.sourceCap()+maxBuffer+1+m.stranded.held-m.stranded.permits {
 		fail(t, "invariant 2: held messages that hold no permit", "%d held messages hold no permit (held %d, outstanding %d, EagerTrack buffer %d): %+v; server %+v",
 			uncounted, held, st.Outstanding, maxBuffer, st, m.srv.SubscriptionStats(m.subName))
 	}
 	// Invariant 4: what the stages hold is bounded by their bounds.
-	if bound := maxBuffer + 2 + limit + parallelism + 2 + m.stranded.held; held > bound {
+	if bound := m.sourceCap() + maxBuffer + 1 + limit + parallelism + 2 + m.stranded.held; held > bound {
 		fail(t, "invariant 4: more messages held than the stages' bounds", "%d messages held, bound %d (buffer %d, limit %d, parallelism %d)", held, bound, maxBuffer, limit, parallelism)
 	}
+}
+
+// sourceCap bounds what the streams can hold decoded and not handed on:
+// at most one response each, and the server sends a stream no more than
+// its share of the message limit.
+func (m *machine) sourceCap() int64 {
+	n := int64(m.cfg.Streams)
+	var total int64
+	for i := range n {
+		share := m.cfg.MaxOutstandingMessages / n
+		if i < m.cfg.MaxOutstandingMessages%n {
+			share++
+		}
+		total += min(max(share, 1), int64(m.maxPerResponse))
+	}
+	return total
 }
 
 // leased is how many held (unsettled) messages are leased: acked messages

@@ -17,11 +17,10 @@ import (
 )
 
 // The tests in this file reproduce faults of other packages that the
-// property tests found, each in its smallest deterministic form. They
-// fail until the fault is fixed, so they run only with
-// PUBSUBFLOW_KNOWN_BUGS=1; the state machine tolerates exactly these
-// faults unless PUBSUBFLOW_STRICT=1. When one is fixed, drop its skip and
-// its tolerance in the machine.
+// property tests found, each in its smallest deterministic form. Those
+// fixed since (9b4b17a) run always, as regression tests; one still open
+// fails, so it runs only with PUBSUBFLOW_KNOWN_BUGS=1, and the state
+// machine tolerates it unless PUBSUBFLOW_STRICT=1.
 func knownBug(t *testing.T) {
 	t.Helper()
 	if os.Getenv("PUBSUBFLOW_KNOWN_BUGS") != "1" {
@@ -38,9 +37,9 @@ func knownBug(t *testing.T) {
 //
 // Found by TestSubscriberMachine (minimised: 1 stream, limit 1, stream ack
 // deadline 60 s; publish 1 (acked at once), stall the handler, publish 1,
-// advance 10.002 s → redelivered at 10.002 s while held).
+// advance 10.002 s → redelivered at 10.002 s while held). Fixed in 9b4b17a
+// (the tick is pulled forward when the deadline drops).
 func TestKnownLeaseLapseWhenDeadlineDrops(t *testing.T) {
-	knownBug(t)
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
 		led := newLedger(pubsubpb.NewSubscriberClient(e.srv.ClientConn()))
@@ -80,7 +79,12 @@ func TestKnownLeaseLapseWhenDeadlineDrops(t *testing.T) {
 // Found by TestSubscriberMachine (redeliveries of deliveries the client
 // first touched more than 10 s after receiving them; the machine excuses
 // those unless PUBSUBFLOW_STRICT=1, and allows the one hand-off in its
-// lease count).
+// lease count). Still open after 9b4b17a: source/stream.go now leases a
+// message on decode, but it decodes a response one message at a time, as
+// it hands each on, so the rest of the response still waits undecoded and
+// unleased (here: 2 of a response of 4 expire). Calling OnReceive for every
+// message of the response right after Recv, before the first hand-off,
+// would close it.
 func TestKnownSourceHoldsUntracked(t *testing.T) {
 	knownBug(t)
 	synctest.Test(t, func(t *testing.T) {
@@ -88,7 +92,7 @@ func TestKnownSourceHoldsUntracked(t *testing.T) {
 		led := newLedger(pubsubpb.NewSubscriberClient(e.srv.ClientConn()))
 		s := e.subscriber(t, pubsubflow.SubscriberConfig{
 			StreamAckDeadline:      10 * time.Second,
-			MaxOutstandingMessages: 2,
+			MaxOutstandingMessages: 4,
 			MaxBuffer:              1,
 			Lease:                  lease.Fixed(2500*time.Millisecond, 10*time.Second),
 		}, led)
@@ -100,7 +104,7 @@ func TestKnownSourceHoldsUntracked(t *testing.T) {
 			done <- s.Run(ctx, 1, func(ctx context.Context, m *pubsubflow.Message) error { return h.wait(ctx) })
 		}()
 		e.publish(t, 10)
-		for range 2 { // each reconnect brings a fresh budget of 2
+		for range 2 { // each reconnect brings a fresh budget of 4, in one response
 			synctest.Wait()
 			time.Sleep(time.Second)
 			e.srv.KillStreams(codes.Unavailable, "proptest: reconnect")
@@ -131,9 +135,9 @@ func TestKnownSourceHoldsUntracked(t *testing.T) {
 // Found by TestSubscriberMachine (minimised: 3 streams, limit 1, buffer 1;
 // kill streams, publish 4, stall, advance 18 s, rerun → 5 held, 3 leased);
 // the machine measures what each stop strands and allows exactly that
-// unless PUBSUBFLOW_STRICT=1.
+// unless PUBSUBFLOW_STRICT=1. Fixed in 9b4b17a (a stopped pipeline nacks
+// what it held and what it stranded).
 func TestKnownStopStrandsMessages(t *testing.T) {
-	knownBug(t)
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
 		s := e.subscriber(t, pubsubflow.SubscriberConfig{MaxOutstandingMessages: 2, MaxBuffer: 1, OnShutdown: pubsubflow.Nack}, nil)
@@ -193,9 +197,9 @@ func TestKnownStopStrandsMessages(t *testing.T) {
 // Source it started a moment earlier then refuses to run.
 //
 // Found by TestSubscriberMachine (minimised: no action at all; the drain
-// phase cancelled Run at once because nothing was left to drain).
+// phase cancelled Run at once because nothing was left to drain). Fixed in
+// 9b4b17a.
 func TestKnownRunCancelledEarly(t *testing.T) {
-	knownBug(t)
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
 		s := e.subscriber(t, pubsubflow.SubscriberConfig{}, nil)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -24,7 +25,7 @@ import (
 
 // machineChecks is the CI default of TestSubscriberMachine's cases; each
 // runs about 30 actions (rapid's -rapid.steps) in virtual time.
-const machineChecks = 25
+const machineChecks = 300
 
 // Attribute values that tell the handler what to do with a message.
 const (
@@ -43,10 +44,11 @@ const waitLimit = 10 * time.Minute
 // actions, with the invariants checked after every step (see machine.check)
 // and at the end (machine.finish).
 func TestSubscriberMachine(t *testing.T) {
+	logFirstFailure(t)
 	var total tally
 	check(t, machineChecks, func(rt *rapid.T) {
 		rapid.SyncTest(rt, func(rt *rapid.T) {
-			m := newMachine(rt)
+			m := newMachine(rt, drawMachineConfig(rt))
 			defer m.teardown()
 			rt.Repeat(m.actions())
 			m.finish(rt)
@@ -93,6 +95,7 @@ type machine struct {
 
 	topic, subName string
 	maxPayload     int
+	maxPerResponse int
 	published      int
 	hold           hold
 	run            *run
@@ -114,9 +117,10 @@ type machine struct {
 // stranded counts what a stopped run leaves behind in the subscriber: no
 // later run takes those messages, so they stay held until Close (or, for
 // the unleased ones, for good). These are known faults of the Source
-// pipeline's stop path (TestKnownStopStrands*); the machine measures them
-// at each stop and allows exactly that much, so that it keeps checking
-// everything else. PUBSUBFLOW_STRICT=1 allows nothing.
+// pipeline's stop path (TestKnownStopStrandsMessages, fixed in 9b4b17a:
+// now a stop strands nothing and these stay 0); the machine measures them
+// at each stop and allows exactly that much. PUBSUBFLOW_STRICT=1 allows
+// nothing.
 type stranded struct {
 	held     int64 // received and not settled
 	unleased int64 // of those, not leased (dropped by the receive hook's stage)
@@ -132,9 +136,38 @@ type run struct {
 	done        chan error
 }
 
-func newMachine(t *rapid.T) *machine {
+// machineConfig is what a case draws before its first action.
+type machineConfig struct {
+	MaxPerResponse int
+	MaxPayload     int
+	Streams        int
+	Limit          int64 // MaxOutstandingMessages
+	Bytes          int64 // MaxOutstandingBytes
+	Buffer         int   // MaxBuffer
+	AckDeadline    time.Duration
+	Heartbeat      time.Duration
+	Drain          time.Duration
+	Parallelism    int
+}
+
+func drawMachineConfig(t *rapid.T) machineConfig {
+	return machineConfig{
+		MaxPerResponse: rapid.IntRange(1, 100).Draw(t, "maxPerResponse"),
+		MaxPayload:     rapid.SampledFrom([]int{0, 64, 1024, 8192}).Draw(t, "maxPayload"),
+		Streams:        rapid.IntRange(1, 3).Draw(t, "streams"),
+		Limit:          rapid.Int64Range(1, 12).Draw(t, "maxOutstandingMessages"),
+		Bytes:          rapid.SampledFrom([]int64{pubsubflow.Unlimited, 2000, 20000}).Draw(t, "maxOutstandingBytes"),
+		Buffer:         rapid.IntRange(1, 8).Draw(t, "maxBuffer"),
+		AckDeadline:    rapid.SampledFrom([]time.Duration{10 * time.Second, 20 * time.Second, 60 * time.Second}).Draw(t, "streamAckDeadline"),
+		Heartbeat:      rapid.SampledFrom([]time.Duration{time.Second, 5 * time.Second, 30 * time.Second}).Draw(t, "heartbeatInterval"),
+		Drain:          time.Duration(rapid.IntRange(1, 30).Draw(t, "drainTimeoutSeconds")) * time.Second,
+		Parallelism:    rapid.IntRange(1, 4).Draw(t, "parallelism"),
+	}
+}
+
+func newMachine(t *rapid.T, mc machineConfig) *machine {
 	srv, err := pubsubtest.NewServer(pubsubtest.WithBufconn(), pubsubtest.WithRecordStreamRequests(),
-		pubsubtest.WithMaxMessagesPerResponse(rapid.IntRange(1, 100).Draw(t, "maxPerResponse")))
+		pubsubtest.WithMaxMessagesPerResponse(mc.MaxPerResponse))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,23 +179,25 @@ func newMachine(t *rapid.T) *machine {
 	if m.subName, err = srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: m.topic}); err != nil {
 		t.Fatal(err)
 	}
-	m.maxPayload = rapid.SampledFrom([]int{0, 64, 1024, 8192}).Draw(t, "maxPayload")
+	m.maxPayload, m.maxPerResponse = mc.MaxPayload, mc.MaxPerResponse
 	m.cfg = pubsubflow.SubscriberConfig{
-		Streams:                rapid.IntRange(1, 3).Draw(t, "streams"),
-		MaxOutstandingMessages: rapid.Int64Range(1, 12).Draw(t, "maxOutstandingMessages"),
-		MaxOutstandingBytes:    rapid.SampledFrom([]int64{pubsubflow.Unlimited, 2000, 20000}).Draw(t, "maxOutstandingBytes"),
-		MaxBuffer:              rapid.IntRange(1, 8).Draw(t, "maxBuffer"),
-		StreamAckDeadline:      rapid.SampledFrom([]time.Duration{10 * time.Second, 20 * time.Second, 60 * time.Second}).Draw(t, "streamAckDeadline"),
-		HeartbeatInterval:      rapid.SampledFrom([]time.Duration{time.Second, 5 * time.Second, 30 * time.Second}).Draw(t, "heartbeatInterval"),
-		DrainTimeout:           time.Duration(rapid.IntRange(1, 30).Draw(t, "drainTimeoutSeconds")) * time.Second,
+		Streams:                mc.Streams,
+		MaxOutstandingMessages: mc.Limit,
+		MaxOutstandingBytes:    mc.Bytes,
+		MaxBuffer:              mc.Buffer,
+		StreamAckDeadline:      mc.AckDeadline,
+		HeartbeatInterval:      mc.Heartbeat,
+		DrainTimeout:           mc.Drain,
 		OnShutdown:             pubsubflow.Nack,
 		// Deterministic delays keep a failing case reproducible.
 		Backoff: source.Exponential(100*time.Millisecond, 5*time.Second),
 	}
 	if !strict {
-		// The adaptive strategy lets leases lapse when its deadline drops
-		// (TestKnownLeaseLapseWhenDeadlineDrops); a fixed one keeps the
-		// rest of the machine meaningful until that is fixed.
+		// The adaptive strategy let leases lapse when its deadline dropped
+		// (TestKnownLeaseLapseWhenDeadlineDrops, fixed); PUBSUBFLOW_STRICT=1
+		// runs it, and showed one more unexplained redelivery under it (a
+		// message redelivered 100 ms after its receipt, its ack in flight),
+		// so CI keeps the fixed strategy until that is understood.
 		m.cfg.Lease = lease.Fixed(m.cfg.StreamAckDeadline/4, m.cfg.StreamAckDeadline)
 	}
 	m.led = newLedger(pubsubpb.NewSubscriberClient(srv.ClientConn()))
@@ -174,7 +209,7 @@ func newMachine(t *rapid.T) *machine {
 	if m.sub, err = pubsubflow.NewSubscriber(ctx, m.subName, cfg); err != nil {
 		t.Fatal(err)
 	}
-	m.startRun(rapid.IntRange(1, 4).Draw(t, "parallelism"))
+	m.startRun(mc.Parallelism)
 	return m
 }
 
@@ -226,6 +261,10 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 func (m *machine) publish(t *rapid.T) {
 	sizes := rapid.SliceOfN(rapid.IntRange(0, m.maxPayload), 1, 40).Draw(t, "sizes")
 	outcome := rapid.SampledFrom([]string{outAck, outAck, outNack, outSelfAck}).Draw(t, "outcome")
+	m.doPublish(t, sizes, outcome)
+}
+
+func (m *machine) doPublish(t *rapid.T, sizes []int, outcome string) {
 	msgs := make([]*pubsubpb.PubsubMessage, len(sizes))
 	for i, n := range sizes {
 		msgs[i] = &pubsubpb.PubsubMessage{
@@ -261,24 +300,28 @@ func (m *machine) inject(method string, f func()) {
 	m.settle()
 }
 
-func (m *machine) failAcks(t *rapid.T) {
-	n := rapid.IntRange(1, 3).Draw(t, "n")
+func (m *machine) failAcks(t *rapid.T) { m.doFailAcks(rapid.IntRange(1, 3).Draw(t, "n")) }
+
+func (m *machine) doFailAcks(n int) {
 	m.inject("Acknowledge", func() { m.srv.FailNext("Acknowledge", n, codes.Unavailable) })
 }
 
-func (m *machine) failModacks(t *rapid.T) {
-	n := rapid.IntRange(1, 2).Draw(t, "n")
+func (m *machine) failModacks(t *rapid.T) { m.doFailModacks(rapid.IntRange(1, 2).Draw(t, "n")) }
+
+func (m *machine) doFailModacks(n int) {
 	m.inject("ModifyAckDeadline", func() { m.srv.FailNext("ModifyAckDeadline", n, codes.Unavailable) })
 }
 
 func (m *machine) delayAcks(t *rapid.T) {
-	d := rapid.SampledFrom([]time.Duration{0, 100 * time.Millisecond, time.Second, 3 * time.Second}).Draw(t, "latency")
-	m.inject("Acknowledge", func() { m.srv.SetLatency("Acknowledge", d) })
+	m.doDelay("Acknowledge", rapid.SampledFrom([]time.Duration{0, 100 * time.Millisecond, time.Second, 3 * time.Second}).Draw(t, "latency"))
 }
 
 func (m *machine) delayModacks(t *rapid.T) {
-	d := rapid.SampledFrom([]time.Duration{0, 100 * time.Millisecond, time.Second}).Draw(t, "latency")
-	m.inject("ModifyAckDeadline", func() { m.srv.SetLatency("ModifyAckDeadline", d) })
+	m.doDelay("ModifyAckDeadline", rapid.SampledFrom([]time.Duration{0, 100 * time.Millisecond, time.Second}).Draw(t, "latency"))
+}
+
+func (m *machine) doDelay(method string, d time.Duration) {
+	m.inject(method, func() { m.srv.SetLatency(method, d) })
 }
 
 func (m *machine) killStreams(*rapid.T) {
@@ -286,19 +329,25 @@ func (m *machine) killStreams(*rapid.T) {
 	m.settle()
 }
 
-func (m *machine) stallStreams(t *rapid.T) {
-	m.srv.StallStreams(rapid.Bool().Draw(t, "stalled"))
+func (m *machine) stallStreams(t *rapid.T) { m.doStallStreams(rapid.Bool().Draw(t, "stalled")) }
+
+func (m *machine) doStallStreams(stalled bool) {
+	m.srv.StallStreams(stalled)
 	m.settle()
 }
 
 func (m *machine) advance(t *rapid.T) {
-	d := time.Duration(rapid.IntRange(1, 20000).Draw(t, "ms")) * time.Millisecond
+	m.doAdvance(time.Duration(rapid.IntRange(1, 20000).Draw(t, "ms")) * time.Millisecond)
+}
+
+func (m *machine) doAdvance(d time.Duration) {
 	time.Sleep(d)
 	m.settle()
 }
 
-func (m *machine) rerun(t *rapid.T) {
-	p := rapid.IntRange(1, 4).Draw(t, "parallelism")
+func (m *machine) rerun(t *rapid.T) { m.doRerun(rapid.IntRange(1, 4).Draw(t, "parallelism")) }
+
+func (m *machine) doRerun(p int) {
 	if m.closed {
 		return
 	}
@@ -313,8 +362,25 @@ func (m *machine) rerun(t *rapid.T) {
 // and the details (ids, times, counts) change from run to run.
 func fail(t *rapid.T, what, format string, args ...any) {
 	t.Helper()
-	t.Logf(format, args...)
+	detail := fmt.Sprintf(format, args...)
+	firstFailure.CompareAndSwap(nil, &detail)
+	t.Logf("%s", detail)
 	t.Fatal(what)
+}
+
+// firstFailure keeps the details of the first failure of a test: when
+// rapid cannot reproduce a case step for step it prints only the message,
+// and the details are what explains it.
+var firstFailure atomic.Pointer[string]
+
+// logFirstFailure reports firstFailure when t fails.
+func logFirstFailure(t *testing.T) {
+	firstFailure.Store(nil)
+	t.Cleanup(func() {
+		if d := firstFailure.Load(); t.Failed() && d != nil {
+			t.Logf("details of the first failure: %s", *d)
+		}
+	})
 }
 
 // settle lets the subscriber react: every goroutine of the bubble runs
@@ -405,6 +471,12 @@ func (m *machine) close(t *rapid.T) {
 		fail(t, "invariant 7: Close did not return within its budget", "Close did not return within %v (drain timeout %v)", budget+time.Second, m.cfg.DrainTimeout)
 	}
 	took := time.Since(begin)
+	// A goroutine that signalled its owner (WaitGroup.Done, a closed
+	// channel) may still be on its way out when Close returns: let every
+	// goroutine run until it blocks, without letting time pass. What is
+	// left then is blocked (a leak) or waits for a timer (Close did not
+	// wait for it): both break invariant 7.
+	synctest.Wait()
 	left := subscriberGoroutines()
 	if err != nil {
 		fail(t, "Close returned an error", "Close: %v", err)
