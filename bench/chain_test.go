@@ -58,21 +58,30 @@ func BenchmarkStageChain(b *testing.B) {
 	}
 }
 
-func benchChain(b *testing.B, hooks bool) {
+// chainParts are a subscriber's long-lived parts over nopClient, and b.N
+// messages ready to go through them.
+type chainParts struct {
+	ext     *lease.Extender
+	fc      *flow.FlowControl
+	settler *sink.Settler
+	msgs    []*message.Message
+}
+
+// newChainParts makes the parts; the benchmark's cleanup closes them.
+func newChainParts(b *testing.B) *chainParts {
 	const sub = "projects/p/subscriptions/s"
 	client := nopClient{}
 	ext, err := lease.NewExtender(client, sub, lease.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer ext.Close()
+	b.Cleanup(func() { _ = ext.Close() })
 	fc := flow.NewFlowControl(1000, 100<<20)
 	acks, err := ack.New(client, sub, ack.Config{Flow: fc})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer acks.Close(context.Background())
-	settler := sink.NewSettler(acks, fc, ext)
+	b.Cleanup(func() { _ = acks.Close(context.Background()) })
 	now := time.Now()
 	msgs := make([]*message.Message, b.N)
 	for i := range msgs {
@@ -80,6 +89,12 @@ func benchChain(b *testing.B, hooks bool) {
 		m.SetSize(100)
 		msgs[i] = m
 	}
+	return &chainParts{ext: ext, fc: fc, settler: sink.NewSettler(acks, fc, ext), msgs: msgs}
+}
+
+func benchChain(b *testing.B, hooks bool) {
+	cp := newChainParts(b)
+	ext, fc, settler, msgs := cp.ext, cp.fc, cp.settler, cp.msgs
 	handOne := func(m *message.Message) bool {
 		m.MarkHandedOff()
 		return !m.Settled()
@@ -119,7 +134,7 @@ func benchChain(b *testing.B, hooks bool) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	m := StartMeter(0)
-	err = p.To(sink.Acknowledge(sink.Policy{}))
+	err := p.To(sink.Acknowledge(sink.Policy{}))
 	r := m.Stop()
 	b.StopTimer()
 	if err != nil {
