@@ -24,7 +24,7 @@ func BenchmarkBatchedHandOff(b *testing.B) {
 	m := StartMeter(0)
 	received := make(chan []*message.Message) // stream → gate
 	admitted := make(chan []*message.Message) // gate → workers
-	go func() { // the stream: bind and lease on decode
+	go func() {                               // the stream: bind and lease on decode
 		defer close(received)
 		for i := 0; i < len(cp.msgs); i += batch {
 			ms := cp.msgs[i:min(i+batch, len(cp.msgs))]
