@@ -24,7 +24,8 @@ func BenchmarkBatchedHandOff(b *testing.B) {
 	m := StartMeter(0)
 	received := make(chan []*message.Message) // stream → gate
 	admitted := make(chan []*message.Message) // gate → workers
-	go func() {                               // the stream: bind and lease on decode
+	// The stream: bind and lease on decode.
+	go func() {
 		defer close(received)
 		for i := 0; i < len(cp.msgs); i += batch {
 			ms := cp.msgs[i:min(i+batch, len(cp.msgs))]
@@ -35,7 +36,8 @@ func BenchmarkBatchedHandOff(b *testing.B) {
 			received <- ms
 		}
 	}()
-	go func() { // the gate: a permit per message, on receipt
+	// The gate: a permit per message, on receipt.
+	go func() {
 		defer close(admitted)
 		for ms := range received {
 			for _, m := range ms {
@@ -51,7 +53,8 @@ func BenchmarkBatchedHandOff(b *testing.B) {
 		}
 	}()
 	var wg sync.WaitGroup
-	for range ourParallelism { // the workers: handler and settle path
+	// The workers: handler and settle path.
+	for range ourParallelism {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
