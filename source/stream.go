@@ -112,6 +112,7 @@ func (s *Source) connectOnce(ctx context.Context, i int, out chan<- *message.Mes
 // stream's, so a stream killed by the watchdog still hands on what it
 // already received.
 func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, ka *keepalive, i int, out chan<- *message.Message) (healthy bool, err error) {
+	var batch []*message.Message // one response's messages, reused
 	for {
 		ka.recvStart()
 		resp, err := stream.Recv()
@@ -129,37 +130,30 @@ func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_Streami
 		}
 		s.emit(event.Event{Kind: event.Received, Stream: i, Count: len(msgs)})
 		now, props := time.Now(), s.props.Load()
-		for j, rm := range msgs {
+		// Decode (and hook: the subscriber leases there) the whole response
+		// before handing any of it on, so no message waits unleased behind
+		// a slow consumer.
+		batch = batch[:0]
+		for _, rm := range msgs {
 			m := message.FromReceived(rm, s.cfg.Subscription, props, now)
 			if s.cfg.OnReceive != nil {
 				s.cfg.OnReceive(m)
 			}
+			batch = append(batch, m)
+		}
+		for j, m := range batch {
 			select {
 			case out <- m:
 			case <-ctx.Done():
-				s.unsent(m, msgs[j+1:], props, now)
+				if s.cfg.Unsent != nil {
+					s.cfg.Unsent(append([]*message.Message(nil), batch[j:]...))
+				}
+				clear(batch)
 				return healthy, ctx.Err()
 			}
 		}
+		clear(batch) // let handed-on messages be collected
 	}
-}
-
-// unsent hands the messages of a response that will never be handed on
-// (first, then the undecoded rest) to Config.Unsent.
-func (s *Source) unsent(first *message.Message, rest []*pubsubpb.ReceivedMessage, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time) {
-	if s.cfg.Unsent == nil {
-		return
-	}
-	ms := make([]*message.Message, 0, 1+len(rest))
-	ms = append(ms, first)
-	for _, rm := range rest {
-		m := message.FromReceived(rm, s.cfg.Subscription, props, now)
-		if s.cfg.OnReceive != nil {
-			s.cfg.OnReceive(m)
-		}
-		ms = append(ms, m)
-	}
-	s.cfg.Unsent(ms)
 }
 
 func (s *Source) emit(e event.Event) {
