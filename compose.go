@@ -56,9 +56,11 @@ func (s *Subscriber) runSource(g *stage.Group) <-chan *Message {
 	// A stopped pipeline's buffered messages are nacked (OnDrop), so the
 	// server redelivers them to the next run at once.
 	tracked := (&flow.Tracker{Extender: s.ext, MaxBuffer: s.cfg.MaxBuffer, OnDrop: nack}).Run(g, raw)
-	gated := flow.FlowGate(s.fc).Run(g, tracked)
-	out := make(chan *Message)
 	run := s.nextRun.Add(1)
+	// The hand-off decision runs on the gate's goroutine (HandOff), so a
+	// message drained at shutdown never leaves the gate.
+	gated := (&flow.Gate{Flow: s.fc, HandOff: func(m *Message) bool { return s.handOff(run, m) }}).Run(g, tracked)
+	out := make(chan *Message)
 	handedOff := make(chan struct{})
 	g.Go(func(ctx context.Context) error {
 		defer func() {
@@ -68,7 +70,7 @@ func (s *Subscriber) runSource(g *stage.Group) <-chan *Message {
 			ping(s.runsDone)
 			s.runs.Done()
 		}()
-		s.handOffLoop(ctx, run, gated, out)
+		s.handOffLoop(ctx, gated, out)
 		return nil
 	})
 	g.Go(func(ctx context.Context) error {
@@ -95,22 +97,28 @@ func (s *Subscriber) nackStranded(run uint64) {
 	}
 }
 
-// handOffLoop passes messages from the gate to processing, or, once the
-// subscriber drains, settles them with the OnShutdown outcome instead. It
-// reads its input until it closes, so the stages before it always finish.
-func (s *Subscriber) handOffLoop(ctx context.Context, run uint64, in <-chan *Message, out chan<- *Message) {
+// handOff is the gate's HandOff hook: it passes a message to processing
+// (true), or, once the subscriber drains, settles it with the OnShutdown
+// outcome instead (false).
+func (s *Subscriber) handOff(run uint64, m *Message) bool {
+	if m.Settled() {
+		return false
+	}
+	if s.draining.Load() {
+		m.Settle(s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
+		return false
+	}
+	// Marked before the send: the receiver may settle it at once.
+	if m.MarkHandedOffBy(run) {
+		s.c.handed.Add(1)
+	}
+	return true
+}
+
+// handOffLoop passes messages from the gate to processing. It reads its
+// input until it closes, so the stages before it always finish.
+func (s *Subscriber) handOffLoop(ctx context.Context, in <-chan *Message, out chan<- *Message) {
 	for m := range in {
-		if m.Settled() {
-			continue
-		}
-		if s.draining.Load() {
-			m.Settle(s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
-			continue
-		}
-		// Marked before the send: the receiver may settle it at once.
-		if m.MarkHandedOffBy(run) {
-			s.c.handed.Add(1)
-		}
 		select {
 		case out <- m:
 		case <-ctx.Done():
@@ -153,11 +161,22 @@ type Handler func(ctx context.Context, m *Message) error
 // Ordering is set), one message per ordering key at a time, in order. A
 // panicking handler nacks its message and is logged; the subscriber goes on.
 func (s *Subscriber) Process(parallelism int, handler Handler) stage.Flow[*Message, *Message] {
+	return s.process(parallelism, handler, nil)
+}
+
+// unsettled keeps the messages a handler left without an outcome.
+func unsettled(m *Message) bool { return !m.Settled() }
+
+// process is Process; emit, if set, filters what the workers pass on. Run
+// passes on only unsettled messages: the Acknowledge sink has nothing to do
+// for the others, and not handing them over saves a goroutine switch per
+// message.
+func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Message) bool) stage.Flow[*Message, *Message] {
 	call := func(ctx context.Context, m *Message) (*Message, error) {
 		sink.Apply(m, s.safeHandle(ctx, handler, m), s.policy)
 		return m, nil
 	}
-	opt := operators.Options[*Message, *Message]{}
+	opt := operators.Options[*Message, *Message]{Emit: emit}
 	if s.ordered {
 		opt.Mode = operators.Keyed
 		opt.Key = orderingKey
@@ -229,7 +248,7 @@ func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) 
 
 	done := make(chan error, 1)
 	go func() {
-		done <- pipeline.FromContext(pctx, s.Source()).Via(s.Process(parallelism, handler)).To(s.Acknowledge())
+		done <- pipeline.FromContext(pctx, s.Source()).Via(s.process(parallelism, handler, unsettled)).To(s.Acknowledge())
 	}()
 	select {
 	case err := <-done:
