@@ -3,7 +3,6 @@ package proptest
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -17,16 +16,9 @@ import (
 )
 
 // The tests in this file reproduce faults of other packages that the
-// property tests found, each in its smallest deterministic form. Those
-// fixed since (9b4b17a) run always, as regression tests; one still open
-// fails, so it runs only with PUBSUBFLOW_KNOWN_BUGS=1, and the state
-// machine tolerates it unless PUBSUBFLOW_STRICT=1.
-func knownBug(t *testing.T) {
-	t.Helper()
-	if os.Getenv("PUBSUBFLOW_KNOWN_BUGS") != "1" {
-		t.Skip("known bug; run with PUBSUBFLOW_KNOWN_BUGS=1 to reproduce")
-	}
-}
+// property tests found, each in its smallest deterministic form. All are
+// fixed (9b4b17a and the source's decode-then-hand-on, later); they run
+// always, as regression tests.
 
 // TestKnownLeaseLapseWhenDeadlineDrops: the adaptive lease deadline drops
 // from the 60 s stream ack deadline to 10 s after the first fast ack, but
@@ -78,7 +70,7 @@ func TestKnownLeaseLapseWhenDeadlineDrops(t *testing.T) {
 //
 // Found by TestSubscriberMachine (redeliveries of deliveries the client
 // first touched more than 10 s after receiving them; the machine excuses
-// those unless PUBSUBFLOW_STRICT=1, and allows the one hand-off in its
+// those unless strict (the default; PUBSUBFLOW_TOLERANT=1 turns it off), and allows the one hand-off in its
 // lease count). Still open after 9b4b17a: source/stream.go now leases a
 // message on decode, but it decodes a response one message at a time, as
 // it hands each on, so the rest of the response still waits undecoded and
@@ -86,7 +78,6 @@ func TestKnownLeaseLapseWhenDeadlineDrops(t *testing.T) {
 // message of the response right after Recv, before the first hand-off,
 // would close it.
 func TestKnownSourceHoldsUntracked(t *testing.T) {
-	knownBug(t)
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)
 		led := newLedger(pubsubpb.NewSubscriberClient(e.srv.ClientConn()))
@@ -135,7 +126,7 @@ func TestKnownSourceHoldsUntracked(t *testing.T) {
 // Found by TestSubscriberMachine (minimised: 3 streams, limit 1, buffer 1;
 // kill streams, publish 4, stall, advance 18 s, rerun → 5 held, 3 leased);
 // the machine measures what each stop strands and allows exactly that
-// unless PUBSUBFLOW_STRICT=1. Fixed in 9b4b17a (a stopped pipeline nacks
+// unless strict (the default; PUBSUBFLOW_TOLERANT=1 turns it off). Fixed in 9b4b17a (a stopped pipeline nacks
 // what it held and what it stranded).
 func TestKnownStopStrandsMessages(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

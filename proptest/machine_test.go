@@ -119,7 +119,7 @@ type machine struct {
 // the unleased ones, for good). These are known faults of the Source
 // pipeline's stop path (TestKnownStopStrandsMessages, fixed in 9b4b17a:
 // now a stop strands nothing and these stay 0); the machine measures them
-// at each stop and allows exactly that much. PUBSUBFLOW_STRICT=1 allows
+// at each stop and allows exactly that much. strict (the default) allows
 // nothing.
 type stranded struct {
 	held     int64 // received and not settled
@@ -194,10 +194,10 @@ func newMachine(t *rapid.T, mc machineConfig) *machine {
 	}
 	if !strict {
 		// The adaptive strategy let leases lapse when its deadline dropped
-		// (TestKnownLeaseLapseWhenDeadlineDrops, fixed); PUBSUBFLOW_STRICT=1
+		// (TestKnownLeaseLapseWhenDeadlineDrops, fixed); strict mode
 		// runs it, and showed one more unexplained redelivery under it (a
 		// message redelivered 100 ms after its receipt, its ack in flight),
-		// so CI keeps the fixed strategy until that is understood.
+		// so the tolerant mode keeps the fixed strategy.
 		m.cfg.Lease = lease.Fixed(m.cfg.StreamAckDeadline/4, m.cfg.StreamAckDeadline)
 	}
 	m.led = newLedger(pubsubpb.NewSubscriberClient(srv.ClientConn()))
