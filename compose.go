@@ -37,41 +37,40 @@ func (s *Subscriber) runSource(g *stage.Group) <-chan *Message {
 	}
 	s.active.Add(1)
 	s.runs.Add(1)
+	// This run's own goroutines (streams, EagerTrack, FlowGate) live in a
+	// group of their own: its exit is the end of the run, Close waits for
+	// it, and shutdown can stop it once the drain timeout has passed even if
+	// the pipeline downstream no longer reads.
+	rg := stage.NewGroup(g.Context())
+	stopRun := context.AfterFunc(s.abandon, rg.Cancel)
 	// The streams stop when the pipeline stops or the subscriber drains;
 	// their terminal error fails the pipeline.
-	streamsCtx, stopStreams := context.WithCancel(g.Context())
+	streamsCtx, stopStreams := context.WithCancel(rg.Context())
 	unhook := context.AfterFunc(s.life, stopStreams)
 	streams := stage.NewGroup(streamsCtx)
 	raw := s.src.Run(streams)
-	g.Go(func(context.Context) error {
+	rg.Go(func(context.Context) error {
 		err := streams.Wait()
 		unhook()
 		stopStreams()
-		if errors.Is(err, context.Canceled) {
-			return nil
-		}
-		return err
+		return ignoreCanceled(err)
 	})
-
 	// A stopped pipeline's buffered messages are nacked (OnDrop), so the
 	// server redelivers them to the next run at once.
-	tracked := (&flow.Tracker{Extender: s.ext, MaxBuffer: s.cfg.MaxBuffer, OnDrop: nack}).Run(g, raw)
-	run := s.nextRun.Add(1)
+	tracked := (&flow.Tracker{Extender: s.ext, MaxBuffer: s.cfg.MaxBuffer, OnDrop: nack}).Run(rg, raw)
 	// The hand-off decision runs on the gate's goroutine (HandOff), so a
 	// message drained at shutdown never leaves the gate.
-	gated := (&flow.Gate{Flow: s.fc, HandOff: func(m *Message) bool { return s.handOff(run, m) }}).Run(g, tracked)
-	out := make(chan *Message)
+	run := s.nextRun.Add(1)
+	gated := (&flow.Gate{Flow: s.fc, HandOff: func(m *Message) bool { return s.handOff(run, m) }}).Run(rg, tracked)
 	handedOff := make(chan struct{})
-	g.Go(func(ctx context.Context) error {
-		defer func() {
-			close(out)
-			close(handedOff)
-			s.active.Add(-1)
-			ping(s.runsDone)
-			s.runs.Done()
-		}()
-		s.handOffLoop(ctx, gated, out)
-		return nil
+	g.Go(func(context.Context) error {
+		err := rg.Wait()
+		stopRun()
+		close(handedOff)
+		s.active.Add(-1)
+		ping(s.runsDone)
+		s.runs.Done()
+		return ignoreCanceled(err)
 	})
 	g.Go(func(ctx context.Context) error {
 		<-ctx.Done()
@@ -79,7 +78,15 @@ func (s *Subscriber) runSource(g *stage.Group) <-chan *Message {
 		s.nackStranded(run)
 		return nil
 	})
-	return out
+	return gated
+}
+
+// ignoreCanceled drops the error of a group stopped by cancellation.
+func ignoreCanceled(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }
 
 func nack(m *Message) { m.Nack() }
@@ -113,22 +120,6 @@ func (s *Subscriber) handOff(run uint64, m *Message) bool {
 		s.c.handed.Add(1)
 	}
 	return true
-}
-
-// handOffLoop passes messages from the gate to processing. It reads its
-// input until it closes, so the stages before it always finish.
-func (s *Subscriber) handOffLoop(ctx context.Context, in <-chan *Message, out chan<- *Message) {
-	for m := range in {
-		select {
-		case out <- m:
-		case <-ctx.Done():
-			m.Nack() // the pipeline stopped before taking it
-		case <-s.abandon:
-			// The pipeline is stopping, or shutdown gave up waiting for
-			// it: the message was handed off and is settled by
-			// shutdown's nack of what is left.
-		}
-	}
 }
 
 // receive runs on the stream's goroutine the moment a message is decoded:

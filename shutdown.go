@@ -48,7 +48,7 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 	if drain {
 		s.drain(ctx)
 	}
-	close(s.abandon)
+	s.giveUp()
 
 	// Nack what is still held (processing past the drain timeout, or
 	// dropped by a foreign stage), then stop every pipeline of ours.
@@ -90,6 +90,9 @@ func (s *Subscriber) drain(ctx context.Context) {
 // The acknowledger and extender are closed here only when construction
 // failed; shutdown closes them itself, in order, first.
 func (s *Subscriber) closeParts() {
+	if s.giveUp != nil {
+		s.giveUp()
+	}
 	if s.life == nil { // construction failed: stop what was started
 		if s.acks != nil {
 			_ = s.acks.Close(context.Background())

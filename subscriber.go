@@ -57,7 +57,8 @@ type Subscriber struct {
 	active    atomic.Int64  // running Source pipelines
 	nextRun   atomic.Uint64 // hand-off owner ids (from 2; 1 is MarkHandedOff's)
 	runsDone  chan struct{}
-	abandon   chan struct{} // closed when the drain timeout has passed
+	abandon   context.Context // done when the drain timeout has passed
+	giveUp    context.CancelFunc
 
 	mu         sync.Mutex
 	runCancels map[*context.CancelFunc]struct{}
@@ -85,8 +86,8 @@ func NewSubscriber(ctx context.Context, subscription string, cfg SubscriberConfi
 		runCancels: map[*context.CancelFunc]struct{}{},
 		closed:     make(chan struct{}),
 		closeDone:  make(chan struct{}),
-		abandon:    make(chan struct{}),
 	}
+	s.abandon, s.giveUp = context.WithCancel(context.Background())
 	s.nextRun.Store(1)
 	if err := s.connect(ctx); err != nil {
 		return nil, err
