@@ -1,7 +1,10 @@
 package bench
 
 import (
+	"os"
 	"runtime/metrics"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -36,6 +39,9 @@ type Result struct {
 	CPU time.Duration
 	// PeakHeap is the largest heap sample (bytes of heap objects).
 	PeakHeap uint64
+	// PeakRSS is the process's peak resident set size since it started
+	// (VmHWM from /proc/self/status; 0 where that is not available).
+	PeakRSS uint64
 }
 
 // StartMeter starts measuring; every is the heap sampling period
@@ -83,7 +89,7 @@ func (m *Meter) Stop() Result {
 	<-m.done
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return Result{Elapsed: elapsed, CPU: cpu, PeakHeap: m.peakHeap}
+	return Result{Elapsed: elapsed, CPU: cpu, PeakHeap: m.peakHeap, PeakRSS: peakRSS()}
 }
 
 // HeapBytes is the current bytes of heap objects (live or not yet swept).
@@ -101,4 +107,22 @@ func ProcessCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// peakRSS reads the process's resident-set high-water mark (Linux).
+func peakRSS() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb * 1024
+		}
+	}
+	return 0
 }

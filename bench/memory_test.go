@@ -185,6 +185,7 @@ func BenchmarkMemoryBacklog(b *testing.B) {
 				b.Errorf("%s: server acked %d of %d, redelivered %d, expired %d", name, acked, n, redelivered, expired)
 			}
 			b.ReportMetric(float64(r.PeakHeap), "peak-heap-B")
+			b.ReportMetric(float64(r.PeakRSS), "peak-rss-B")
 			b.ReportMetric(float64(base), "base-heap-B")
 			b.ReportMetric(float64(n)/r.Elapsed.Seconds(), "msgs/s")
 		})
