@@ -79,7 +79,7 @@ func (pm *parallelMap[T, R]) keyed(g *stage.Group, in <-chan T) <-chan R {
 				if err != nil {
 					return err
 				}
-				if emit && !send(ctx, out, r) {
+				if emit && !stage.Send(ctx, out, r) {
 					return nil
 				}
 				select {

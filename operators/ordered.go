@@ -41,14 +41,8 @@ func (pm *parallelMap[T, R]) ordered(g *stage.Group, in <-chan T) <-chan R {
 		defer close(jobs)
 		defer close(pending)
 		for i := 0; ; i = (i + 1) % len(slots) {
-			var v T
-			var ok bool
-			select {
-			case v, ok = <-in:
-				if !ok {
-					return nil
-				}
-			case <-ctx.Done():
+			v, ok := stage.Recv(ctx, in)
+			if !ok {
 				return nil
 			}
 			s := &slots[i]
@@ -86,7 +80,7 @@ func (pm *parallelMap[T, R]) ordered(g *stage.Group, in <-chan T) <-chan R {
 			if err != nil {
 				return err
 			}
-			if emit && !send(ctx, out, r) {
+			if emit && !stage.Send(ctx, out, r) {
 				return nil
 			}
 		}

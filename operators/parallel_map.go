@@ -109,37 +109,21 @@ func safeCall[T, R any](ctx context.Context, f func(context.Context, T) (R, erro
 	return f(ctx, v)
 }
 
-// send delivers r unless the group is done.
-func send[R any](ctx context.Context, out chan<- R, r R) bool {
-	select {
-	case out <- r:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 func (pm *parallelMap[T, R]) unordered(g *stage.Group, in <-chan T) <-chan R {
 	out := make(chan R)
 	workers := stage.NewGroup(g.Context())
 	for range pm.n {
 		workers.Go(func(ctx context.Context) error {
 			for {
-				var v T
-				var ok bool
-				select {
-				case v, ok = <-in:
-					if !ok {
-						return nil
-					}
-				case <-ctx.Done():
+				v, ok := stage.Recv(ctx, in)
+				if !ok {
 					return nil
 				}
 				r, emit, err := pm.call(ctx, v)
 				if err != nil {
 					return err
 				}
-				if emit && !send(ctx, out, r) {
+				if emit && !stage.Send(ctx, out, r) {
 					return nil
 				}
 			}

@@ -13,9 +13,7 @@ func Slice[T any](vals ...T) stage.Source[T] {
 		g.Go(func(ctx context.Context) error {
 			defer close(out)
 			for _, v := range vals {
-				select {
-				case out <- v:
-				case <-ctx.Done():
+				if !stage.Send(ctx, out, v) {
 					return nil
 				}
 			}
@@ -31,16 +29,12 @@ func ForEach[T any](f func(context.Context, T) error) stage.Sink[T] {
 	return stage.SinkFunc[T](func(g *stage.Group, in <-chan T) error {
 		ctx := g.Context()
 		for {
-			select {
-			case v, ok := <-in:
-				if !ok {
-					return nil
-				}
-				if err := f(ctx, v); err != nil {
-					return err
-				}
-			case <-ctx.Done():
+			v, ok := stage.Recv(ctx, in)
+			if !ok {
 				return nil
+			}
+			if err := f(ctx, v); err != nil {
+				return err
 			}
 		}
 	})
@@ -55,23 +49,17 @@ func Filter[T any](keep func(T) bool, dropped func(T)) stage.Flow[T, T] {
 		g.Go(func(ctx context.Context) error {
 			defer close(out)
 			for {
-				select {
-				case v, ok := <-in:
-					if !ok {
-						return nil
+				v, ok := stage.Recv(ctx, in)
+				if !ok {
+					return nil
+				}
+				if !keep(v) {
+					if dropped != nil {
+						dropped(v)
 					}
-					if !keep(v) {
-						if dropped != nil {
-							dropped(v)
-						}
-						continue
-					}
-					select {
-					case out <- v:
-					case <-ctx.Done():
-						return nil
-					}
-				case <-ctx.Done():
+					continue
+				}
+				if !stage.Send(ctx, out, v) {
 					return nil
 				}
 			}

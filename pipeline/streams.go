@@ -39,17 +39,8 @@ func pumpOut[T any](g *stage.Group, in <-chan T, inlet chan<- any) {
 	g.Go(func(ctx context.Context) error {
 		defer close(inlet)
 		for {
-			select {
-			case v, ok := <-in:
-				if !ok {
-					return nil
-				}
-				select {
-				case inlet <- v:
-				case <-ctx.Done():
-					return nil
-				}
-			case <-ctx.Done():
+			v, ok := stage.Recv(ctx, in)
+			if !ok || !stage.Send[any](ctx, inlet, v) {
 				return nil
 			}
 		}

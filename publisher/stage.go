@@ -50,14 +50,8 @@ func Stage[T any](p *Publisher, toMsg func(T) *Message, parallelism int) stage.F
 				case <-ctx.Done():
 					return nil
 				}
-				var v T
-				var ok bool
-				select {
-				case v, ok = <-in:
-					if !ok {
-						return nil
-					}
-				case <-ctx.Done():
+				v, ok := stage.Recv(ctx, in)
+				if !ok {
 					return nil
 				}
 				window <- pendingPublish[T]{v: v, r: publishOne(ctx, p, toMsg, v)} // never blocks: tokens bound it

@@ -269,3 +269,24 @@ func TestEagerReadyAndSkip(t *testing.T) {
 		}
 	})
 }
+
+func TestRecvSend(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan int, 1)
+	if !Send(ctx, ch, 7) {
+		t.Fatal("Send with room failed")
+	}
+	if v, ok := Recv(ctx, ch); !ok || v != 7 {
+		t.Fatalf("Recv = %d, %v", v, ok)
+	}
+	cancel()
+	if Send(ctx, ch, 8) && Send(ctx, ch, 9) {
+		t.Fatal("Send on a full channel succeeded after cancel")
+	}
+	close(ch)
+	for {
+		if _, ok := Recv(ctx, ch); !ok {
+			break
+		}
+	}
+}
