@@ -70,7 +70,7 @@ func TestKnownLeaseLapseWhenDeadlineDrops(t *testing.T) {
 //
 // Found by TestSubscriberMachine (redeliveries of deliveries the client
 // first touched more than 10 s after receiving them; the machine excuses
-// those unless strict (the default; PUBSUBFLOW_TOLERANT=1 turns it off), and allows the one hand-off in its
+// those unless PUBSUBFLOW_STRICT=1, and allows the one hand-off in its
 // lease count). Still open after 9b4b17a: source/stream.go now leases a
 // message on decode, but it decodes a response one message at a time, as
 // it hands each on, so the rest of the response still waits undecoded and
@@ -126,7 +126,7 @@ func TestKnownSourceHoldsUntracked(t *testing.T) {
 // Found by TestSubscriberMachine (minimised: 3 streams, limit 1, buffer 1;
 // kill streams, publish 4, stall, advance 18 s, rerun → 5 held, 3 leased);
 // the machine measures what each stop strands and allows exactly that
-// unless strict (the default; PUBSUBFLOW_TOLERANT=1 turns it off). Fixed in 9b4b17a (a stopped pipeline nacks
+// unless PUBSUBFLOW_STRICT=1. Fixed in 9b4b17a (a stopped pipeline nacks
 // what it held and what it stranded).
 func TestKnownStopStrandsMessages(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -119,7 +119,7 @@ type machine struct {
 // the unleased ones, for good). These are known faults of the Source
 // pipeline's stop path (TestKnownStopStrandsMessages, fixed in 9b4b17a:
 // now a stop strands nothing and these stay 0); the machine measures them
-// at each stop and allows exactly that much. strict (the default) allows
+// at each stop and allows exactly that much. PUBSUBFLOW_STRICT=1 allows
 // nothing.
 type stranded struct {
 	held     int64 // received and not settled
