@@ -162,6 +162,7 @@ func (s *Subscriber) build(ctx context.Context) error {
 		HeartbeatTimeout:       s.cfg.HeartbeatTimeout,
 		Backoff:                s.cfg.Backoff,
 		Classify:               s.cfg.Classify,
+		Prefetch:               prefetch(s.cfg.MaxOutstandingMessages),
 		OnReceive:              s.receive,
 		Unsent:                 nackAll,
 		Events:                 s.tel.onEvent,
@@ -174,6 +175,20 @@ func (s *Subscriber) build(ctx context.Context) error {
 	s.life, s.stop = context.WithCancel(context.Background())
 	s.ordered = s.cfg.Ordering || s.subscriptionOrdered(ctx)
 	return nil
+}
+
+// prefetch is how many messages the streams may read and lease ahead of
+// the pipeline: the server's message budget. After a reconnect the server
+// grants a new stream a fresh budget while the client still holds the old
+// one; reading (and leasing) it at once, instead of leaving it unread in
+// the transport where its deadline runs unleased, is what keeps those
+// messages from expiring. Past it, reads stop and backpressure reaches the
+// server.
+func prefetch(maxMessages int64) int {
+	if maxMessages == Unlimited {
+		return DefaultMaxOutstandingMessages
+	}
+	return int(maxMessages)
 }
 
 // clientLimit maps the config's Unlimited to flow control's "no limit".

@@ -302,3 +302,43 @@ func TestUseAfterClose(t *testing.T) {
 		t.Fatalf("pipeline after Close = %v", err)
 	}
 }
+
+// TestReconnectBudgetIsLeased: after a reconnect the server grants the new
+// stream a fresh budget while the client still holds the old one, and the
+// pipeline is stalled. The streams read and lease that budget at once
+// (prefetch) instead of leaving it unread in the transport, where its
+// deadline would run out unleased.
+func TestReconnectBudgetIsLeased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// One message per response and a one-message EagerTrack buffer, so
+		// the fresh budget would otherwise wait in the transport unread.
+		e := newEnv(t, pubsubtest.WithBufconn(), pubsubtest.WithMaxMessagesPerResponse(1))
+		e.publish(t, 12, nil)
+		s := e.subscriber(t, SubscriberConfig{MaxOutstandingMessages: 4, MaxBuffer: 1, StreamAckDeadline: 10 * time.Second})
+		release := make(chan struct{})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := runAsync(ctx, s, 1, func(ctx context.Context, m *Message) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+		waitFor(t, "the first budget delivered", time.Minute, func() bool { return e.srv.SubscriptionStats(e.sub).Delivered == 4 })
+		e.srv.KillStreams(codes.Unavailable, "test reconnect")
+		waitFor(t, "the fresh budget delivered", time.Minute, func() bool { return e.srv.SubscriptionStats(e.sub).Delivered == 8 })
+		time.Sleep(30 * time.Second) // three deadlines with the pipeline stalled
+		if ss := e.srv.SubscriptionStats(e.sub); ss.Expired != 0 {
+			t.Fatalf("%d leases expired on the server while the client held them: %+v", ss.Expired, ss)
+		}
+		close(release)
+		waitFor(t, "12 acks", 5*time.Minute, func() bool { return e.srv.SubscriptionStats(e.sub).Acked == 12 })
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if ss := e.srv.SubscriptionStats(e.sub); ss.Redelivered != 0 {
+			t.Fatalf("%d redeliveries", ss.Redelivered)
+		}
+	})
+}

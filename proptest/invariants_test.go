@@ -69,11 +69,12 @@ func (m *machine) checkStats(t *rapid.T) {
 }
 
 // sourceCap bounds what the streams can hold decoded and not handed on:
-// at most one response each, and the server sends a stream no more than
-// its share of the message limit.
+// the Subscriber's prefetch (its message limit), plus at most one response
+// each, and the server sends a stream no more than its share of the
+// message limit.
 func (m *machine) sourceCap() int64 {
 	n := int64(m.cfg.Streams)
-	var total int64
+	total := m.cfg.MaxOutstandingMessages // the prefetch
 	for i := range n {
 		share := m.cfg.MaxOutstandingMessages / n
 		if i < m.cfg.MaxOutstandingMessages%n {

@@ -72,6 +72,14 @@ type Config struct {
 	// DefaultClassifier.
 	Classify Classifier
 
+	// Prefetch is how many decoded messages the streams may hold, together,
+	// ahead of the consumer's demand, so a stream keeps reading (and
+	// OnReceive keeps leasing) while the pipeline is busy; past it, reads
+	// stop and backpressure reaches the server. 0 means none: Recv only on
+	// demand. Set it only with an OnReceive that leases, or prefetched
+	// messages would wait unleased.
+	Prefetch int
+
 	// OnReceive, if set, runs for each message on its stream's goroutine
 	// as soon as it is decoded, before it is handed on (a subscriber binds
 	// its settle path there, without a stage of its own). It must not block.
@@ -101,6 +109,9 @@ func (c Config) Validate() error {
 	}
 	if len(c.ClientID) > MaxClientIDLength {
 		return fmt.Errorf("pubsubflow/source: ClientID is %d bytes long; at most %d", len(c.ClientID), MaxClientIDLength)
+	}
+	if c.Prefetch < 0 {
+		return fmt.Errorf("pubsubflow/source: Prefetch %d must not be negative", c.Prefetch)
 	}
 	if c.Streams < 0 || c.Streams > MaxStreams {
 		return fmt.Errorf("pubsubflow/source: Streams %d must be within 0–%d (0 means 1)", c.Streams, MaxStreams)

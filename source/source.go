@@ -104,12 +104,13 @@ func (s *Source) Properties() (exactlyOnce, ordered bool) {
 }
 
 // Run starts the streams under g and returns the merged output, one
-// element per received message. The channel is unbuffered and closed once
-// every stream has stopped: when g is cancelled (messages received but not
-// yet handed on are dropped; the server redelivers them) or after a
-// terminal failure, which fails g with an error naming the subscription.
+// element per received message. The channel holds up to Config.Prefetch
+// messages and is closed once every stream has stopped: when g is
+// cancelled or after a terminal failure, which fails g with an error
+// naming the subscription. Messages received but never handed on go to
+// Config.Unsent (or are dropped; the server redelivers them).
 func (s *Source) Run(g *stage.Group) <-chan *message.Message {
-	out := make(chan *message.Message)
+	out := make(chan *message.Message, s.cfg.Prefetch)
 	var wg sync.WaitGroup
 	for i := range s.cfg.Streams {
 		wg.Add(1)
@@ -120,8 +121,26 @@ func (s *Source) Run(g *stage.Group) <-chan *message.Message {
 	}
 	g.Go(func(context.Context) error {
 		wg.Wait()
+		s.unsentPrefetched(out)
 		close(out)
 		return nil
 	})
 	return out
+}
+
+// unsentPrefetched hands what is still prefetched in out, once every
+// stream has stopped, to Config.Unsent. The consumer may be taking the
+// last of them at the same time; each message goes one way or the other.
+func (s *Source) unsentPrefetched(out chan *message.Message) {
+	var left []*message.Message
+	for len(out) > 0 {
+		select {
+		case m := <-out:
+			left = append(left, m)
+		default:
+		}
+	}
+	if len(left) > 0 && s.cfg.Unsent != nil {
+		s.cfg.Unsent(left)
+	}
 }
