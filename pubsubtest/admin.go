@@ -55,6 +55,11 @@ func validName(name, kind string) bool {
 	return len(parts) == 4 && parts[0] == "projects" && parts[1] != "" && parts[2] == kind && parts[3] != ""
 }
 
+// notFound is the real service's NOT_FOUND for a missing resource.
+func notFound(name string) error {
+	return status.Errorf(codes.NotFound, "Resource not found (resource=%s).", name)
+}
+
 func invalidArg(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
@@ -87,7 +92,7 @@ func (s *rpcServer) GetTopic(_ context.Context, req *pubsubpb.GetTopicRequest) (
 	defer s.mu.Unlock()
 	t := s.topics[req.GetTopic()]
 	if t == nil {
-		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetTopic())
+		return nil, notFound(req.GetTopic())
 	}
 	return proto.Clone(t.pb).(*pubsubpb.Topic), nil
 }
@@ -102,7 +107,7 @@ func (s *rpcServer) UpdateTopic(_ context.Context, req *pubsubpb.UpdateTopicRequ
 	defer s.mu.Unlock()
 	t := s.topics[req.Topic.GetName()]
 	if t == nil {
-		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.Topic.GetName())
+		return nil, notFound(req.Topic.GetName())
 	}
 	next := proto.Clone(t.pb).(*pubsubpb.Topic)
 	if err := applyMask(next, req.Topic, req.UpdateMask.Paths, "name"); err != nil {
@@ -194,7 +199,7 @@ func (s *rpcServer) ListTopicSubscriptions(_ context.Context, req *pubsubpb.List
 	defer s.mu.Unlock()
 	t := s.topics[req.GetTopic()]
 	if t == nil {
-		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetTopic())
+		return nil, notFound(req.GetTopic())
 	}
 	var names []string
 	for n := range t.subs {
@@ -213,7 +218,7 @@ func (s *rpcServer) ListTopicSnapshots(_ context.Context, req *pubsubpb.ListTopi
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.topics[req.GetTopic()] == nil {
-		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetTopic())
+		return nil, notFound(req.GetTopic())
 	}
 	return &pubsubpb.ListTopicSnapshotsResponse{}, nil
 }
@@ -225,7 +230,7 @@ func (s *rpcServer) DeleteTopic(_ context.Context, req *pubsubpb.DeleteTopicRequ
 	defer s.mu.Unlock()
 	t := s.topics[req.GetTopic()]
 	if t == nil {
-		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetTopic())
+		return nil, notFound(req.GetTopic())
 	}
 	delete(s.topics, req.Topic)
 	for _, sub := range t.subs {
@@ -245,7 +250,7 @@ func (s *rpcServer) DetachSubscription(_ context.Context, req *pubsubpb.DetachSu
 	defer s.mu.Unlock()
 	sub := s.subs[req.GetSubscription()]
 	if sub == nil {
-		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetSubscription())
+		return nil, notFound(req.GetSubscription())
 	}
 	cfg := proto.Clone(sub.pb).(*pubsubpb.Subscription)
 	cfg.Detached = true
@@ -280,7 +285,7 @@ func (s *rpcServer) CreateSubscription(_ context.Context, req *pubsubpb.Subscrip
 	defer s.mu.Unlock()
 	t := s.topics[cfg.Topic]
 	if t == nil {
-		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", cfg.Topic)
+		return nil, notFound(cfg.Topic)
 	}
 	if s.subs[cfg.Name] != nil {
 		return nil, status.Errorf(codes.AlreadyExists, "Subscription already exists")
@@ -304,7 +309,7 @@ func (s *rpcServer) GetSubscription(_ context.Context, req *pubsubpb.GetSubscrip
 	defer s.mu.Unlock()
 	sub := s.subs[req.GetSubscription()]
 	if sub == nil {
-		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetSubscription())
+		return nil, notFound(req.GetSubscription())
 	}
 	return proto.Clone(sub.pb).(*pubsubpb.Subscription), nil
 }
@@ -320,7 +325,7 @@ func (s *rpcServer) UpdateSubscription(_ context.Context, req *pubsubpb.UpdateSu
 	defer s.mu.Unlock()
 	sub := s.subs[req.Subscription.GetName()]
 	if sub == nil {
-		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.Subscription.GetName())
+		return nil, notFound(req.Subscription.GetName())
 	}
 	next := proto.Clone(sub.pb).(*pubsubpb.Subscription)
 	if err := applyMask(next, req.Subscription, req.UpdateMask.Paths, "name", "topic", "enable_message_ordering"); err != nil {
@@ -354,7 +359,7 @@ func (s *rpcServer) DeleteSubscription(_ context.Context, req *pubsubpb.DeleteSu
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.deleteSubLocked(req.GetSubscription()) {
-		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetSubscription())
+		return nil, notFound(req.GetSubscription())
 	}
 	return &emptypb.Empty{}, nil
 }
@@ -392,7 +397,7 @@ func (s *rpcServer) ModifyPushConfig(_ context.Context, req *pubsubpb.ModifyPush
 	defer s.mu.Unlock()
 	sub := s.subs[req.GetSubscription()]
 	if sub == nil {
-		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetSubscription())
+		return nil, notFound(req.GetSubscription())
 	}
 	cfg := proto.Clone(sub.pb).(*pubsubpb.Subscription)
 	cfg.PushConfig = req.PushConfig

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // SubscriptionConfig configures CreateSubscription.
@@ -75,7 +73,7 @@ func (s *Server) DeleteSubscription(_ context.Context, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.deleteSubLocked(name) {
-		return status.Errorf(codes.NotFound, "Resource not found (resource=%s).", name)
+		return notFound(name)
 	}
 	return nil
 }
@@ -96,7 +94,7 @@ func (s *Server) Publish(_ context.Context, topicName string, msgs ...*pubsubpb.
 	defer s.mu.Unlock()
 	t := s.topics[topicName]
 	if t == nil {
-		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", topicName)
+		return nil, notFound(topicName)
 	}
 	return s.publishLocked(t, own), nil
 }

@@ -46,7 +46,7 @@ func (s *rpcServer) Publish(_ context.Context, req *pubsubpb.PublishRequest) (*p
 	defer s.mu.Unlock()
 	t := s.topics[req.GetTopic()]
 	if t == nil {
-		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetTopic())
+		return nil, notFound(req.GetTopic())
 	}
 	return &pubsubpb.PublishResponse{MessageIds: s.publishLocked(t, req.Messages)}, nil
 }
@@ -104,7 +104,7 @@ func (s *rpcServer) Acknowledge(_ context.Context, req *pubsubpb.AcknowledgeRequ
 	sub := s.subs[req.Subscription]
 	if sub == nil {
 		s.mu.Unlock()
-		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.Subscription)
+		return nil, notFound(req.Subscription)
 	}
 	var failed map[string]string
 	for _, id := range req.AckIds {
@@ -138,7 +138,7 @@ func (s *rpcServer) ModifyAckDeadline(_ context.Context, req *pubsubpb.ModifyAck
 	sub := s.subs[req.Subscription]
 	if sub == nil {
 		s.mu.Unlock()
-		return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.Subscription)
+		return nil, notFound(req.Subscription)
 	}
 	var failed map[string]string
 	for _, id := range req.AckIds {
@@ -191,7 +191,7 @@ func (s *rpcServer) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsu
 		sub := s.subs[req.GetSubscription()]
 		if sub == nil {
 			s.mu.Unlock()
-			return nil, status.Errorf(codes.NotFound, "Resource not found (resource=%s).", req.GetSubscription())
+			return nil, notFound(req.GetSubscription())
 		}
 		if sub.ready.len() > 0 || req.ReturnImmediately {
 			resp := &pubsubpb.PullResponse{}
