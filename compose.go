@@ -6,65 +6,83 @@ import (
 	"fmt"
 	"runtime/debug"
 
-	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/sink"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// Source returns the subscriber's source: the StreamingPull streams, then
-// EagerTrack and FlowGate, so every message is leased and counted from the
-// moment it is received. Restart wraps only the streams: the lease table,
-// the flow budget and the buffered messages survive reconnects. Pair it
-// with Acknowledge (or settle each message yourself).
+// Source returns the subscriber's source: the StreamingPull streams, whose
+// receive loop runs the receipt steps on every response the moment it is
+// decoded — bind the settle path, lease (EagerTrack's step), count
+// (FlowGate's step) — so every message is leased and counted from the
+// moment it is received, wherever it waits afterwards. The streams read
+// only while the flow budget has room. Restart wraps only the streams: the
+// lease table, the flow budget and the buffered messages survive
+// reconnects. Pair it with Acknowledge (or settle each message yourself).
+//
+// The source hands on batches (a response's worth, or all that arrived
+// since the last hand-off) to stages that take them (ParallelMap,
+// Acknowledge), one message at a time to the others. A message counts as
+// processing (Stats) from the moment it leaves the source.
 //
 // The source ends when the subscriber shuts down (after handing its
 // buffered messages to the OnShutdown outcome) or on a terminal stream
 // error, which the pipeline returns. A pipeline stopped by its own context
 // or a failing stage nacks what it held and what it was handed but did not
 // settle, so a later pipeline on the same subscriber gets them again.
-func (s *Subscriber) Source() stage.Source[*Message] {
-	return stage.SourceFunc[*Message](s.runSource)
+func (s *Subscriber) Source() stage.Source[*Message] { return &subSource{s: s, mark: true} }
+
+// subSource is a run of the subscriber's source. mark says whether a
+// message counts as processing when it leaves the source (a custom
+// pipeline) or only when a handler starts on it (Run).
+type subSource struct {
+	s    *Subscriber
+	mark bool
 }
 
-func (s *Subscriber) runSource(g *stage.Group) <-chan *Message {
+// Run hands on one message at a time. The unbatching goroutine is the
+// run's own, so Close waits for it; what it holds when the run stops is
+// settled like what the source itself still holds (unsent).
+func (ss *subSource) Run(g *stage.Group) <-chan *Message {
+	out, rg := ss.start(g)
+	if rg == nil {
+		rg = g
+	}
+	return stage.Unbatch(rg, out, ss.s.unsentOne)
+}
+
+func (ss *subSource) RunBatches(g *stage.Group) <-chan []*Message {
+	out, _ := ss.start(g)
+	return out
+}
+
+// start starts a run under g and returns its output and its own group
+// (nil when the subscriber is closed).
+func (ss *subSource) start(g *stage.Group) (<-chan []*Message, *stage.Group) {
+	s := ss.s
 	if s.closing.Load() {
 		g.Fail(ErrClosed)
-		out := make(chan *Message)
+		out := make(chan []*Message)
 		close(out)
-		return out
+		return out, nil
 	}
 	s.active.Add(1)
 	s.runs.Add(1)
-	// This run's own goroutines (streams, EagerTrack, FlowGate) live in a
-	// group of their own: its exit is the end of the run, Close waits for
-	// it, and shutdown can stop it once the drain timeout has passed even if
-	// the pipeline downstream no longer reads.
-	rg := stage.NewGroup(g.Context())
+	r := &run{id: s.nextRun.Add(1), mark: ss.mark}
+	// This run's own goroutines (streams and hand-off) live in a group of
+	// their own: its exit is the end of the run, Close waits for it, and
+	// shutdown can stop it once the drain timeout has passed even if the
+	// pipeline downstream no longer reads. The streams also stop when the
+	// subscriber drains; their terminal error fails the pipeline.
+	rg := stage.NewGroup(context.WithValue(g.Context(), runKey{}, r))
 	stopRun := context.AfterFunc(s.abandon, rg.Cancel)
-	// The streams stop when the pipeline stops or the subscriber drains;
-	// their terminal error fails the pipeline.
-	streamsCtx, stopStreams := context.WithCancel(rg.Context())
-	unhook := context.AfterFunc(s.life, stopStreams)
-	streams := stage.NewGroup(streamsCtx)
-	raw := s.src.Run(streams)
-	rg.Go(func(context.Context) error {
-		err := streams.Wait()
-		unhook()
-		stopStreams()
-		return ignoreCanceled(err)
-	})
-	// A stopped pipeline's buffered messages are nacked (OnDrop), so the
-	// server redelivers them to the next run at once.
-	tracked := (&flow.Tracker{Extender: s.ext, MaxBuffer: s.cfg.MaxBuffer, OnDrop: nack}).Run(rg, raw)
-	// The hand-off decision runs on the gate's goroutine (HandOff), so a
-	// message drained at shutdown never leaves the gate.
-	run := s.nextRun.Add(1)
-	gated := (&flow.Gate{Flow: s.fc, HandOff: func(m *Message) bool { return s.handOff(run, m) }}).Run(rg, tracked)
+	unhook := context.AfterFunc(s.life, rg.Cancel)
+	out := s.src.RunBatches(rg)
 	handedOff := make(chan struct{})
 	g.Go(func(context.Context) error {
 		err := rg.Wait()
+		unhook()
 		stopRun()
 		close(handedOff)
 		s.active.Add(-1)
@@ -75,11 +93,20 @@ func (s *Subscriber) runSource(g *stage.Group) <-chan *Message {
 	g.Go(func(ctx context.Context) error {
 		<-ctx.Done()
 		<-handedOff
-		s.nackStranded(run)
+		s.nackStranded(r.id)
 		return nil
 	})
-	return gated
+	return out, rg
 }
+
+// run is one run of the source, carried in its group's context so the
+// source's hand-off hook knows whose hand-off it is.
+type run struct {
+	id   uint64
+	mark bool
+}
+
+type runKey struct{}
 
 // ignoreCanceled drops the error of a group stopped by cancellation.
 func ignoreCanceled(err error) error {
@@ -88,8 +115,6 @@ func ignoreCanceled(err error) error {
 	}
 	return err
 }
-
-func nack(m *Message) { m.Nack() }
 
 // nackStranded nacks what a stopped pipeline was handed and left
 // unsettled (dropped by one of its stages, or in flight when it was
@@ -104,34 +129,65 @@ func (s *Subscriber) nackStranded(run uint64) {
 	}
 }
 
-// handOff is the gate's HandOff hook: it passes a message to processing
-// (true), or, once the subscriber drains, settles it with the OnShutdown
-// outcome instead (false).
-func (s *Subscriber) handOff(run uint64, m *Message) bool {
-	if m.Settled() {
-		return false
+// handOff is the source's hand-off hook, run on its hand-off goroutine
+// just before a batch leaves it: settled messages (expired while
+// buffered) are dropped; while the subscriber drains, the rest get the
+// OnShutdown outcome instead of going on; otherwise, for a custom
+// pipeline, they count as processing from here.
+func (s *Subscriber) handOff(ctx context.Context, ms []*Message) []*Message {
+	r, _ := ctx.Value(runKey{}).(*run)
+	keep := ms[:0]
+	for _, m := range ms {
+		switch {
+		case m.Settled():
+		case s.draining.Load():
+			m.Settle(s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
+		default:
+			if r != nil && r.mark {
+				s.markHanded(r.id, m)
+			}
+			keep = append(keep, m)
+		}
 	}
-	if s.draining.Load() {
-		m.Settle(s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
-		return false
-	}
-	// Marked before the send: the receiver may settle it at once.
+	clear(ms[len(keep):])
+	return keep
+}
+
+// markHanded records that m left the subscriber's buffers for processing;
+// marked before it goes, as the receiver may settle it at once.
+func (s *Subscriber) markHanded(run uint64, m *Message) {
 	if m.MarkHandedOffBy(run) {
 		s.c.handed.Add(1)
 	}
-	return true
 }
 
-// receive runs on the stream's goroutine the moment a message is decoded:
-// it binds the settle path and takes the lease, so a message is leased
-// even while it waits in the source's hands for the pipeline to take it
-// (EagerTrack then finds it tracked and only buffers it).
-func (s *Subscriber) receive(m *Message) {
-	m.Bind(s)
-	s.ext.Track(m)
-	s.c.received.Add(1)
-	if m.DeliveryAttempt > 1 {
-		s.c.redelivered.Add(1)
+// receipt is the source's receipt step, run on a stream's goroutine for
+// each response the moment it is decoded: bind the settle path, lease,
+// count. No message waits anywhere before all three are done.
+func (s *Subscriber) receipt(stream int, ms []*Message) {
+	for _, m := range ms {
+		m.Bind(s)
+		if m.DeliveryAttempt > 1 {
+			s.c.redelivered.Add(1)
+		}
+	}
+	s.c.received.Add(uint64(len(ms)))
+	s.tracker.Receive(stream, ms)
+	s.gate.Receive(stream, ms)
+}
+
+func (s *Subscriber) unsentOne(m *Message) { s.unsent([]*Message{m}) }
+
+// unsent settles what the source received but will not hand on: with the
+// OnShutdown outcome while the subscriber drains, else (a stopped
+// pipeline) a nack, so the server redelivers it at once.
+func (s *Subscriber) unsent(ms []*Message) {
+	for _, m := range ms {
+		if s.draining.Load() {
+			m.Settle(s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
+		} else {
+			m.Nack()
+		}
 	}
 }
 
@@ -160,10 +216,22 @@ func unsettled(m *Message) bool { return !m.Settled() }
 
 // process is Process; emit, if set, filters what the workers pass on. Run
 // passes on only unsettled messages: the Acknowledge sink has nothing to do
-// for the others, and not handing them over saves a goroutine switch per
-// message.
+// for the others. A message counts as processing from the moment a worker
+// takes it (if it did not already, leaving a custom pipeline's source);
+// while the subscriber drains, a worker gives the messages it takes the
+// OnShutdown outcome instead of handling them.
 func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Message) bool) stage.Flow[*Message, *Message] {
 	call := func(ctx context.Context, m *Message) (*Message, error) {
+		if m.Settled() {
+			return m, nil
+		}
+		if !m.HandedOff() {
+			if s.draining.Load() {
+				m.Settle(s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
+				return m, nil
+			}
+			s.markHanded(1, m)
+		}
 		sink.Apply(m, s.safeHandle(ctx, handler, m), s.policy)
 		return m, nil
 	}
@@ -239,7 +307,8 @@ func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) 
 
 	done := make(chan error, 1)
 	go func() {
-		done <- pipeline.FromContext(pctx, s.Source()).Via(s.process(parallelism, handler, unsettled)).To(s.Acknowledge())
+		src := &subSource{s: s} // processing starts in the handler
+		done <- pipeline.FromContext(pctx, stage.Source[*Message](src)).Via(s.process(parallelism, handler, unsettled)).To(s.Acknowledge())
 	}()
 	select {
 	case err := <-done:

@@ -26,7 +26,6 @@ const (
 	DefaultStreamAckDeadline      = 60 * time.Second
 	DefaultMaxOutstandingMessages = 1000
 	DefaultMaxOutstandingBytes    = 100 << 20
-	DefaultMaxBuffer              = 1000
 	DefaultHeartbeatInterval      = 30 * time.Second
 	DefaultHeartbeatTimeout       = 15 * time.Second
 	DefaultMaxExtension           = 60 * time.Minute
@@ -59,8 +58,6 @@ type SubscriberConfig struct {
 	MaxOutstandingBytes    int64
 	// Streams is the number of StreamingPull streams, default 1.
 	Streams int
-	// MaxBuffer bounds the EagerTrack buffer, default 1000.
-	MaxBuffer int
 	// HeartbeatInterval (default 30 s) and HeartbeatTimeout (default 15 s):
 	// an empty request every interval; no server response within the
 	// timeout after one restarts the stream.
@@ -170,9 +167,6 @@ func (c *SubscriberConfig) Validate() error {
 	if c.Streams < 0 || c.Streams > 64 {
 		add(fieldError("Streams", "%d: want 1–64 (0 = default 1)", c.Streams))
 	}
-	if c.MaxBuffer < 0 {
-		add(fieldError("MaxBuffer", "%d: negative", c.MaxBuffer))
-	}
 	add(positiveRange("HeartbeatInterval", c.HeartbeatInterval, time.Millisecond, 10*time.Minute))
 	add(positiveRange("HeartbeatTimeout", c.HeartbeatTimeout, time.Millisecond, 10*time.Minute))
 	if c.MaxExtension < 0 && c.MaxExtension != Unlimited {
@@ -218,9 +212,6 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	}
 	if c.Streams == 0 {
 		c.Streams = 1
-	}
-	if c.MaxBuffer == 0 {
-		c.MaxBuffer = DefaultMaxBuffer
 	}
 	if c.OnSuccess == message.Pending {
 		c.OnSuccess = Ack

@@ -29,7 +29,6 @@ func TestBadConfigs(t *testing.T) {
 		{"negative bytes", sub, "MaxOutstandingBytes", SubscriberConfig{MaxOutstandingBytes: -2}},
 		{"negative streams", sub, "Streams", SubscriberConfig{Streams: -1}},
 		{"too many streams", sub, "Streams", SubscriberConfig{Streams: 1000}},
-		{"negative buffer", sub, "MaxBuffer", SubscriberConfig{MaxBuffer: -1}},
 		{"negative heartbeat", sub, "HeartbeatInterval", SubscriberConfig{HeartbeatInterval: -time.Second}},
 		{"heartbeat timeout too long", sub, "HeartbeatTimeout", SubscriberConfig{HeartbeatTimeout: time.Hour}},
 		{"negative max extension", sub, "MaxExtension", SubscriberConfig{MaxExtension: -time.Minute}},

@@ -41,6 +41,8 @@ type Subscriber struct {
 	src      *source.Source
 	srcReady atomic.Pointer[source.Source] // for events that may precede src
 	fc       *flow.FlowControl
+	gate     *flow.Gate    // FlowGate's receipt step and the streams' budget
+	tracker  *flow.Tracker // EagerTrack's receipt step
 	ext      *lease.Extender
 	acks     *ack.Acknowledger
 	settler  *sink.Settler
@@ -148,6 +150,8 @@ func (s *Subscriber) build(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.tracker = &flow.Tracker{Extender: s.ext}
+	s.gate = &flow.Gate{Flow: s.fc, Pending: func() int64 { return s.acks.Stats().Unacked }}
 	s.settler = sink.NewSettler(s.acks, s.fc, s.ext)
 	s.settler.ReleaseAfterAck = true
 	s.policy = sink.Policy{OnSuccess: s.cfg.OnSuccess, OnFailure: s.cfg.OnFailure, NackDelay: s.cfg.NackDelay}
@@ -162,9 +166,11 @@ func (s *Subscriber) build(ctx context.Context) error {
 		HeartbeatTimeout:       s.cfg.HeartbeatTimeout,
 		Backoff:                s.cfg.Backoff,
 		Classify:               s.cfg.Classify,
-		Prefetch:               prefetch(s.cfg.MaxOutstandingMessages),
-		OnReceive:              s.receive,
-		Unsent:                 nackAll,
+		Receipt:                s.receipt,
+		Budget:                 s.gate,
+		Ready:                  s.tracker.Ready,
+		HandOff:                s.handOff,
+		Unsent:                 s.unsent,
 		Events:                 s.tel.onEvent,
 		Logger:                 s.cfg.Logger,
 	})
@@ -175,20 +181,6 @@ func (s *Subscriber) build(ctx context.Context) error {
 	s.life, s.stop = context.WithCancel(context.Background())
 	s.ordered = s.cfg.Ordering || s.subscriptionOrdered(ctx)
 	return nil
-}
-
-// prefetch is how many messages the streams may read and lease ahead of
-// the pipeline: the server's message budget. After a reconnect the server
-// grants a new stream a fresh budget while the client still holds the old
-// one; reading (and leasing) it at once, instead of leaving it unread in
-// the transport where its deadline runs unleased, is what keeps those
-// messages from expiring. Past it, reads stop and backpressure reaches the
-// server.
-func prefetch(maxMessages int64) int {
-	if maxMessages == Unlimited {
-		return DefaultMaxOutstandingMessages
-	}
-	return int(maxMessages)
 }
 
 // clientLimit maps the config's Unlimited to flow control's "no limit".
@@ -249,14 +241,6 @@ func (s *Subscriber) onLeaseEvent(e event.Event) {
 	}
 }
 
-// nackAll nacks messages the source received but could not hand on
-// (shutdown mid-response), so the server redelivers them at once.
-func nackAll(ms []*Message) {
-	for _, m := range ms {
-		m.Nack()
-	}
-}
-
 // acked is the acknowledger's completion hook: leases of acked messages
 // are released only once the ack is final, so they are extended while a
 // slow Acknowledge is on its way.
@@ -275,12 +259,12 @@ func ping(ch chan struct{}) {
 // Stats returns a snapshot of the subscriber's state and totals.
 func (s *Subscriber) Stats() Stats {
 	received := int64(s.c.received.Load())
-	processing := s.c.handed.Load() - s.c.settledHanded.Load()
+	processing := s.processing()
 	return Stats{
 		Outstanding:      s.fc.Outstanding(),
 		OutstandingBytes: s.fc.OutstandingBytes(),
 		Leases:           s.ext.Len(),
-		Buffered:         max(0, received-s.c.settled.Load()-processing),
+		Buffered:         received - s.c.settled.Load() - processing,
 		Processing:       processing,
 		Acking:           max(0, int64(s.c.acked.Load())-s.c.ackFinal.Load()),
 		Received:         uint64(received),
@@ -296,3 +280,7 @@ func (s *Subscriber) Stats() Stats {
 		LastError:        s.c.err(),
 	}
 }
+
+// processing is the number of messages handed to processing and not
+// settled.
+func (s *Subscriber) processing() int64 { return s.c.handed.Load() - s.c.settledHanded.Load() }

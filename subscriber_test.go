@@ -303,18 +303,16 @@ func TestUseAfterClose(t *testing.T) {
 	}
 }
 
-// TestReconnectBudgetIsLeased: after a reconnect the server grants the new
-// stream a fresh budget while the client still holds the old one, and the
-// pipeline is stalled. The streams read and lease that budget at once
-// (prefetch) instead of leaving it unread in the transport, where its
-// deadline would run out unleased.
-func TestReconnectBudgetIsLeased(t *testing.T) {
+// TestReconnectWithBudgetSpentOpensNoStream: after a reconnect while the
+// client holds its whole budget, the server grants a new stream nothing
+// (no stream opens until there is room), so nothing waits unread and
+// unleased in the transport; the held messages keep being extended; once
+// the handler is released everything is acked with no redelivery.
+func TestReconnectWithBudgetSpentOpensNoStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// One message per response and a one-message EagerTrack buffer, so
-		// the fresh budget would otherwise wait in the transport unread.
 		e := newEnv(t, pubsubtest.WithBufconn(), pubsubtest.WithMaxMessagesPerResponse(1))
 		e.publish(t, 12, nil)
-		s := e.subscriber(t, SubscriberConfig{MaxOutstandingMessages: 4, MaxBuffer: 1, StreamAckDeadline: 10 * time.Second})
+		s := e.subscriber(t, SubscriberConfig{MaxOutstandingMessages: 4, StreamAckDeadline: 10 * time.Second})
 		release := make(chan struct{})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := runAsync(ctx, s, 1, func(ctx context.Context, m *Message) error {
@@ -325,11 +323,16 @@ func TestReconnectBudgetIsLeased(t *testing.T) {
 			return nil
 		})
 		waitFor(t, "the first budget delivered", time.Minute, func() bool { return e.srv.SubscriptionStats(e.sub).Delivered == 4 })
+		opened := e.srv.SubscriptionStats(e.sub).Streams
 		e.srv.KillStreams(codes.Unavailable, "test reconnect")
-		waitFor(t, "the fresh budget delivered", time.Minute, func() bool { return e.srv.SubscriptionStats(e.sub).Delivered == 8 })
 		time.Sleep(30 * time.Second) // three deadlines with the pipeline stalled
-		if ss := e.srv.SubscriptionStats(e.sub); ss.Expired != 0 {
-			t.Fatalf("%d leases expired on the server while the client held them: %+v", ss.Expired, ss)
+		synctest.Wait()
+		ss := e.srv.SubscriptionStats(e.sub)
+		if ss.Delivered != 4 || ss.Streams != opened || ss.Expired != 0 {
+			t.Fatalf("with the budget spent: %d delivered (want 4), %d streams opened (want %d), %d expired (want 0)", ss.Delivered, ss.Streams, opened, ss.Expired)
+		}
+		if st := s.Stats(); st.Outstanding != 4 || st.Leases != 4 {
+			t.Fatalf("Stats: %d outstanding, %d leases; want 4 and 4", st.Outstanding, st.Leases)
 		}
 		close(release)
 		waitFor(t, "12 acks", 5*time.Minute, func() bool { return e.srv.SubscriptionStats(e.sub).Acked == 12 })

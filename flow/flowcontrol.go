@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 
 	"github.com/pubsubflow/pubsubflow/message"
-	"golang.org/x/sync/semaphore"
 )
 
 // FlowControl is a subscriber's client-side flow-control budget: at most
@@ -13,11 +12,16 @@ import (
 // outstanding from the moment a FlowGate admits it (on receipt) until it is
 // settled (ack, nack, no-op, lease expiry, shutdown).
 //
-// Permits are kept in golang.org/x/sync/semaphore weighted semaphores, one
-// per limited dimension; Outstanding and OutstandingBytes are exact at every
-// moment. One message larger than MaxBytes is admitted when no bytes are
-// outstanding (it takes the whole byte budget), so an oversize message can
-// never deadlock the subscriber.
+// Outstanding and OutstandingBytes are exact at every moment. One message
+// larger than MaxBytes is admitted when no bytes are outstanding (it takes
+// the whole byte budget), so an oversize message can never deadlock the
+// subscriber.
+//
+// A message that has already arrived is never refused: the receipt step
+// (Receive) counts it at once, and the stream that read it stops reading
+// while there is no Room. What keeps the count within the limits is that
+// each stream asks the server, on its initial request, only for the room
+// that is left (OpenLane): the server never sends more than that.
 //
 // Which messages hold a permit is recorded per message (AcquireMessage,
 // ReleaseMessage), so that a permit is released exactly once whichever
@@ -27,13 +31,11 @@ import (
 type FlowControl struct {
 	maxMessages int64 // 0: unlimited
 	maxBytes    int64 // 0: unlimited
-	msgs        *semaphore.Weighted
-	bytes       *semaphore.Weighted
 
-	// mu serialises acquisitions (so that a failed two-dimension attempt
-	// never makes a concurrent one fail spuriously) and guards held.
-	mu   sync.Mutex
-	held map[*message.Message]int64 // permit bytes (before clamping) by message
+	// mu guards held and lanes, and serialises acquisitions.
+	mu    sync.Mutex
+	held  map[*message.Message]permit
+	lanes []lane // by stream index
 
 	outstanding      atomic.Int64
 	outstandingBytes atomic.Int64
@@ -58,16 +60,11 @@ const (
 // bytes. A limit ≤ 0 means that dimension is unlimited (NewFlowControl(0, 0)
 // admits everything but still counts).
 func NewFlowControl(maxMessages, maxBytes int64) *FlowControl {
-	fc := &FlowControl{held: make(map[*message.Message]int64)}
-	if maxMessages > 0 {
-		fc.maxMessages = maxMessages
-		fc.msgs = semaphore.NewWeighted(maxMessages)
+	return &FlowControl{
+		held:        make(map[*message.Message]permit),
+		maxMessages: max(maxMessages, 0),
+		maxBytes:    max(maxBytes, 0),
 	}
-	if maxBytes > 0 {
-		fc.maxBytes = maxBytes
-		fc.bytes = semaphore.NewWeighted(maxBytes)
-	}
-	return fc
 }
 
 // MaxMessages is the message limit (0: unlimited).
@@ -75,19 +72,6 @@ func (fc *FlowControl) MaxMessages() int64 { return fc.maxMessages }
 
 // MaxBytes is the byte limit (0: unlimited).
 func (fc *FlowControl) MaxBytes() int64 { return fc.maxBytes }
-
-// cost is the byte permits a message of size takes: its size, clamped to the
-// whole budget so that an oversize message waits for an empty budget rather
-// than forever.
-func (fc *FlowControl) cost(size int64) int64 {
-	if size < 0 {
-		size = 0
-	}
-	if fc.maxBytes > 0 && size > fc.maxBytes {
-		return fc.maxBytes
-	}
-	return size
-}
 
 // TryAcquire takes the permits of one message of size bytes if the budget
 // allows it now, without waiting, and reports whether it did. A message
@@ -101,22 +85,23 @@ func (fc *FlowControl) TryAcquire(size int) bool {
 }
 
 func (fc *FlowControl) tryAcquireLocked(size int64) bool {
-	if fc.msgs != nil && !fc.msgs.TryAcquire(1) {
+	size = max(size, 0)
+	n, b := fc.outstanding.Load(), fc.outstandingBytes.Load()
+	if fc.maxMessages > 0 && n >= fc.maxMessages {
 		return false
 	}
-	if fc.bytes != nil && !fc.bytes.TryAcquire(fc.cost(size)) {
-		if fc.msgs != nil {
-			fc.msgs.Release(1) // no waiter can have seen it: acquisitions hold mu
-		}
-		return false
+	if fc.maxBytes > 0 && b > 0 && b+size > fc.maxBytes {
+		return false // an oversize message goes only when no bytes are out
 	}
-	if size < 0 {
-		size = 0
-	}
+	fc.countLocked(size)
+	return true
+}
+
+// countLocked counts one message of size bytes as outstanding.
+func (fc *FlowControl) countLocked(size int64) {
 	fc.outstanding.Add(1)
 	fc.outstandingBytes.Add(size)
 	fc.acquired.Add(1)
-	return true
 }
 
 // Release returns the permits of one message of size bytes taken by a
@@ -124,22 +109,18 @@ func (fc *FlowControl) tryAcquireLocked(size int64) bool {
 func (fc *FlowControl) Release(size int) { fc.release(int64(size)) }
 
 func (fc *FlowControl) release(size int64) {
-	if size < 0 {
-		size = 0
-	}
-	// Counters first, permits second, wake last: whoever fetched Wake
-	// before this point is woken, whoever fetches it after sees the room.
+	size = max(size, 0)
+	// Counters first, wake last: whoever fetched Wake before this point is
+	// woken, whoever fetches it after sees the room.
 	fc.outstanding.Add(-1)
 	fc.outstandingBytes.Add(-size)
 	fc.released.Add(1)
-	if fc.bytes != nil {
-		fc.bytes.Release(fc.cost(size))
-	}
-	if fc.msgs != nil {
-		fc.msgs.Release(1)
-	}
 	fc.broadcast()
 }
+
+// Broadcast wakes whoever waits on Wake, for a change of room that is not
+// a release (a stream's lane closed, acks confirmed by the server).
+func (fc *FlowControl) Broadcast() { fc.broadcast() }
 
 func (fc *FlowControl) broadcast() {
 	if fc.wake.Load() == nil {
@@ -179,7 +160,7 @@ func (fc *FlowControl) AcquireMessage(m *message.Message) bool {
 		fc.release(size)
 		return true
 	}
-	fc.held[m] = size
+	fc.held[m] = permit{size: size, lane: noLane}
 	fc.mu.Unlock()
 	return true
 }
@@ -189,13 +170,19 @@ func (fc *FlowControl) AcquireMessage(m *message.Message) bool {
 // only the first call releases.
 func (fc *FlowControl) ReleaseMessage(m *message.Message) bool {
 	fc.mu.Lock()
-	size, ok := fc.held[m]
+	p, ok := fc.held[m]
 	if ok {
 		delete(fc.held, m)
+		if p.lane != noLane {
+			if l := &fc.lanes[p.lane]; l.gen == p.gen {
+				l.heldMsgs--
+				l.heldBytes -= p.size
+			}
+		}
 	}
 	fc.mu.Unlock()
 	if ok {
-		fc.release(size)
+		fc.release(p.size)
 	}
 	return ok
 }

@@ -43,7 +43,36 @@ type Gate struct {
 	// saves a stage (a goroutine and a hand-off per message) behind the
 	// gate. It must not block.
 	HandOff func(m *message.Message) bool
+
+	// Pending, if set, reports the messages settled whose acks or nacks
+	// the server has not confirmed yet (ack.Acknowledger's Stats().Unacked):
+	// the server still counts them, so a new stream's grant leaves room
+	// for them.
+	Pending func() int64
 }
+
+// Receive is the gate's receipt step (source.Config.Receipt): it counts
+// every message of a batch stream decoded as outstanding, at once.
+func (gt *Gate) Receive(stream int, ms []*message.Message) { gt.Flow.Receive(stream, ms) }
+
+// Open grants stream the limits for a new stream's initial request
+// (source.Budget); see FlowControl.OpenLane.
+func (gt *Gate) Open(stream int, shareMessages, shareBytes int64) (maxMessages, maxBytes int64, ok bool) {
+	var pending int64
+	if gt.Pending != nil {
+		pending = gt.Pending()
+	}
+	return gt.Flow.OpenLane(stream, shareMessages, shareBytes, pending)
+}
+
+// Closed returns a stream's grant (source.Budget).
+func (gt *Gate) Closed(stream int) { gt.Flow.CloseLane(stream) }
+
+// Room reports whether the streams may read on (source.Budget).
+func (gt *Gate) Room() bool { return gt.Flow.Room() }
+
+// Wake is closed when room may have changed (source.Budget).
+func (gt *Gate) Wake() <-chan struct{} { return gt.Flow.Wake() }
 
 // FlowGate returns a Gate on fc with the default OnDrop (nack).
 func FlowGate(fc *FlowControl) stage.Flow[*message.Message, *message.Message] {

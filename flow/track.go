@@ -22,9 +22,15 @@ var errNilExtender = errors.New("flow: EagerTrack needs a lease.Extender")
 // and emits in order on downstream demand. With a full buffer it stops
 // receiving, so the backpressure reaches the stream and the server.
 //
-// This is the fix of the seed's bug 1: a one-in-one-out step that tracked
-// only when downstream pulled left every message waiting behind a slow
-// stage untracked, and the server redelivered it.
+// A one-in-one-out step that tracked only when downstream pulled would
+// leave every message waiting behind a slow stage untracked, and the
+// server would redeliver it.
+//
+// The same tracking is also a receipt step (Receive), which a source runs
+// where it decodes a response (source.Config.Receipt): then no message
+// waits anywhere, not even in the source, before it is leased. That is how
+// a Subscriber composes it, and how a hand-built chain should (see the
+// package example).
 //
 // On an exactly-once subscription a message is emitted only after its
 // receipt modack was confirmed. A message settled while buffered (its lease
@@ -74,7 +80,6 @@ func (t *Tracker) Run(g *stage.Group, in <-chan *message.Message) <-chan *messag
 		return out
 	}
 	ext := t.Extender
-	onReceive := t.OnReceive
 	bound := t.MaxBuffer
 	if bound <= 0 {
 		bound = DefaultTrackBuffer
@@ -82,10 +87,7 @@ func (t *Tracker) Run(g *stage.Group, in <-chan *message.Message) <-chan *messag
 	e := &stage.Eager[*message.Message]{
 		Bound: bound,
 		OnReceive: func(_ context.Context, m *message.Message) error {
-			if onReceive != nil {
-				onReceive(m)
-			}
-			ext.Track(m)
+			t.receive([]*message.Message{m})
 			return nil
 		},
 		Ready:   ext.Confirmed,
@@ -96,3 +98,22 @@ func (t *Tracker) Run(g *stage.Group, in <-chan *message.Message) <-chan *messag
 	}
 	return e.Run(g, in)
 }
+
+// Receive is the tracker's receipt step: OnReceive, then the lease, for
+// every message of a batch, at once (source.Config.Receipt runs it where
+// a response is decoded). It never blocks.
+func (t *Tracker) Receive(_ int, ms []*message.Message) { t.receive(ms) }
+
+func (t *Tracker) receive(ms []*message.Message) {
+	if t.OnReceive != nil {
+		for _, m := range ms {
+			t.OnReceive(m)
+		}
+	}
+	t.Extender.TrackAll(ms)
+}
+
+// Ready is the hand-on condition of a tracked message
+// (source.Config.Ready): on an exactly-once subscription, closed once its
+// receipt modack is confirmed; otherwise nil (ready now).
+func (t *Tracker) Ready(m *message.Message) <-chan struct{} { return t.Extender.Confirmed(m) }

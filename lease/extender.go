@@ -134,36 +134,48 @@ func (e *Extender) keyOf(m *message.Message) key {
 // few milliseconds, batched with others. It never waits for an RPC. A
 // message without an ack id, already settled or already tracked, or any
 // message after Close, is ignored.
-func (e *Extender) Track(m *message.Message) {
-	if m == nil || m.AckID == "" || m.Settled() {
-		return
-	}
+func (e *Extender) Track(m *message.Message) { e.TrackAll([]*message.Message{m}) }
+
+// TrackAll is Track for a batch (a response's messages): one lock and one
+// allocation for the whole batch.
+func (e *Extender) TrackAll(ms []*message.Message) {
 	now := time.Now()
-	received := m.ReceiveTime
-	if received.IsZero() || received.After(now) {
-		received = now
-	}
-	k := e.keyOf(m)
+	slab := make([]lease, len(ms))
+	added := 0
 	e.mu.Lock()
-	if e.closed || e.leases[k] != nil {
-		e.mu.Unlock()
+	for i, m := range ms {
+		if m == nil || m.AckID == "" || m.Settled() {
+			continue
+		}
+		k := e.keyOf(m)
+		if e.closed || e.leases[k] != nil {
+			continue
+		}
+		received := m.ReceiveTime
+		if received.IsZero() || received.After(now) {
+			received = now
+		}
+		l := &slab[i]
+		*l = lease{
+			m:        m,
+			key:      k,
+			received: received,
+			size:     m.Size(),
+			eo:       m.ExactlyOnce,
+			state:    stateReceipt,
+			expiry:   received.Add(e.cfg.StreamAckDeadline),
+		}
+		if l.eo {
+			l.confirm = make(chan struct{})
+		}
+		e.leases[k] = l
+		e.pending = append(e.pending, l)
+		added++
+	}
+	e.mu.Unlock()
+	if added == 0 {
 		return
 	}
-	l := &lease{
-		m:        m,
-		key:      k,
-		received: received,
-		size:     m.Size(),
-		eo:       m.ExactlyOnce,
-		state:    stateReceipt,
-		expiry:   received.Add(e.cfg.StreamAckDeadline),
-	}
-	if l.eo {
-		l.confirm = make(chan struct{})
-	}
-	e.leases[k] = l
-	e.pending = append(e.pending, l)
-	e.mu.Unlock()
 	select {
 	case e.wake <- struct{}{}:
 	default:

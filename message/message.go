@@ -79,8 +79,28 @@ type Message struct {
 
 // FromReceived builds a Message from a StreamingPull response element.
 func FromReceived(rm *pubsubpb.ReceivedMessage, subscription string, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time) *Message {
+	m := new(Message)
+	m.decode(rm, subscription, props, now)
+	return m
+}
+
+// FromResponse decodes a StreamingPull response's messages into one
+// allocation (a response's messages live and die together closely enough
+// that one slab per response costs less than one object per message) and
+// appends pointers to them to dst.
+func FromResponse(dst []*Message, rms []*pubsubpb.ReceivedMessage, subscription string, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time) []*Message {
+	slab := make([]Message, len(rms))
+	for i, rm := range rms {
+		slab[i].decode(rm, subscription, props, now)
+		dst = append(dst, &slab[i])
+	}
+	return dst
+}
+
+// decode fills a zero Message from a StreamingPull response element.
+func (m *Message) decode(rm *pubsubpb.ReceivedMessage, subscription string, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time) {
 	pm := rm.GetMessage()
-	m := &Message{
+	*m = Message{
 		ID:              pm.GetMessageId(),
 		AckID:           rm.GetAckId(),
 		Data:            pm.GetData(),
@@ -96,11 +116,11 @@ func FromReceived(rm *pubsubpb.ReceivedMessage, subscription string, props *pubs
 		m.PublishTime = ts.AsTime()
 	}
 	m.size = protoSize(rm)
-	return m
 }
 
 // Size is the message's size in bytes as flow control counts it: the
-// encoded size of the received message (data, attributes, ids).
+// encoded size of the Pub/Sub message (data, attributes, ids, publish
+// time), as the service counts it.
 func (m *Message) Size() int { return m.size }
 
 // SetSize overrides Size (for messages built by hand in tests).

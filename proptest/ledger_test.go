@@ -74,13 +74,6 @@ func (d *delivery) String() string {
 type ledger struct {
 	pubsubpb.SubscriberClient
 
-	// lateGrace, when positive, excuses the redelivery of a delivery that
-	// the client first touched more than lateGrace after receiving it, or
-	// never: a message that waited untracked in the source's hands (see
-	// TestKnownSourceHoldsUntracked). lateExcused counts those.
-	lateGrace   time.Duration
-	lateExcused int
-
 	mu         sync.Mutex
 	byAck      map[string]*delivery
 	last       map[string]*delivery // message id → its latest delivery
@@ -117,13 +110,8 @@ func (l *ledger) received(resp *pubsubpb.StreamingPullResponse) {
 		d := &delivery{ackID: rm.GetAckId(), msgID: rm.GetMessage().GetMessageId(), attempt: rm.GetDeliveryAttempt(), recvAt: now}
 		d.note("received")
 		if prev := l.last[d.msgID]; prev != nil && !prev.nackTried && !prev.dropped {
-			if l.lateGrace > 0 && (prev.firstTouch.IsZero() || prev.firstTouch.Sub(prev.recvAt) > l.lateGrace) {
-				l.lateExcused++
-				prev.note("redelivered after it waited untracked (excused)")
-			} else {
-				l.violate("a message redelivered while the client held it", "message %s redelivered (attempt %d) at %s while the client held its previous delivery: %v",
-					d.msgID, d.attempt, now.Format("04:05.000"), prev)
-			}
+			l.violate("a message redelivered while the client held it", "message %s redelivered (attempt %d) at %s while the client held its previous delivery: %v",
+				d.msgID, d.attempt, now.Format("04:05.000"), prev)
 		}
 		l.last[d.msgID] = d
 		l.byAck[d.ackID] = d

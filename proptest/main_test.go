@@ -14,15 +14,6 @@ import (
 // checksEnv raises the case count of every property at once, for long runs.
 const checksEnv = "PUBSUBFLOW_RAPID_CHECKS"
 
-// strict (PUBSUBFLOW_STRICT=1) makes the state machine allow none of the
-// faults it can measure and tolerate (see stranded), and run the adaptive
-// lease strategy. The faults it was written to tolerate are fixed, the
-// last one (a reconnect's fresh budget left unread, and unleased, in the
-// transport: fixed by the streams' prefetch) after strict mode found it;
-// strict mode has passed 2,000 cases since. CI still runs the tolerant
-// mode until strict has a longer record.
-var strict = os.Getenv("PUBSUBFLOW_STRICT") == "1"
-
 // checksOverride is the case count every property uses when the run asked
 // for one (-rapid.checks, RAPID_CHECKS or PUBSUBFLOW_RAPID_CHECKS); 0 means
 // each property uses its own CI default.

@@ -115,7 +115,8 @@ func parseConfig(fields []string) (machineConfig, error) {
 		case "bytes":
 			c.Bytes, err = strconv.ParseInt(v, 10, 64)
 		case "buffer":
-			c.Buffer, err = strconv.Atoi(v)
+			// MaxBuffer is gone (the flow budget bounds what is held);
+			// older scripts still name it.
 		case "deadline":
 			c.AckDeadline, err = time.ParseDuration(v)
 		case "heartbeat":

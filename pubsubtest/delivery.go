@@ -113,11 +113,10 @@ func (s *Server) releaseLocked(e *entry) {
 	s.leases.remove(e)
 	e.ackID = ""
 	if st := e.stream; st != nil {
-		wasFull := st.atLimit()
 		st.outMsgs--
 		st.outBytes -= e.msg.size
-		if wasFull && !st.atLimit() {
-			st.wake()
+		if (st.maxMsgs > 0 || st.maxBytes > 0) && sub.ready.len() > 0 {
+			st.wake() // what waits may fit now
 		}
 		e.stream = nil
 	}

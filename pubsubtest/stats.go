@@ -21,8 +21,10 @@ type SubStats struct {
 	// one stream of the subscription.
 	MaxOutstanding int64
 	// Outstanding is the number of messages delivered and not yet settled
-	// (on any stream or by Pull), now.
-	Outstanding int64
+	// (on any stream or by Pull), now; OutstandingBytes their size, as
+	// server-side flow control counts it (the encoded PubsubMessage).
+	Outstanding      int64
+	OutstandingBytes int64
 	// Backlog is the number of messages waiting to be delivered, now.
 	Backlog int64
 	// RejectedRequests counts requests refused with INVALID_ARGUMENT: a
@@ -94,6 +96,9 @@ func (s *Server) SubscriptionStats(name string) SubStats {
 	}
 	st := sub.stats
 	st.Outstanding = int64(len(sub.out))
+	for _, e := range sub.out {
+		st.OutstandingBytes += e.msg.size
+	}
 	st.Backlog = st.Published - st.Acked - st.Outstanding
 	return st
 }

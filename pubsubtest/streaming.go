@@ -46,6 +46,17 @@ func (st *stream) atLimit() bool {
 	return st.maxMsgs > 0 && st.outMsgs >= st.maxMsgs || st.maxBytes > 0 && st.outBytes >= st.maxBytes
 }
 
+// admits reports whether server-side flow control lets a message of size
+// bytes go out now: under the message limit, and within the byte limit
+// (a message larger than the limit goes alone, when nothing is out), so a
+// client's byte budget holds exactly.
+func (st *stream) admits(size int64) bool {
+	if st.maxMsgs > 0 && st.outMsgs >= st.maxMsgs {
+		return false
+	}
+	return st.maxBytes <= 0 || st.outMsgs == 0 || st.outBytes+size <= st.maxBytes
+}
+
 // StreamingPull implements pubsubpb.SubscriberServer. The first request
 // must name an existing subscription and carry the stream ack deadline;
 // later requests may only carry acks, modacks and a new stream ack
@@ -330,7 +341,7 @@ func (s *Server) nextResponse(st *stream) (resp *pubsubpb.StreamingPullResponse,
 		msgs = make([]*pubsubpb.ReceivedMessage, 0, min(n, s.cfg.maxPerResponse))
 		now := time.Now()
 		budget := int64(s.cfg.maxResponseBytes)
-		for sub.ready.len() > 0 && len(msgs) < s.cfg.maxPerResponse && !st.atLimit() {
+		for sub.ready.len() > 0 && len(msgs) < s.cfg.maxPerResponse && st.admits(sub.ready.front().msg.size) {
 			e := sub.ready.front()
 			size := e.msg.size + 32 // ack id and framing
 			if len(msgs) > 0 && size > budget {

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,23 +73,39 @@ type Config struct {
 	// DefaultClassifier.
 	Classify Classifier
 
-	// Prefetch is how many decoded messages the streams may hold, together,
-	// ahead of the consumer's demand, so a stream keeps reading (and
-	// OnReceive keeps leasing) while the pipeline is busy; past it, reads
-	// stop and backpressure reaches the server. 0 means none: Recv only on
-	// demand. Set it only with an OnReceive that leases, or prefetched
-	// messages would wait unleased.
-	Prefetch int
+	// Receipt, if set, runs for each response's messages on the stream's
+	// goroutine as soon as they are decoded, before any of them is handed
+	// on or waits anywhere: the receipt steps (a subscriber binds the
+	// settle path there, takes the leases — flow.Tracker.Receive — and
+	// the flow permits — flow.FlowControl.Receive). stream is the index of
+	// the stream that read them. It must not block.
+	Receipt func(stream int, ms []*message.Message)
 
-	// OnReceive, if set, runs for each message on its stream's goroutine
-	// as soon as it is decoded, before it is handed on (a subscriber binds
-	// its settle path there, without a stage of its own). It must not block.
-	OnReceive func(m *message.Message)
+	// Budget, if set, decides when the streams read and what they ask the
+	// server for: a stream reads the next response only while Budget.Room
+	// is true, and opens only once Budget.Open grants it limits. With no
+	// Budget a stream reads the next response only once the previous ones
+	// were handed on (reads on demand) and asks for its share of
+	// MaxOutstandingMessages and MaxOutstandingBytes.
+	Budget Budget
 
-	// Unsent, if set, receives the messages of a response that were never
-	// handed on because the source was cancelled mid-response, so their
-	// owner can nack them instead of leaving them to the stream deadline.
-	// It runs on the stream's goroutine and must not block.
+	// Ready, if set, is asked for each message before it is handed on; the
+	// message waits until the returned channel is closed (nil: ready now).
+	// An exactly-once subscriber waits there for the receipt modack's
+	// confirmation.
+	Ready func(m *message.Message) <-chan struct{}
+
+	// HandOff, if set, runs on every batch just before it is handed on
+	// (after Ready), on the source's hand-off goroutine, with the context
+	// of the group the source runs in: it returns the messages to hand on
+	// (it may reuse ms), having settled those it removes. It must not
+	// block.
+	HandOff func(ctx context.Context, ms []*message.Message) []*message.Message
+
+	// Unsent, if set, receives the messages that were received but will
+	// never be handed on because the source stopped, so their owner can
+	// nack them instead of leaving them to the stream deadline. It must not
+	// block.
 	Unsent func(ms []*message.Message)
 
 	// Events receives telemetry (connect, disconnect, connect failure,
@@ -109,9 +126,6 @@ func (c Config) Validate() error {
 	}
 	if len(c.ClientID) > MaxClientIDLength {
 		return fmt.Errorf("pubsubflow/source: ClientID is %d bytes long; at most %d", len(c.ClientID), MaxClientIDLength)
-	}
-	if c.Prefetch < 0 {
-		return fmt.Errorf("pubsubflow/source: Prefetch %d must not be negative", c.Prefetch)
 	}
 	if c.Streams < 0 || c.Streams > MaxStreams {
 		return fmt.Errorf("pubsubflow/source: Streams %d must be within 0–%d (0 means 1)", c.Streams, MaxStreams)
@@ -170,3 +184,26 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// Budget is the client-side flow-control budget as a source sees it; a
+// subscriber passes its flow.FlowControl through it. The source only asks;
+// it knows nothing of permits.
+type Budget interface {
+	// Open is asked before stream opens a StreamingPull stream, with the
+	// stream's share of the limits (0: unlimited). It returns the limits
+	// the initial request is to carry, or ok false when there is no room
+	// for a stream now: the source then waits for Wake (or
+	// BudgetRecheck) and asks again.
+	Open(stream int, shareMessages, shareBytes int64) (maxMessages, maxBytes int64, ok bool)
+	// Closed tells that stream's stream has ended.
+	Closed(stream int)
+	// Room reports whether the streams may read another response.
+	Room() bool
+	// Wake returns a channel closed when Room or Open may have changed.
+	Wake() <-chan struct{}
+}
+
+// BudgetRecheck bounds how long a stream waits on Budget.Wake before it
+// asks the Budget again (a change that does not signal Wake, such as an
+// ack confirmed by the server, is seen within it).
+const BudgetRecheck = 100 * time.Millisecond

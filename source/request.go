@@ -29,15 +29,16 @@ func seconds(d time.Duration) int32 {
 	return int32((d + time.Second - 1) / time.Second)
 }
 
-// initialRequest is the first request of stream i: the only one that
-// carries the stream's settings.
-func (s *Source) initialRequest(i int) *pubsubpb.StreamingPullRequest {
+// initialRequest is the first request of a stream: the only one that
+// carries the stream's settings, with the flow-control limits it was
+// granted.
+func (s *Source) initialRequest(maxMsgs, maxBytes int64) *pubsubpb.StreamingPullRequest {
 	return &pubsubpb.StreamingPullRequest{
 		Subscription:             s.cfg.Subscription,
 		StreamAckDeadlineSeconds: s.deadline.Load(),
 		ClientId:                 s.clientID,
-		MaxOutstandingMessages:   share(s.cfg.MaxOutstandingMessages, i, s.cfg.Streams),
-		MaxOutstandingBytes:      share(s.cfg.MaxOutstandingBytes, i, s.cfg.Streams),
+		MaxOutstandingMessages:   maxMsgs,
+		MaxOutstandingBytes:      maxBytes,
 		ProtocolVersion:          protocolVersion,
 	}
 }

@@ -104,43 +104,46 @@ func (s *Source) Properties() (exactlyOnce, ordered bool) {
 }
 
 // Run starts the streams under g and returns the merged output, one
-// element per received message. The channel holds up to Config.Prefetch
-// messages and is closed once every stream has stopped: when g is
+// element per received message (RunBatches without the batches).
+func (s *Source) Run(g *stage.Group) <-chan *message.Message {
+	return stage.Unbatch(g, s.RunBatches(g), s.unsentOne)
+}
+
+// RunBatches starts the streams under g and returns the merged output in
+// batches (a response's worth, or all that arrived since the last hand-off).
+// The channel is closed once every stream has stopped: when g is
 // cancelled or after a terminal failure, which fails g with an error
 // naming the subscription. Messages received but never handed on go to
 // Config.Unsent (or are dropped; the server redelivers them).
-func (s *Source) Run(g *stage.Group) <-chan *message.Message {
-	out := make(chan *message.Message, s.cfg.Prefetch)
+func (s *Source) RunBatches(g *stage.Group) <-chan []*message.Message {
+	out := make(chan []*message.Message)
+	h := newHandoff()
 	var wg sync.WaitGroup
+	streamsDone := make(chan struct{})
 	for i := range s.cfg.Streams {
 		wg.Add(1)
 		g.Go(func(ctx context.Context) error {
 			defer wg.Done()
-			return s.runStream(ctx, i, out)
+			return s.runStream(ctx, i, h)
 		})
 	}
 	g.Go(func(context.Context) error {
 		wg.Wait()
-		s.unsentPrefetched(out)
-		close(out)
+		close(streamsDone)
+		return nil
+	})
+	g.Go(func(ctx context.Context) error {
+		defer close(out)
+		s.pump(ctx, h, out, streamsDone)
 		return nil
 	})
 	return out
 }
 
-// unsentPrefetched hands what is still prefetched in out, once every
-// stream has stopped, to Config.Unsent. The consumer may be taking the
-// last of them at the same time; each message goes one way or the other.
-func (s *Source) unsentPrefetched(out chan *message.Message) {
-	var left []*message.Message
-	for len(out) > 0 {
-		select {
-		case m := <-out:
-			left = append(left, m)
-		default:
-		}
-	}
-	if len(left) > 0 && s.cfg.Unsent != nil {
-		s.cfg.Unsent(left)
+func (s *Source) unsent(ms []*message.Message) {
+	if len(ms) > 0 && s.cfg.Unsent != nil {
+		s.cfg.Unsent(ms)
 	}
 }
+
+func (s *Source) unsentOne(m *message.Message) { s.unsent([]*message.Message{m}) }

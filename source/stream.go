@@ -23,12 +23,12 @@ var errStreamDone = errors.New("pubsubflow/source: stream done")
 // each pass opens one stream, receives until it fails, and then either
 // waits a backoff delay and opens the next, or ends the source. It returns
 // nil when ctx is done (a shutdown is not a failure).
-func (s *Source) runStream(ctx context.Context, i int, out chan<- *message.Message) error {
+func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
 	delays := s.cfg.Backoff.Start()
 	attempt := 0
 	var prev error // the previous failure in this run of failures
 	for {
-		healthy, err := s.connectOnce(ctx, i, out)
+		healthy, err := s.connectOnce(ctx, i, h)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -67,13 +67,22 @@ func (s *Source) terminal(i int, err error) error {
 
 // connectOnce opens one stream, sends its initial request, and receives
 // until the stream fails or ctx is done. healthy reports whether the
-// stream received at least one response.
-func (s *Source) connectOnce(ctx context.Context, i int, out chan<- *message.Message) (healthy bool, err error) {
+// stream received at least one response. With a Budget it first waits for
+// room to open a stream (a wait for room is no failure: no backoff).
+func (s *Source) connectOnce(ctx context.Context, i int, h *handoff) (healthy bool, err error) {
+	maxMsgs, maxBytes := share(s.cfg.MaxOutstandingMessages, i, s.cfg.Streams), share(s.cfg.MaxOutstandingBytes, i, s.cfg.Streams)
+	if b := s.cfg.Budget; b != nil {
+		var ok bool
+		if maxMsgs, maxBytes, ok = s.openLane(ctx, i, maxMsgs, maxBytes); !ok {
+			return false, ctx.Err()
+		}
+		defer b.Closed(i)
+	}
 	sctx, cancel := context.WithCancelCause(connect.WithRouting(ctx, "subscription", s.cfg.Subscription))
 	defer cancel(errStreamDone)
 	stream, err := s.client.StreamingPull(sctx)
 	if err == nil {
-		err = stream.Send(s.initialRequest(i))
+		err = stream.Send(s.initialRequest(maxMsgs, maxBytes))
 		if errors.Is(err, io.EOF) {
 			// Send reports only that the stream is gone; Recv has the status.
 			_, err = stream.Recv()
@@ -86,7 +95,8 @@ func (s *Source) connectOnce(ctx context.Context, i int, out chan<- *message.Mes
 		return false, err
 	}
 	s.emit(event.Event{Kind: event.Connect, Stream: i})
-	s.cfg.Logger.Debug("pubsubflow: stream open", "subscription", s.cfg.Subscription, "stream", i, "client_id", s.clientID)
+	s.cfg.Logger.Debug("pubsubflow: stream open", "subscription", s.cfg.Subscription, "stream", i, "client_id", s.clientID,
+		"max_outstanding_messages", maxMsgs, "max_outstanding_bytes", maxBytes)
 
 	ka := newKeepalive(s, i)
 	kaDone := make(chan struct{})
@@ -94,7 +104,7 @@ func (s *Source) connectOnce(ctx context.Context, i int, out chan<- *message.Mes
 		defer close(kaDone)
 		ka.run(sctx, stream, cancel)
 	}()
-	healthy, err = s.receive(ctx, stream, ka, i, out)
+	healthy, err = s.receive(ctx, stream, ka, i, h)
 	cancel(errStreamDone)
 	<-kaDone
 	if errors.Is(context.Cause(sctx), errHeartbeatTimeout) {
@@ -106,14 +116,33 @@ func (s *Source) connectOnce(ctx context.Context, i int, out chan<- *message.Mes
 	return healthy, err
 }
 
-// receive calls Recv only after every message of the previous response was
-// handed on, so a stalled consumer stops the reads, which stalls the HTTP/2
-// window and then the server. Hand-offs wait on the source's ctx, not the
-// stream's, so a stream killed by the watchdog still hands on what it
-// already received.
-func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, ka *keepalive, i int, out chan<- *message.Message) (healthy bool, err error) {
-	var batch []*message.Message // one response's messages, reused
+// openLane waits until the Budget grants stream i limits for a new stream,
+// or ctx is done (ok false).
+func (s *Source) openLane(ctx context.Context, i int, shareMsgs, shareBytes int64) (maxMsgs, maxBytes int64, ok bool) {
+	b := s.cfg.Budget
 	for {
+		wake := b.Wake()
+		if maxMsgs, maxBytes, ok = b.Open(i, shareMsgs, shareBytes); ok {
+			return maxMsgs, maxBytes, true
+		}
+		if !waitOn(ctx, wake, BudgetRecheck) {
+			return 0, 0, false
+		}
+	}
+}
+
+// receive reads responses until the stream fails. Before each Recv it
+// waits for room — the Budget's, or without one for the previous
+// responses to be handed on — so a spent budget stops the reads, which
+// stops the HTTP/2 window and then the server. A response's messages are
+// decoded and go through the receipt steps together, on this goroutine,
+// before any of them is queued: no message waits anywhere unleased or
+// uncounted. The watchdog does not count the time spent waiting for room.
+func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, ka *keepalive, i int, h *handoff) (healthy bool, err error) {
+	for {
+		if !s.waitRoom(ctx, h) {
+			return healthy, ctx.Err()
+		}
 		ka.recvStart()
 		resp, err := stream.Recv()
 		ka.recvEnd()
@@ -124,36 +153,56 @@ func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_Streami
 		if p := resp.GetSubscriptionProperties(); p != nil {
 			s.props.Store(p)
 		}
-		msgs := resp.GetReceivedMessages()
-		if len(msgs) == 0 {
+		rms := resp.GetReceivedMessages()
+		if len(rms) == 0 {
 			continue // a heartbeat answer or a confirmation
 		}
-		s.emit(event.Event{Kind: event.Received, Stream: i, Count: len(msgs)})
-		now, props := time.Now(), s.props.Load()
-		// Decode (and hook: the subscriber leases there) the whole response
-		// before handing any of it on, so no message waits unleased behind
-		// a slow consumer.
-		batch = batch[:0]
-		for _, rm := range msgs {
-			m := message.FromReceived(rm, s.cfg.Subscription, props, now)
-			if s.cfg.OnReceive != nil {
-				s.cfg.OnReceive(m)
-			}
-			batch = append(batch, m)
+		s.emit(event.Event{Kind: event.Received, Stream: i, Count: len(rms)})
+		batch := message.FromResponse(make([]*message.Message, 0, len(rms)), rms, s.cfg.Subscription, s.props.Load(), time.Now())
+		if s.cfg.Receipt != nil {
+			s.cfg.Receipt(i, batch)
 		}
-		for j, m := range batch {
-			select {
-			case out <- m:
-			case <-ctx.Done():
-				if s.cfg.Unsent != nil {
-					s.cfg.Unsent(append([]*message.Message(nil), batch[j:]...))
-				}
-				clear(batch)
-				return healthy, ctx.Err()
-			}
-		}
-		clear(batch) // let handed-on messages be collected
+		h.push(batch)
 	}
+}
+
+// waitRoom waits until this stream may read another response; false when
+// ctx is done first.
+func (s *Source) waitRoom(ctx context.Context, h *handoff) bool {
+	for {
+		if b := s.cfg.Budget; b != nil {
+			wake := b.Wake()
+			if b.Room() {
+				return true
+			}
+			if !waitOn(ctx, wake, BudgetRecheck) {
+				return false
+			}
+			continue
+		}
+		ch := h.drained()
+		if ch == nil {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// waitOn waits for ch, at most d; false when ctx is done first.
+func waitOn(ctx context.Context, ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	return true
 }
 
 func (s *Source) emit(e event.Event) {

@@ -38,7 +38,6 @@ func newOurs(ctx context.Context, conn grpc.ClientConnInterface, sub string, s s
 		Conn:                   conn,
 		StreamAckDeadline:      s.ackDeadline,
 		MaxOutstandingMessages: s.maxOutstanding,
-		MaxBuffer:              s.buffer,
 		Streams:                s.streams,
 		OnShutdown:             pubsubflow.Nack,
 	}

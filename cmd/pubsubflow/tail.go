@@ -97,7 +97,6 @@ func runTail(ctx context.Context, env cliEnv, name string, o tailOptions) error 
 	s, err := pubsubflow.NewSubscriber(ctx, sub, pubsubflow.SubscriberConfig{
 		Conn:                   conn,
 		MaxOutstandingMessages: o.maxOutstanding,
-		MaxBuffer:              int(min(o.maxOutstanding, 1000)),
 		// Tail stops on purpose: what it received and did not print goes
 		// straight back to the subscription.
 		OnShutdown:   pubsubflow.Nack,
