@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -125,4 +126,96 @@ func publishSized(t testing.TB, e *env, n, payload int) []string {
 		t.Fatal(err)
 	}
 	return ids
+}
+
+// TestProcessingCountsHandlersOnly: with N workers stuck in their
+// handlers, Stats().Processing is exactly N — messages waiting for a worker
+// (in the hand-off or in ParallelMap's queue) are Buffered — and
+// Buffered + Processing = Outstanding = received − settled.
+func TestProcessingCountsHandlersOnly(t *testing.T) {
+	for _, n := range []int{1, 5, 10} {
+		t.Run(fmt.Sprint(n, " workers"), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEnv(t, pubsubtest.WithBufconn(), pubsubtest.WithMaxMessagesPerResponse(7))
+				e.publish(t, 100, nil)
+				s := e.subscriber(t, SubscriberConfig{MaxOutstandingMessages: 40})
+				release := make(chan struct{})
+				ctx, cancel := context.WithCancel(context.Background())
+				done := runAsync(ctx, s, n, func(ctx context.Context, m *Message) error {
+					select {
+					case <-release:
+					case <-ctx.Done():
+					}
+					return nil
+				})
+				time.Sleep(time.Second)
+				synctest.Wait()
+				st := s.Stats()
+				if st.Processing != int64(n) || st.Buffered != 40-int64(n) || st.Outstanding != 40 {
+					t.Fatalf("%d handlers stuck: processing %d (want %d), buffered %d (want %d), outstanding %d (want 40)",
+						n, st.Processing, n, st.Buffered, 40-n, st.Outstanding)
+				}
+				if held := int64(st.Received) - int64(st.Acked+st.Nacked+st.NoOps+st.Expired); held != st.Buffered+st.Processing {
+					t.Fatalf("received − settled = %d, buffered + processing = %d", held, st.Buffered+st.Processing)
+				}
+				close(release)
+				waitFor(t, "every message acked", time.Minute, func() bool { return e.srv.SubscriptionStats(e.sub).Acked == 100 })
+				cancel()
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+}
+
+// TestKillsWithBatchesInFlight: streams killed every 50 ms while batches
+// are between the streams and the workers: every message is acked exactly
+// once by the handler or redelivered after a nack — none lost, none leased
+// forever (nothing left outstanding or leased at the end).
+func TestKillsWithBatchesInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, pubsubtest.WithBufconn(), pubsubtest.WithMaxMessagesPerResponse(25))
+		ids := e.publish(t, 2000, nil)
+		s := e.subscriber(t, SubscriberConfig{MaxOutstandingMessages: 200, Streams: 3, StreamAckDeadline: 10 * time.Second})
+		var mu sync.Mutex
+		handled := map[string]int{}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := runAsync(ctx, s, 4, func(ctx context.Context, m *Message) error {
+			time.Sleep(2 * time.Millisecond)
+			mu.Lock()
+			handled[m.ID]++
+			mu.Unlock()
+			return nil
+		})
+		kills := 0
+		for e.srv.SubscriptionStats(e.sub).Acked < int64(len(ids)) {
+			time.Sleep(50 * time.Millisecond)
+			kills += e.srv.KillStreams(codes.Unavailable, "test: kill")
+			if kills > 10000 {
+				t.Fatalf("not all acked after %d kills: %+v", kills, e.srv.SubscriptionStats(e.sub))
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if kills < 10 {
+			t.Fatalf("only %d kills: the test did not exercise reconnects", kills)
+		}
+		ss := e.srv.SubscriptionStats(e.sub)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			if handled[id] != 1 {
+				t.Fatalf("message %s handled %d times (server: %+v)", id, handled[id], ss)
+			}
+		}
+		if ss.Redelivered != 0 || ss.Expired != 0 || ss.Outstanding != 0 {
+			t.Fatalf("after the run: %+v", ss)
+		}
+		if st := s.Stats(); st.Outstanding != 0 || st.Leases != 0 || st.Buffered != 0 || st.Processing != 0 {
+			t.Fatalf("after the run: %+v", st)
+		}
+	})
 }

@@ -72,7 +72,7 @@ func ParallelMap[T, R any](n int, f func(context.Context, T) (R, error), opt Opt
 		}
 		return stage.FlowFunc[T, R](pm.keyed)
 	default:
-		return stage.FlowFunc[T, R](pm.unordered)
+		return unorderedFlow[T, R]{pm}
 	}
 }
 

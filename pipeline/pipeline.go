@@ -21,9 +21,28 @@ import (
 
 // Pipeline is a source with zero or more flows applied, not yet running.
 // It is a value: Via returns a new Pipeline and the receiver is unchanged.
+//
+// Between two stages that both take batches (stage.BatchSource,
+// stage.BatchFlow, stage.BatchSink) the pipeline hands on whole batches,
+// one channel operation per batch; between any others, single elements.
 type Pipeline[T any] struct {
 	ctx context.Context
-	src stage.Source[T]
+	run func(g *stage.Group, batches bool) ports[T]
+}
+
+// ports is a running stage's output: batches when it was asked for them
+// and can make them, else single elements. Exactly one is set.
+type ports[T any] struct {
+	one  <-chan T
+	many <-chan []T
+}
+
+// single returns the output element by element.
+func (p ports[T]) single(g *stage.Group) <-chan T {
+	if p.many != nil {
+		return stage.Unbatch(g, p.many, nil)
+	}
+	return p.one
 }
 
 // From starts a pipeline at src under context.Background(). Stop it by
@@ -34,7 +53,12 @@ func From[T any](src stage.Source[T]) Pipeline[T] {
 
 // FromContext starts a pipeline at src that stops when ctx is done.
 func FromContext[T any](ctx context.Context, src stage.Source[T]) Pipeline[T] {
-	return Pipeline[T]{ctx: ctx, src: src}
+	return Pipeline[T]{ctx: ctx, run: func(g *stage.Group, batches bool) ports[T] {
+		if bs, ok := src.(stage.BatchSource[T]); ok && batches {
+			return ports[T]{many: bs.RunBatches(g)}
+		}
+		return ports[T]{one: src.Run(g)}
+	}}
 }
 
 // Via appends flows that keep the element type.
@@ -47,10 +71,21 @@ func (p Pipeline[T]) Via(flows ...stage.Flow[T, T]) Pipeline[T] {
 
 // Map appends a flow that changes the element type.
 func Map[T, R any](p Pipeline[T], f stage.Flow[T, R]) Pipeline[R] {
-	src := p.src
-	return Pipeline[R]{ctx: p.ctx, src: stage.SourceFunc[R](func(g *stage.Group) <-chan R {
-		return f.Run(g, src.Run(g))
-	})}
+	up := p.run
+	return Pipeline[R]{ctx: p.ctx, run: func(g *stage.Group, batches bool) ports[R] {
+		if bf, ok := f.(stage.BatchFlow[T, R]); ok {
+			in := up(g, true)
+			if in.many == nil {
+				return ports[R]{one: f.Run(g, in.one)}
+			}
+			out := ports[R]{many: bf.RunBatches(g, in.many)}
+			if !batches {
+				return ports[R]{one: out.single(g)}
+			}
+			return out
+		}
+		return ports[R]{one: f.Run(g, up(g, false).single(g))}
+	}}
 }
 
 // To runs the pipeline into sink and blocks until every stage has exited.
@@ -58,7 +93,17 @@ func Map[T, R any](p Pipeline[T], f stage.Flow[T, R]) Pipeline[R] {
 // cancelled, or nil when the source was exhausted and the sink finished.
 func (p Pipeline[T]) To(sink stage.Sink[T]) error {
 	g := stage.NewGroup(p.ctx)
-	if err := sink.Run(g, p.src.Run(g)); err != nil {
+	var err error
+	if bs, ok := sink.(stage.BatchSink[T]); ok {
+		if in := p.run(g, true); in.many != nil {
+			err = bs.RunBatches(g, in.many)
+		} else {
+			err = sink.Run(g, in.one)
+		}
+	} else {
+		err = sink.Run(g, p.run(g, false).single(g))
+	}
+	if err != nil {
 		g.Fail(err)
 	}
 	g.Cancel() // the sink is done: stop whatever still runs upstream

@@ -1,6 +1,8 @@
 package sink
 
 import (
+	"context"
+
 	"github.com/pubsubflow/pubsubflow/message"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
@@ -14,25 +16,54 @@ import (
 //
 // Run returns nil when its input closes, the context's error when the
 // group is cancelled first, or p's validation error.
-func Acknowledge(p Policy) stage.Sink[*message.Message] {
-	return stage.SinkFunc[*message.Message](func(g *stage.Group, in <-chan *message.Message) error {
-		if err := p.Validate(); err != nil {
-			return err
-		}
-		o := p.success()
-		ctx := g.Context()
-		for {
-			select {
-			case m, ok := <-in:
-				if !ok {
-					return nil
-				}
-				if !m.Settled() {
-					m.Settle(o, p.NackDelay)
-				}
-			case <-ctx.Done():
-				return ctx.Err()
+func Acknowledge(p Policy) stage.Sink[*message.Message] { return ackSink{p} }
+
+// ackSink is Acknowledge: a stage.Sink and a stage.BatchSink.
+type ackSink struct{ p Policy }
+
+func (a ackSink) Run(g *stage.Group, in <-chan *message.Message) error {
+	return a.run(g, func(ctx context.Context) (bool, error) {
+		select {
+		case m, ok := <-in:
+			if ok {
+				a.settle(m)
 			}
+			return ok, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
 		}
 	})
+}
+
+func (a ackSink) RunBatches(g *stage.Group, in <-chan []*message.Message) error {
+	return a.run(g, func(ctx context.Context) (bool, error) {
+		select {
+		case b, ok := <-in:
+			for _, m := range b {
+				a.settle(m)
+			}
+			return ok, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	})
+}
+
+// run validates the policy, then calls next until it reports the end.
+func (a ackSink) run(g *stage.Group, next func(ctx context.Context) (bool, error)) error {
+	if err := a.p.Validate(); err != nil {
+		return err
+	}
+	ctx := g.Context()
+	for {
+		if more, err := next(ctx); !more {
+			return err
+		}
+	}
+}
+
+func (a ackSink) settle(m *message.Message) {
+	if !m.Settled() {
+		m.Settle(a.p.success(), a.p.NackDelay)
+	}
 }
