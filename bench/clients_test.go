@@ -10,6 +10,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/api/option"
+	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow"
 )
@@ -28,11 +29,20 @@ const byteBudget = pubsubflow.DefaultMaxOutstandingBytes
 // Google's client runs one goroutine per outstanding message instead.
 const ourParallelism = 8
 
-// client consumes e's subscription until ctx is done, calling handled once
-// for each message its handler processed, and then shuts down cleanly.
+// client consumes the target's subscription until ctx is done, calling
+// handled once for each message its handler processed, and then shuts
+// down cleanly.
 type client struct {
 	name string
-	run  func(ctx context.Context, tb testing.TB, e *env, s settings, handled func()) error
+	run  func(ctx context.Context, tb testing.TB, e target, s settings, handled func()) error
+}
+
+// target is the server a client consumes from: in this process (env) or
+// in a child process (feedServer).
+type target interface {
+	dial(tb testing.TB) *grpc.ClientConn
+	subscription() string
+	project() string
 }
 
 var clients = []client{
@@ -43,10 +53,10 @@ var clients = []client{
 
 // runOurs is pubsubflow's Subscriber with the default composition and a
 // trivial handler (returning nil acks).
-func runOurs(ctx context.Context, tb testing.TB, e *env, s settings, handled func()) error {
+func runOurs(ctx context.Context, tb testing.TB, e target, s settings, handled func()) error {
 	cc := e.dial(tb)
 	defer cc.Close()
-	sub, err := pubsubflow.NewSubscriber(context.Background(), e.sub, pubsubflow.SubscriberConfig{
+	sub, err := pubsubflow.NewSubscriber(context.Background(), e.subscription(), pubsubflow.SubscriberConfig{
 		Conn:                   cc,
 		MaxOutstandingMessages: int64(s.outstanding),
 		MaxOutstandingBytes:    byteBudget,
@@ -63,13 +73,13 @@ func runOurs(ctx context.Context, tb testing.TB, e *env, s settings, handled fun
 
 // runGoogle is Google's Subscriber.Receive with the same limits and
 // number of streams, acking in the handler.
-func runGoogle(ctx context.Context, tb testing.TB, e *env, s settings, handled func()) error {
-	c, err := pubsub.NewClient(context.Background(), e.srv.Project(), option.WithGRPCConn(e.dial(tb)))
+func runGoogle(ctx context.Context, tb testing.TB, e target, s settings, handled func()) error {
+	c, err := pubsub.NewClient(context.Background(), e.project(), option.WithGRPCConn(e.dial(tb)))
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	sub := c.Subscriber(e.sub)
+	sub := c.Subscriber(e.subscription())
 	sub.ReceiveSettings.MaxOutstandingMessages = s.outstanding
 	sub.ReceiveSettings.MaxOutstandingBytes = byteBudget
 	sub.ReceiveSettings.NumGoroutines = s.streams
@@ -90,11 +100,11 @@ const (
 // with server-side flow control only, the handler inline in the receive
 // loop, and acks batched by unary Acknowledge. No lease management, no
 // client-side flow control, no stages.
-func runRaw(ctx context.Context, tb testing.TB, e *env, s settings, handled func()) error {
+func runRaw(ctx context.Context, tb testing.TB, e target, s settings, handled func()) error {
 	cc := e.dial(tb)
 	defer cc.Close()
 	client := pubsubpb.NewSubscriberClient(cc)
-	a := &rawAcker{client: client, sub: e.sub, full: make(chan struct{}, 1)}
+	a := &rawAcker{client: client, sub: e.subscription(), full: make(chan struct{}, 1)}
 	ackDone := make(chan struct{})
 	go func() {
 		defer close(ackDone)
@@ -106,7 +116,7 @@ func runRaw(ctx context.Context, tb testing.TB, e *env, s settings, handled func
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = rawStream(ctx, client, e.sub, int64(s.outstanding/s.streams), a, handled)
+			errs[i] = rawStream(ctx, client, e.subscription(), int64(s.outstanding/s.streams), a, handled)
 		}()
 	}
 	wg.Wait()

@@ -78,6 +78,9 @@ func (e *env) publishErr(n, payload int) error {
 
 func (e *env) stats() pubsubtest.SubStats { return e.srv.SubscriptionStats(e.sub) }
 
+func (e *env) subscription() string { return e.sub }
+func (e *env) project() string      { return e.srv.Project() }
+
 // feeder keeps the subscription's backlog between low and low+chunk until
 // total messages were published, so a long run never holds its whole
 // input in the server's heap.
@@ -98,24 +101,23 @@ func (f *feeder) prefill(tb testing.TB) {
 }
 
 // run tops the backlog up every millisecond until everything is published
-// or ctx is done. It runs on a goroutine of its own and reports a failure
-// with tb.Error.
-func (f *feeder) run(ctx context.Context, tb testing.TB) {
+// or ctx is done.
+func (f *feeder) run(ctx context.Context) error {
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
 	for f.sent < f.total {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		}
 		if f.e.stats().Backlog < int64(f.low) {
 			n := min(f.chunk, f.total-f.sent)
 			if err := f.e.publishErr(n, f.payload); err != nil {
-				tb.Error(err)
-				return
+				return err
 			}
 			f.sent += n
 		}
 	}
+	return nil
 }

@@ -13,6 +13,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(serverEnv) != "" {
 		os.Exit(serveBacklog())
 	}
+	// So does the throughput benchmark (see feed_test.go).
+	if os.Getenv(feedEnv) != "" {
+		os.Exit(serveFeed())
+	}
 	// Google's client starts OpenCensus's stats worker in a package init,
 	// and its stream keep-alive goroutine outlives Receive until the next
 	// tick of a 10 s ticker: neither is ours to stop.

@@ -44,6 +44,9 @@ type lease struct {
 	// confirmed or the lease ends; confirmDone records that it was.
 	confirm     chan struct{}
 	confirmDone bool
+	// gone is set (under the extender's lock) when the lease leaves the
+	// table, so its users need not look it up again by its key.
+	gone bool
 }
 
 func (l *lease) endConfirm() {
@@ -227,8 +230,7 @@ func (e *Extender) Release(m *message.Message, o message.Outcome) {
 	if l == nil || l.m != m {
 		return
 	}
-	delete(e.leases, k)
-	l.endConfirm()
+	e.removeLocked(l)
 	if o == message.Ack {
 		e.policy.record(now.Sub(l.received))
 	}
@@ -252,8 +254,7 @@ func (e *Extender) ReleaseAcked(subscription string, ackIDs []string) {
 		if l == nil {
 			continue
 		}
-		delete(e.leases, k)
-		l.endConfirm()
+		e.removeLocked(l)
 		e.policy.record(now.Sub(l.received))
 	}
 }
@@ -335,4 +336,11 @@ func (e *Extender) Leased() []*message.Message {
 		out = append(out, l.m)
 	}
 	return out
+}
+
+// removeLocked takes l out of the table.
+func (e *Extender) removeLocked(l *lease) {
+	delete(e.leases, l.key)
+	l.gone = true
+	l.endConfirm()
 }

@@ -84,7 +84,7 @@ func (e *Extender) flushReceipts() {
 	var b batcher
 	for _, l := range e.pending {
 		// Skip leases released (or replaced) since Track queued them.
-		if e.leases[l.key] == l && l.state == stateReceipt {
+		if !l.gone && l.state == stateReceipt {
 			b.add(l, e.deadlineFor(l, d))
 		}
 	}
@@ -163,8 +163,8 @@ func (e *Extender) drop(ls []*lease) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, l := range ls {
-		if e.leases[l.key] == l {
-			delete(e.leases, l.key)
+		if !l.gone {
+			e.removeLocked(l)
 		}
 		l.endConfirm()
 	}
@@ -190,7 +190,7 @@ func (e *Extender) abandon(j job) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, l := range j.leases {
-		if e.leases[l.key] == l && l.state != stateDropping {
+		if !l.gone && l.state != stateDropping {
 			l.state = stateIdle
 		}
 	}

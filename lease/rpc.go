@@ -154,7 +154,7 @@ func (e *Extender) succeeded(j job, ok []*lease, sentAt time.Time) {
 	n := 0
 	e.mu.Lock()
 	for _, l := range ok {
-		if e.leases[l.key] != l || l.state == stateDropping {
+		if l.gone || l.state == stateDropping {
 			continue // released or being dropped meanwhile
 		}
 		n++
@@ -186,7 +186,7 @@ func (e *Extender) failed(j job, fs []failure) {
 	e.mu.Lock()
 	for _, f := range fs {
 		l := f.l
-		if e.leases[l.key] != l || l.state == stateDropping {
+		if l.gone || l.state == stateDropping {
 			continue
 		}
 		live++

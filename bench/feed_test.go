@@ -1,0 +1,155 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
+)
+
+// feedEnv, when set to "TOTAL:PAYLOAD:LOW", makes the test binary serve the
+// throughput benchmark's subscription from this process (see serveFeed),
+// so the benchmark's own process holds only the client it measures.
+const feedEnv = "PUBSUBFLOW_BENCH_FEED"
+
+// serveFeed is the child process of BenchmarkThroughput: a pubsubtest
+// server with topic "t" and subscription "s", prefilled with LOW + 10,000
+// messages of PAYLOAD bytes. It prints "ADDR <address> <subscription>
+// <project>" once ready and then obeys its standard input, a line at a
+// time: "GO" starts the feeder, which keeps the backlog above LOW until
+// TOTAL messages were published; "WAIT" waits until TOTAL messages were
+// acked (at most 5 minutes) and prints "STATS <acked> <redelivered>
+// <expired>". It exits when its input closes.
+func serveFeed() int {
+	var total, payload, low int
+	if _, err := fmt.Sscanf(os.Getenv(feedEnv), "%d:%d:%d", &total, &payload, &low); err != nil {
+		fmt.Fprintln(os.Stderr, "bench feed server:", err)
+		return 2
+	}
+	srv, err := pubsubtest.NewServer()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench feed server:", err)
+		return 1
+	}
+	defer srv.Close()
+	e := &env{srv: srv}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if e.topic, err = srv.CreateTopic(ctx, "t"); err == nil {
+		e.sub, err = srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: "t", AckDeadline: 60 * time.Second})
+	}
+	f := &feeder{e: e, total: total, payload: payload, low: low, chunk: 10000}
+	if err == nil {
+		f.sent = min(f.total, f.low+f.chunk)
+		err = e.publishErr(f.sent, payload)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench feed server:", err)
+		return 1
+	}
+	fmt.Printf("ADDR %s %s %s\n", srv.Addr(), e.sub, srv.Project())
+	feedErr := make(chan error, 1)
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		switch in.Text() {
+		case "GO":
+			go func() { feedErr <- f.run(ctx) }()
+		case "WAIT":
+			deadline := time.Now().Add(5 * time.Minute)
+			for e.stats().Acked < int64(total) && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			st := e.stats()
+			fmt.Printf("STATS %d %d %d\n", st.Acked, st.Redelivered, st.Expired)
+		}
+	}
+	cancel()
+	select {
+	case err := <-feedErr:
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench feed server:", err)
+			return 1
+		}
+	default:
+	}
+	return 0
+}
+
+// feedServer is the parent's handle on the child process; it is a target.
+type feedServer struct {
+	cmd               *exec.Cmd
+	stdin             io.WriteCloser
+	out               *bufio.Scanner
+	addr, sub, projID string
+}
+
+func startFeedServer(tb testing.TB, total, payload, low int) *feedServer {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%d:%d", feedEnv, total, payload, low))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	s := &feedServer{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
+	tb.Cleanup(func() {
+		_ = s.stdin.Close()
+		_ = s.cmd.Wait()
+	})
+	for s.out.Scan() {
+		if f := strings.Fields(s.out.Text()); len(f) == 4 && f[0] == "ADDR" {
+			s.addr, s.sub, s.projID = f[1], f[2], f[3]
+			return s
+		}
+	}
+	tb.Fatalf("bench feed server did not start: %v", s.out.Err())
+	return nil
+}
+
+func (s *feedServer) send(tb testing.TB, line string) {
+	if _, err := io.WriteString(s.stdin, line+"\n"); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// waitAcked waits until the server has every ack and returns its counters.
+func (s *feedServer) waitAcked(tb testing.TB) (acked, redelivered, expired int64) {
+	s.send(tb, "WAIT")
+	for s.out.Scan() {
+		if _, err := fmt.Sscanf(s.out.Text(), "STATS %d %d %d", &acked, &redelivered, &expired); err == nil {
+			return acked, redelivered, expired
+		}
+	}
+	tb.Fatalf("bench feed server: no STATS: %v", s.out.Err())
+	return 0, 0, 0
+}
+
+func (s *feedServer) dial(tb testing.TB) *grpc.ClientConn {
+	tb.Helper()
+	cc, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cc
+}
+
+func (s *feedServer) subscription() string { return s.sub }
+func (s *feedServer) project() string      { return s.projID }
