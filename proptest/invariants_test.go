@@ -235,3 +235,16 @@ func owner(stacks map[string]string, id string, depth int) string {
 // far (an upper bound: payload plus the attributes and ids the machine
 // adds).
 func (m *machine) largestMessage() int64 { return int64(m.maxPayload) + 256 }
+
+// blockedGoroutines keeps the stacks of goroutines that are blocked: not
+// running nor runnable.
+func blockedGoroutines(stacks []string) []string {
+	var out []string
+	for _, g := range stacks {
+		header, _, _ := strings.Cut(g, "\n")
+		if !strings.Contains(header, "[running") && !strings.Contains(header, "[runnable") {
+			out = append(out, g)
+		}
+	}
+	return out
+}

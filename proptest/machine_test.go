@@ -431,6 +431,12 @@ func (m *machine) close(t *rapid.T) {
 		fail(t, "invariant 7: Close did not return within its budget", "Close did not return within %v (drain timeout %v)", budget+time.Second, m.cfg.DrainTimeout)
 	}
 	took := time.Since(begin)
+	// At the moment Close returns, no goroutine of the subscriber may still
+	// be blocked (waiting to be told to stop, or for a timer): only ones on
+	// their way out (runnable) may remain.
+	if blocked := blockedGoroutines(subscriberGoroutines()); len(blocked) > 0 {
+		fail(t, "invariant 7: goroutines of the subscriber still blocked when Close returned", "%d goroutines:\n%s", len(blocked), strings.Join(blocked, "\n\n"))
+	}
 	// A goroutine that signalled its owner (WaitGroup.Done, a closed
 	// channel) may still be on its way out when Close returns: let every
 	// goroutine run until it blocks, without letting time pass. What is
