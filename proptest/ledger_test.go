@@ -238,18 +238,26 @@ func (l *ledger) StreamingPull(ctx context.Context, opts ...grpc.CallOption) (pu
 	if err != nil {
 		return nil, err
 	}
-	return &ledgerStream{Subscriber_StreamingPullClient: s, l: l}, nil
+	return &ledgerStream{Subscriber_StreamingPullClient: s, l: l, ctx: ctx}, nil
 }
 
 type ledgerStream struct {
 	pubsubpb.Subscriber_StreamingPullClient
-	l *ledger
+	l   *ledger
+	ctx context.Context
 }
+
+// teardown is how long a cancelled stream's Recv takes to return, as over a
+// real network: it makes a Close that does not wait for its streams return
+// while they are still on their way out (invariant 7).
+const teardown = 10 * time.Millisecond
 
 func (s *ledgerStream) Recv() (*pubsubpb.StreamingPullResponse, error) {
 	resp, err := s.Subscriber_StreamingPullClient.Recv()
 	if err == nil {
 		s.l.received(resp)
+	} else if s.ctx.Err() != nil {
+		time.Sleep(teardown)
 	}
 	// Acks and modacks on the stream would bypass the ledger; the
 	// subscriber sends them by unary RPC only (DESIGN: "Acks and modacks by

@@ -421,9 +421,24 @@ func (m *machine) close(t *rapid.T) {
 		// and the extender for its in-flight modacks (5 s at most).
 		budget += 35 * time.Second
 	}
+	// Close, or Shutdown with a context already done (no drain: nack
+	// what is held, flush, stop, and still wait for every goroutine).
+	abrupt := rapid.Bool().Draw(t, "shutdownWithDoneContext")
 	begin := time.Now()
 	done := make(chan error, 1)
-	go func() { done <- m.sub.Close() }()
+	go func() {
+		if abrupt {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			err := m.sub.Shutdown(ctx)
+			if errors.Is(err, context.Canceled) {
+				err = nil // the done context is no failure of the shutdown
+			}
+			done <- err
+			return
+		}
+		done <- m.sub.Close()
+	}()
 	var err error
 	select {
 	case err = <-done:
