@@ -6,18 +6,20 @@ import (
 	"time"
 )
 
-// Stats is a snapshot of a Subscriber: the seed's "pressure snapshot",
-// with each message state kept apart. Received − settled = Buffered +
-// Processing, always.
+// Stats is a snapshot of a Subscriber's pressure, with each message state
+// kept apart. Received − settled = Buffered + Processing = Outstanding.
 type Stats struct {
 	// Outstanding and OutstandingBytes are what flow control counts: every
-	// received message that holds a permit and is not settled.
+	// received message that is not settled, counted the moment its
+	// response was decoded.
 	Outstanding      int64
 	OutstandingBytes int64
 	// Leases is the number of messages whose deadline is being extended.
 	Leases int
-	// Buffered messages were received but not yet handed to processing;
-	// Processing messages were handed on and are not settled yet.
+	// Buffered messages were received but are not in processing yet
+	// (waiting in the subscriber's hand-off or for a worker); Processing
+	// messages are inside Run's handlers (or, for a pipeline built on
+	// Source, have left the source) and are not settled yet.
 	Buffered   int64
 	Processing int64
 	// Acking messages were acked and their ack is not yet final (sent and

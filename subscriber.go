@@ -28,7 +28,8 @@ var ErrClosed = errors.New("pubsubflow: subscriber closed")
 // budget and the acknowledger, which outlive every stream restart, and
 // composes the stages around them so they cannot be wired wrong:
 //
-//	Subscribe ─▶ EagerTrack ─▶ FlowGate ─▶ [your stages] ─▶ Acknowledge
+//	Subscribe (receipt steps on decode: bind, EagerTrack, FlowGate)
+//	    ══batches══▶ [your stages] ─▶ Acknowledge
 //
 // Source and Acknowledge are the two ends for custom topologies; Run is the
 // whole thing with a handler. Close (or Shutdown) drains and stops it.

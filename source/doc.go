@@ -19,10 +19,20 @@
 //     same client id; nothing downstream is recreated. A terminal failure
 //     ends the source with an error that names the subscription and keeps
 //     the gRPC status (status.Code works on it).
-//   - Recv is called only after every message of the previous response was
-//     handed on, over an unbuffered channel, so a stalled consumer stalls the
-//     HTTP/2 window and then the server.
+//   - The receipt steps (Config.Receipt) run on each response's messages
+//     on the stream's goroutine, right after it is decoded and before any
+//     of them waits anywhere: a subscriber binds, leases and counts there.
+//   - With a Budget, a stream reads the next response only while the
+//     budget has room, opens only once it grants limits, and asks the
+//     server on its initial request for those limits: the room left, not a
+//     fresh budget per reconnect. Without one, it reads the next response
+//     only once the previous ones were handed on. Either way a stalled
+//     consumer stalls the HTTP/2 window and then the server; the watchdog
+//     does not count the time a stream is deliberately not reading.
+//   - Messages go to the consumer in batches (RunBatches: a response's
+//     worth, or all that arrived since the last hand-off), one channel
+//     operation per batch; Run hands them on one at a time.
 //
-// The source tracks no leases and no flow permits: the stages after it do,
-// on receipt (see the flow package).
+// The source knows nothing of leases or permits: it runs the steps and
+// asks the budget it is given (see the flow package).
 package source
