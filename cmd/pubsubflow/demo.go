@@ -62,8 +62,8 @@ func runDemo(ctx context.Context, env cliEnv, s scenario) error {
 		return err
 	}
 	fmt.Fprintf(env.stdout, "published a backlog of %d messages in %s\n", s.messages, seconds(time.Since(pubStart)))
-	fmt.Fprintf(env.stdout, "consuming: %d workers × %v handler, stream ack deadline %v, max outstanding %d, buffer %d, %d stream(s)\n",
-		s.parallelism, s.handlerDelay, s.ackDeadline, s.maxOutstanding, s.buffer, s.streams)
+	fmt.Fprintf(env.stdout, "consuming: %d workers × %v handler, stream ack deadline %v, max outstanding %d, %d stream(s)\n",
+		s.parallelism, s.handlerDelay, s.ackDeadline, s.maxOutstanding, s.streams)
 	if wait := backlogWait(s); wait > s.ackDeadline {
 		fmt.Fprintf(env.stdout, "the last buffered message waits ≈ %s for a worker > the %v deadline: only leasing on receipt keeps it\n",
 			seconds(wait), s.ackDeadline)

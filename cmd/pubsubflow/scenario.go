@@ -23,7 +23,6 @@ type scenario struct {
 	streams        int
 	ackDeadline    time.Duration // the stream ack deadline
 	maxOutstanding int64
-	buffer         int
 	progress       string
 	progressEvery  time.Duration
 	timeout        time.Duration
@@ -31,7 +30,7 @@ type scenario struct {
 }
 
 // demoScenario is the default of demo and bench: the library's default
-// limits (1000 outstanding, a buffer of 1000) and a slow handler, 250 ms on
+// limits (1000 outstanding) and a slow handler, 250 ms on
 // 10 workers, so the last of the 1000 buffered messages waits ≈ 25 s for a
 // worker while the stream ack deadline is 10 s.
 //
@@ -52,7 +51,6 @@ func demoScenario() scenario {
 		streams:        1,
 		ackDeadline:    10 * time.Second,
 		maxOutstanding: 1000,
-		buffer:         1000,
 		progress:       progressAuto,
 		progressEvery:  time.Second,
 		timeout:        2 * time.Minute,
@@ -67,7 +65,6 @@ func (s *scenario) register(fs *flag.FlagSet) {
 	fs.IntVar(&s.streams, "streams", s.streams, "StreamingPull streams")
 	fs.DurationVar(&s.ackDeadline, "ack-deadline", s.ackDeadline, "stream ack deadline, 10s–600s")
 	fs.Int64Var(&s.maxOutstanding, "max-outstanding", s.maxOutstanding, "flow control: messages held at once")
-	fs.IntVar(&s.buffer, "buffer", s.buffer, "EagerTrack buffer (messages received ahead of the workers)")
 	fs.StringVar(&s.progress, "progress", s.progress, "progress display: auto (a bar on a terminal, lines otherwise), bar, lines, none")
 	fs.DurationVar(&s.progressEvery, "progress-every", s.progressEvery, "interval of progress lines")
 	fs.DurationVar(&s.timeout, "timeout", s.timeout, "give up after this long")
@@ -90,8 +87,6 @@ func (s *scenario) validate() error {
 		return usagef("--ack-deadline %v: want 10s–600s", s.ackDeadline)
 	case s.maxOutstanding < 1:
 		return usagef("--max-outstanding %d: want ≥ 1", s.maxOutstanding)
-	case s.buffer < 1:
-		return usagef("--buffer %d: want ≥ 1", s.buffer)
 	case s.progressEvery <= 0:
 		return usagef("--progress-every %v: want > 0", s.progressEvery)
 	case s.timeout <= 0:
