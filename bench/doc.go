@@ -1,6 +1,8 @@
 // Package bench measures pubsubflow's Subscriber side by side with Google's
 // official Go client (cloud.google.com/go/pubsub/v2) and with a raw
-// StreamingPull loop, all against one in-process pubsubtest server, and
+// StreamingPull loop, all against a pubsubtest server (in a child process
+// for the throughput and memory benchmarks, so only the client is
+// measured), and
 // holds the helpers those benchmarks share (Meter: wall time, process CPU
 // time and peak heap of a run).
 //
@@ -10,7 +12,6 @@
 //	go test -run '^$' -bench Throughput -benchtime 100000x -count 6 ./bench/
 //	go test -run '^$' -bench SlowConsumer -benchtime 1x ./bench/
 //	go test -run '^$' -bench MemoryBacklog -benchtime 1000000x -timeout 30m ./bench/
-//	go test -run '^$' -bench StageChain -benchtime 300000x -count 6 ./bench/
 //
 // go test ./bench/ without -bench runs only quick tests (the slow-consumer
 // scenario in virtual time, and the helpers).
