@@ -69,7 +69,7 @@ type chainParts struct {
 
 // newChainParts makes the parts; the benchmark's cleanup closes them.
 func newChainParts(b *testing.B) *chainParts {
-	const sub = "projects/p/subscriptions/s"
+	const sub = "projects/p/subscriptions/sub"
 	client := nopClient{}
 	ext, err := lease.NewExtender(client, sub, lease.Config{})
 	if err != nil {

@@ -72,6 +72,14 @@ type Config struct {
 	// DefaultClassifier.
 	Classify Classifier
 
+	// ReconnectTimeout bounds how long a stream may keep failing (an
+	// endpoint that never answers, a network that is down) without one
+	// healthy stream: after it, the next failed attempt ends the Source
+	// with an *UnreachableError carrying the last status. Every attempt
+	// before it is reported to Events and the Logger. 0 means
+	// DefaultReconnectTimeout (2 min); RetryForever never gives up.
+	ReconnectTimeout time.Duration
+
 	// Prefetch is how many decoded messages the streams may hold, together,
 	// ahead of the consumer's demand, so a stream keeps reading (and
 	// OnReceive keeps leasing) while the pipeline is busy; past it, reads
@@ -122,6 +130,9 @@ func (c Config) Validate() error {
 	if c.HeartbeatTimeout < 0 {
 		return fmt.Errorf("pubsubflow/source: HeartbeatTimeout %v must not be negative", c.HeartbeatTimeout)
 	}
+	if c.ReconnectTimeout < 0 && c.ReconnectTimeout != RetryForever {
+		return fmt.Errorf("pubsubflow/source: ReconnectTimeout %v must be ≥ 0 (0 means %v) or RetryForever", c.ReconnectTimeout, DefaultReconnectTimeout)
+	}
 	return nil
 }
 
@@ -158,6 +169,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if c.ReconnectTimeout == 0 {
+		c.ReconnectTimeout = DefaultReconnectTimeout
 	}
 	if c.Backoff == nil {
 		c.Backoff = RandomizedExponential(DefaultBackoffMin, DefaultBackoffMax)
