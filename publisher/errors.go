@@ -61,8 +61,11 @@ func (e *InvalidMessageError) Error() string {
 	if e.Index < 0 {
 		who = "message"
 	}
-	if e.OrderingKey != "" {
-		who += fmt.Sprintf(" (ordering key %q)", e.OrderingKey)
+	if k := e.OrderingKey; k != "" {
+		if len(k) > 64 {
+			k = k[:64] + "…" // a 2,000-byte key would drown the message
+		}
+		who += fmt.Sprintf(" (ordering key %q)", k)
 	}
 	msg := fmt.Sprintf("publisher: %s: %s: %s: %s", who, e.Field, e.Limit, e.Detail)
 	if e.Err != nil {
