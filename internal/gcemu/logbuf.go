@@ -15,7 +15,7 @@ const logLimit = 1 << 20
 type logBuf struct {
 	mu      sync.Mutex
 	buf     []byte
-	dropped int // bytes dropped from the front; dropped+len(buf) bytes were written
+	dropped int           // bytes dropped from the front; dropped+len(buf) bytes were written
 	changed chan struct{} // closed and replaced on every write
 }
 
