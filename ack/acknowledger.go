@@ -45,12 +45,12 @@ type Acknowledger struct {
 	// caller waits on their confirmations, so such ids go out at once
 	// while none is in flight and coalesce only behind the one that is.
 	eoInflight [numKinds]int
-	pending  int   // ack ids in batches
-	unacked  int64 // acks and immediate nacks not yet confirmed or failed
-	closed   bool  // no more ack ids accepted
-	aborted  bool  // nothing more is sent
-	idle     chan struct{}
-	stopOnce sync.Once
+	pending    int   // ack ids in batches
+	unacked    int64 // acks and immediate nacks not yet confirmed or failed
+	closed     bool  // no more ack ids accepted
+	aborted    bool  // nothing more is sent
+	idle       chan struct{}
+	stopOnce   sync.Once
 }
 
 // New returns an Acknowledger for subscription (its full name) that sends
