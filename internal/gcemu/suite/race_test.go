@@ -1,0 +1,6 @@
+//go:build race
+
+package suite
+
+// raceDetector reports whether the test binary runs with -race.
+const raceDetector = true
