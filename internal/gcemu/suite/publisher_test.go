@@ -67,8 +67,8 @@ func TestOurPublisherToGoogleSubscriber(t *testing.T) {
 	}
 
 	var mu sync.Mutex
-	got := map[string]int{}      // by id: deliveries
-	order := map[string][]int{}  // by key: seq in arrival order
+	got := map[string]int{}     // by id: deliveries
+	order := map[string][]int{} // by key: seq in arrival order
 	var problems []string
 	rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -122,4 +122,3 @@ func (w *warnings) all() []string {
 	defer w.mu.Unlock()
 	return append([]string(nil), w.lines...)
 }
-
