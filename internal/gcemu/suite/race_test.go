@@ -1,6 +1,0 @@
-//go:build race
-
-package suite
-
-// raceDetector reports whether the test binary runs with -race.
-const raceDetector = true
