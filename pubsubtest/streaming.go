@@ -211,7 +211,7 @@ func (s *Server) handleStreamRequest(st *stream, req *pubsubpb.StreamingPullRequ
 	}
 	if len(req.AckIds) == 0 && len(req.ModifyDeadlineAckIds) == 0 {
 		st.info.Heartbeats++
-		if st.info.ProtocolVersion >= 1 {
+		if st.info.ProtocolVersion >= 1 && !s.cfg.silentHeartbeats {
 			s.answerHeartbeatLocked(st)
 		}
 		return true

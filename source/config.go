@@ -59,7 +59,8 @@ type Config struct {
 
 	// HeartbeatInterval is the time between heartbeats on each stream; 0
 	// means 30 s. HeartbeatTimeout is how long the server may stay silent
-	// after a heartbeat before the stream is restarted; 0 means 15 s.
+	// after a heartbeat before the stream is restarted, once it has shown
+	// that it answers heartbeats (Google's emulator never does); 0 means 15 s.
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 

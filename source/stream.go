@@ -116,7 +116,7 @@ func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_Streami
 	for {
 		ka.recvStart()
 		resp, err := stream.Recv()
-		ka.recvEnd()
+		ka.recvEnd(resp)
 		if err != nil {
 			return healthy, err
 		}
