@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -168,5 +169,30 @@ func TestDelayBound(t *testing.T) {
 	}
 	if err := (Config{Delay: MaxDelay}).Validate(); err != nil {
 		t.Errorf("Delay %v: %v", MaxDelay, err)
+	}
+}
+
+// TestNewRefusesBadTopics: topic names the service refuses fail New with
+// an error naming the rule, and nothing is left running.
+func TestNewRefusesBadTopics(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	e := newEnv(t)
+	for _, topic := range []string{
+		"projects/test-project/topics/has space",
+		"projects/test-project/topics/ab",
+		"projects/test-project/topics/a" + strings.Repeat("b", 255),
+		"projects/test-project/topics/goog-topic",
+		"projects/test-project/topics/9lives",
+		"projects/Test_Project/topics/orders",
+	} {
+		p, err := New(e.srv.ClientConn(), topic, Config{})
+		if err == nil {
+			_ = p.Close()
+			t.Errorf("%q accepted", topic)
+			continue
+		}
+		if !strings.Contains(err.Error(), "bad") {
+			t.Errorf("%q: %v, want the rule it breaks", topic, err)
+		}
 	}
 }
