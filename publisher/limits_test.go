@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -176,7 +177,7 @@ func TestDelayBound(t *testing.T) {
 // an error naming the rule, and nothing is left running.
 func TestNewRefusesBadTopics(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	e := newEnv(t)
+	client := pubsubpb.NewPublisherClient(nil) // never called: the name fails first
 	for _, topic := range []string{
 		"projects/test-project/topics/has space",
 		"projects/test-project/topics/ab",
@@ -185,7 +186,7 @@ func TestNewRefusesBadTopics(t *testing.T) {
 		"projects/test-project/topics/9lives",
 		"projects/Test_Project/topics/orders",
 	} {
-		p, err := New(e.srv.ClientConn(), topic, Config{})
+		p, err := NewFromClient(client, topic, Config{})
 		if err == nil {
 			_ = p.Close()
 			t.Errorf("%q accepted", topic)
