@@ -35,31 +35,45 @@ func (e *UnreachableError) Error() string {
 // Unwrap returns the last attempt's error.
 func (e *UnreachableError) Unwrap() error { return e.Last }
 
-// giveUp is one stream's bound on a run of failures: it starts when the
-// stream loop starts or a healthy stream ends, and after timeout without a
-// healthy stream the next failure is terminal. The bound is checked after
-// each failed attempt, so the Source fails at most one backoff delay and
-// one attempt after it passes.
+// reachedAfter is how long a stream must stay open, without a response,
+// to count as having reached the service: an unreachable endpoint fails an
+// attempt within gRPC's connect timeout (20 s), while an idle subscription
+// keeps a stream open, silent, until the server recycles it.
+const reachedAfter = time.Minute
+
+// giveUp is one stream's bound on a run of failures. A run starts when the
+// stream loop starts or after an attempt that reached the service (it
+// received a response, or stayed open reachedAfter); once timeout has
+// passed in a run, the next failure is terminal. The bound is checked
+// after each failed attempt, so the Source fails at most one backoff delay
+// and one attempt after it passes. runStream calls begin before each
+// attempt and failed after it.
 type giveUp struct {
 	timeout  time.Duration // ≤ 0: never
-	since    time.Time
+	since    time.Time     // start of the current run of failures
+	began    time.Time     // start of the current attempt
 	attempts int
 }
 
 func newGiveUp(timeout time.Duration) giveUp {
-	return giveUp{timeout: timeout, since: time.Now()}
+	now := time.Now()
+	return giveUp{timeout: timeout, since: now, began: now}
 }
 
-// healthy starts a new run of failures: a stream just received a response.
-func (g *giveUp) healthy() {
-	g.since, g.attempts = time.Now(), 0
-}
+// begin marks the start of an attempt.
+func (g *giveUp) begin() { g.began = time.Now() }
 
-// failed counts a failed attempt and returns an *UnreachableError when the
-// run of failures has lasted timeout or more; nil otherwise.
-func (g *giveUp) failed(err error) error {
+// failed records the end of an attempt (healthy: it received a response)
+// and returns an *UnreachableError when the run of failures has lasted
+// timeout or more; nil otherwise.
+func (g *giveUp) failed(healthy bool, err error) error {
+	now := time.Now()
+	if healthy || now.Sub(g.began) >= reachedAfter {
+		g.since, g.attempts = now, 0
+		return nil
+	}
 	g.attempts++
-	if g.timeout <= 0 || time.Since(g.since) < g.timeout {
+	if g.timeout <= 0 || now.Sub(g.since) < g.timeout {
 		return nil
 	}
 	return &UnreachableError{After: g.timeout, Attempts: g.attempts, Last: err}

@@ -11,33 +11,49 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// TestGiveUpBound: failures within the timeout are retried; the first
-// failure at or after it is an *UnreachableError carrying the last status
-// and the attempt count; a healthy stream starts the count again; a
+// TestGiveUpBound: quick failures within the timeout are retried; the
+// first failure at or after it is an *UnreachableError carrying the last
+// status and the attempt count; an attempt that received a response, or
+// stayed open a minute (an idle subscription), starts the count again; a
 // non-positive timeout (RetryForever) never gives up.
 func TestGiveUpBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		unavailable := status.Error(codes.Unavailable, "connection refused")
 		g := newGiveUp(2 * time.Minute)
+		attempt := func(lasted time.Duration, healthy bool) error {
+			g.begin()
+			time.Sleep(lasted)
+			return g.failed(healthy, unavailable)
+		}
 		for range 3 {
-			time.Sleep(30 * time.Second)
-			if err := g.failed(unavailable); err != nil {
+			time.Sleep(30 * time.Second) // backoff
+			if err := attempt(time.Second, false); err != nil {
 				t.Fatalf("gave up after %d attempts, before the timeout: %v", g.attempts, err)
 			}
 		}
-		g.healthy()
-		time.Sleep(119 * time.Second)
-		if err := g.failed(unavailable); err != nil {
+		if err := attempt(time.Second, true); err != nil {
+			t.Fatalf("healthy attempt: %v", err)
+		}
+		time.Sleep(118 * time.Second)
+		if err := attempt(time.Second, false); err != nil {
 			t.Fatalf("a healthy stream did not restart the count: %v", err)
 		}
-		time.Sleep(time.Second)
-		err := g.failed(unavailable)
+		if err := attempt(2*time.Minute-time.Second, false); err != nil {
+			t.Fatalf("a stream open for a minute or more reached the service: %v", err)
+		}
+		time.Sleep(119 * time.Second)
+		if err := attempt(time.Second, false); err == nil {
+			t.Fatal("still retrying 2 min after the last stream that reached the service")
+		}
+		g = newGiveUp(2 * time.Minute)
+		time.Sleep(2 * time.Minute)
+		err := attempt(0, false)
 		var ue *UnreachableError
 		if !errors.As(err, &ue) {
 			t.Fatalf("after the timeout: %v, want *UnreachableError", err)
 		}
-		if ue.Attempts != 2 || ue.After != 2*time.Minute {
-			t.Errorf("%+v, want 2 attempts after 2m", ue)
+		if ue.Attempts != 1 || ue.After != 2*time.Minute {
+			t.Errorf("%+v, want 1 attempt after 2m", ue)
 		}
 		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "connection refused") {
 			t.Errorf("error %q (code %v) must carry the last status", err, status.Code(err))
@@ -45,7 +61,8 @@ func TestGiveUpBound(t *testing.T) {
 
 		never := newGiveUp(RetryForever)
 		time.Sleep(24 * time.Hour)
-		if err := never.failed(unavailable); err != nil {
+		never.begin()
+		if err := never.failed(false, unavailable); err != nil {
 			t.Fatalf("RetryForever gave up: %v", err)
 		}
 	})
