@@ -61,6 +61,11 @@ type Config struct {
 	// means 30 s. HeartbeatTimeout is how long the server may stay silent
 	// after a heartbeat before the stream is restarted, once it has shown
 	// that it answers heartbeats (Google's emulator never does); 0 means 15 s.
+	// The timeout runs from the oldest unanswered heartbeat, so one longer
+	// than the interval still works here (a short interval with the
+	// default timeout is common in tests); SubscriberConfig, for users,
+	// refuses a timeout set longer than the interval and intervals below
+	// 1 s.
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 
