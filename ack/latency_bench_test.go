@@ -36,10 +36,10 @@ func benchmarkAckLatency(b *testing.B, eo bool) {
 	}
 	defer srv.Close()
 	ctx := context.Background()
-	if _, err := srv.CreateTopic(ctx, "t"); err != nil {
+	if _, err := srv.CreateTopic(ctx, "topic"); err != nil {
 		b.Fatal(err)
 	}
-	sub, err := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: "t", EnableExactlyOnceDelivery: eo, AckDeadline: 600 * time.Second})
+	sub, err := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic", EnableExactlyOnceDelivery: eo, AckDeadline: 600 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func pullN(b *testing.B, srv *pubsubtest.Server, client pubsubpb.SubscriberClien
 		for i := start; i < min(n, start+1000); i++ {
 			batch = append(batch, &pubsubpb.PubsubMessage{Data: fmt.Appendf(nil, "m%d", i)})
 		}
-		if _, err := srv.Publish(ctx, "t", batch...); err != nil {
+		if _, err := srv.Publish(ctx, "topic", batch...); err != nil {
 			b.Fatal(err)
 		}
 	}

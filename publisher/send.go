@@ -164,10 +164,10 @@ func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error)
 	}
 	p.mu.Unlock()
 
-	// Settle outside the lock: release flow control, then wake Results.
+	// Settle outside the lock: release flow control, count, then wake
+	// Results (counted first, so Stats agrees with a Result just read).
 	n := b.n
 	p.flow.release(n, b.flowBytes)
-	close(b.done)
 	if msgErrs != nil {
 		if n > nfailed {
 			p.stats.published.Add(int64(n - nfailed))
@@ -186,15 +186,17 @@ func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error)
 		p.cfg.Events.Emit(event.Event{Kind: EventPublishFailed, Count: n, Err: err})
 		p.cfg.Logger.Warn("publisher: publish failed", "topic", p.topic, "messages", n, "err", err)
 	}
+	close(b.done)
 	if perr != nil {
 		count := 0
 		for _, q := range paused {
-			c := q.n
-			count += c
-			p.flow.release(c, q.flowBytes)
-			close(q.done)
+			count += q.n
+			p.flow.release(q.n, q.flowBytes)
 		}
 		p.stats.failed.Add(int64(count))
+		for _, q := range paused {
+			close(q.done)
+		}
 		p.cfg.Events.Emit(event.Event{Kind: EventPaused, Count: count, Err: perr})
 		p.cfg.Logger.Warn("publisher: ordering key paused", "topic", p.topic, "key", perr.Key, "failed_behind", count, "err", err)
 	}

@@ -21,10 +21,10 @@ func ExampleWithoutHeartbeatAnswers() {
 		log.Fatal(err)
 	}
 	defer srv.Close()
-	if _, err := srv.CreateTopic(ctx, "t"); err != nil {
+	if _, err := srv.CreateTopic(ctx, "topic"); err != nil {
 		log.Fatal(err)
 	}
-	sub, err := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: "t"})
+	sub, err := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic"})
 	if err != nil {
 		log.Fatal(err)
 	}
