@@ -43,6 +43,7 @@ const (
 // stopped nothing comes back (every message was acked). Duplicates are
 // counted and reported; at-least-once delivery allows them.
 func TestSubscriberProcessesShareBacklog(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	topic := e.topic(t)
 	// A 10 s deadline: an ack that never reached the server shows up as a

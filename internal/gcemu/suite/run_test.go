@@ -91,8 +91,8 @@ func (s *seen) duplicates() int {
 	return s.total - len(s.count)
 }
 
-// warnings is a slog handler that keeps every record at WARN or above, and
-// counts every record at all (to show the logger was wired).
+// warnings is a slog handler that keeps every record at WARN or above, as
+// one line each.
 type warnings struct {
 	mu    sync.Mutex
 	lines []string
