@@ -270,8 +270,14 @@ func TestExactlyOncePerAckID(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// The first id goes alone (nothing in flight), the others together
 		// behind it; the server fails "t" once (transient) and "p" for good.
-		var tries atomic.Int64
+		var tries, calls atomic.Int64
+		// The first request waits until all four ids are queued, so the
+		// other three always coalesce behind it.
+		queued := make(chan struct{})
 		c := &stubClient{reply: func(_ context.Context, c call) error {
+			if calls.Add(1) == 1 {
+				<-queued
+			}
 			reasons := map[string]string{}
 			for _, id := range c.ids {
 				switch id {
@@ -296,6 +302,7 @@ func TestExactlyOncePerAckID(t *testing.T) {
 		for _, id := range []string{"ok1", "t", "p", "ok2"} {
 			rs[id] = a.Ack(id)
 		}
+		close(queued)
 		for id, r := range rs {
 			err := r.Wait(t.Context())
 			switch id {

@@ -105,8 +105,11 @@ func ExampleWithMaxBacklogBytes() {
 		}
 		accepted++
 	}
-	fmt.Println("accepted", accepted, "held", srv.SubscriptionStats("sub").HeldBytes)
+	// Each message holds its encoded size (data, id, publish time: a few
+	// bytes more or less with the time) plus HeldOverhead.
+	held := srv.SubscriptionStats("sub").HeldBytes
+	fmt.Println("accepted", accepted, "held within the bound:", held <= 4<<10, "at least 3 × 1000:", held >= 3000)
 	// Output:
 	// ResourceExhausted
-	// accepted 3 held 3540
+	// accepted 3 held within the bound: true at least 3 × 1000: true
 }
