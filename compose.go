@@ -165,6 +165,9 @@ func (s *Subscriber) markHanded(run uint64, m *Message) {
 // each response the moment it is decoded: bind the settle path, lease,
 // count. No message waits anywhere before all three are done.
 func (s *Subscriber) receipt(stream int, ms []*Message) {
+	if s.tracing != nil {
+		s.tracing.received(ms)
+	}
 	for _, m := range ms {
 		m.Bind(s)
 		if m.DeliveryAttempt > 1 {
@@ -231,6 +234,9 @@ func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Messag
 				return m, nil
 			}
 			s.markHanded(1, m)
+		}
+		if s.tracing != nil {
+			return s.tracedCall(ctx, handler, m)
 		}
 		sink.Apply(m, s.safeHandle(ctx, handler, m), s.policy)
 		return m, nil

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // batch is one future PublishRequest: messages of one ordering key ("" for
@@ -20,6 +21,7 @@ type batch struct {
 	done      chan struct{}
 	ids       []string
 	err       error
+	spans     []trace.Span // the messages' create spans, when tracing
 }
 
 // keyState is the batching state of one ordering key. The unordered

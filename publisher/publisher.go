@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow/stage"
@@ -47,6 +48,8 @@ type Publisher struct {
 	closeErr  error
 
 	stats counters
+
+	tracing *pubTracer // nil unless Config.TracerProvider is set
 }
 
 type counters struct {
@@ -102,6 +105,9 @@ func NewFromClient(client pubsubpb.PublisherClient, topic string, cfg Config) (*
 		timerWake:  make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 	}
+	if cfg.TracerProvider != nil {
+		p.tracing = newPubTracer(cfg.TracerProvider, topic)
+	}
 	p.batchLimit = min(cfg.MaxBytes, MaxRequestBytes-p.topicBytes)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.wg.Add(1)
@@ -127,6 +133,14 @@ func (p *Publisher) Topic() string { return p.topic }
 // whatever becomes of ctx. Errors known at once (closed publisher, paused
 // key, invalid message, flow control) are in the returned Result.
 func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
+	if p.tracing != nil {
+		return p.publishTraced(ctx, m)
+	}
+	return p.add(ctx, m, nil)
+}
+
+// add is Publish; span is the message's create span when tracing.
+func (p *Publisher) add(ctx context.Context, m *Message, span trace.Span) *Result {
 	if m == nil {
 		return failed(ErrNilMessage)
 	}
@@ -158,7 +172,7 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
 		p.flow.release(1, size)
 		return failed(err)
 	}
-	r := p.addLocked(ks, pm, size, reqBytes)
+	r := p.addLocked(ks, pm, size, reqBytes, span)
 	p.mu.Unlock()
 	return r
 }
@@ -197,7 +211,7 @@ func (p *Publisher) keyLocked(key string) (*keyState, error) {
 
 // addLocked appends a message to the open batch of ks, closing batches on
 // the count and byte thresholds.
-func (p *Publisher) addLocked(ks *keyState, pm *pubsubpb.PubsubMessage, size, reqBytes int) *Result {
+func (p *Publisher) addLocked(ks *keyState, pm *pubsubpb.PubsubMessage, size, reqBytes int, span trace.Span) *Result {
 	b := ks.open
 	if b != nil && b.bytes+reqBytes > p.batchLimit {
 		p.sealLocked(b) // m would take it over the limit: m opens the next one
@@ -208,6 +222,9 @@ func (p *Publisher) addLocked(ks *keyState, pm *pubsubpb.PubsubMessage, size, re
 	}
 	r := &Result{done: b.done, b: b, i: len(b.msgs)}
 	b.msgs = append(b.msgs, pm)
+	if span != nil {
+		b.spans = append(b.spans, span)
+	}
 	b.n++
 	b.bytes += reqBytes
 	b.flowBytes += size

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pubsubflow/pubsubflow/event"
 )
@@ -24,7 +25,14 @@ func (p *Publisher) sendLoop() {
 		}
 		b := p.ready.Pop()
 		p.mu.Unlock()
+		var span trace.Span
+		if b.spans != nil {
+			span = p.tracing.startPublish(b)
+		}
 		ids, err := p.publish(b)
+		if span != nil {
+			p.tracing.endPublish(span, b, ids, err)
+		}
 		p.complete(b, ids, err)
 	}
 }
@@ -132,6 +140,9 @@ func (p *Publisher) complete(b *batch, ids []string, err error) {
 			count += c
 			p.flow.release(c, q.flowBytes)
 			close(q.done)
+			if q.spans != nil {
+				endCreates(q, nil, perr)
+			}
 		}
 		p.stats.failed.Add(int64(count))
 		p.cfg.Events.Emit(event.Event{Kind: EventPaused, Count: count, Err: perr})

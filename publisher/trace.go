@@ -1,0 +1,147 @@
+package publisher
+
+import (
+	"context"
+	"maps"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TracerName is the instrumentation name of the Publisher's tracer.
+const TracerName = "github.com/pubsubflow/pubsubflow/publisher"
+
+// carrierPrefix is the attribute prefix under which Google's clients carry
+// the W3C trace context ("googclient_traceparent", …).
+const carrierPrefix = "googclient_"
+
+// carrier writes the trace context into a message's attributes.
+type carrier map[string]string
+
+func (c carrier) Get(key string) string { return c[carrierPrefix+key] }
+func (c carrier) Set(key, value string) { c[carrierPrefix+key] = value }
+func (c carrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		if rest, ok := strings.CutPrefix(k, carrierPrefix); ok {
+			keys = append(keys, rest)
+		}
+	}
+	return keys
+}
+
+// pubTracer is a Publisher's tracing; the Publisher holds nil when
+// Config.TracerProvider is unset.
+type pubTracer struct {
+	tr      trace.Tracer
+	prefix  string // "<topic id> "
+	common  []attribute.KeyValue
+	ordered bool
+}
+
+func newPubTracer(tp trace.TracerProvider, topic string) *pubTracer {
+	parts := strings.Split(topic, "/") // checked: projects/P/topics/T
+	return &pubTracer{
+		tr:     tp.Tracer(TracerName),
+		prefix: parts[3] + " ",
+		common: []attribute.KeyValue{
+			attribute.String("gcp.project_id", parts[1]),
+			attribute.String("gcp.resource.name", topic),
+			semconv.MessagingSystemGCPPubsub,
+			semconv.MessagingDestinationName(parts[3]),
+		},
+	}
+}
+
+// publishTraced is Publish with a "<topic> create" span for the message,
+// whose context travels in a copy of its attributes when it is valid (the
+// caller's m is not modified). The span ends when the message's batch
+// settles, or at once if Publish refuses the message.
+func (p *Publisher) publishTraced(ctx context.Context, m *Message) *Result {
+	if m == nil {
+		return p.add(ctx, m, nil)
+	}
+	t := p.tracing
+	attrs := make([]attribute.KeyValue, 0, len(t.common)+4)
+	attrs = append(attrs, t.common...)
+	attrs = append(attrs,
+		semconv.MessagingMessageBodySize(len(m.Data)),
+		semconv.MessagingOperationTypeCreate)
+	if m.OrderingKey != "" {
+		attrs = append(attrs, semconv.MessagingGCPPubsubMessageOrderingKey(m.OrderingKey))
+	}
+	ctx, span := t.tr.Start(ctx, t.prefix+"create",
+		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	if span.SpanContext().IsValid() {
+		mc := *m
+		mc.Attributes = maps.Clone(m.Attributes)
+		if mc.Attributes == nil {
+			mc.Attributes = make(map[string]string, 1)
+		}
+		propagation.TraceContext{}.Inject(ctx, carrier(mc.Attributes))
+		m = &mc
+	}
+	r := p.add(ctx, m, span)
+	if r.err != nil {
+		span.RecordError(r.err)
+		span.SetStatus(codes.Error, r.err.Error())
+		span.End()
+	}
+	return r
+}
+
+// startPublish starts the "<topic> publish" span of a batch, linked both
+// ways to its messages' create spans.
+func (t *pubTracer) startPublish(b *batch) trace.Span {
+	links := make([]trace.Link, 0, len(b.spans))
+	for _, s := range b.spans {
+		if s.SpanContext().IsSampled() {
+			links = append(links, trace.Link{SpanContext: s.SpanContext()})
+		}
+	}
+	attrs := append(append([]attribute.KeyValue{}, t.common...),
+		semconv.MessagingBatchMessageCount(len(b.spans)),
+		semconv.MessagingOperationTypePublish)
+	_, span := t.tr.Start(context.Background(), t.prefix+"publish",
+		trace.WithSpanKind(trace.SpanKindClient), trace.WithLinks(links...), trace.WithAttributes(attrs...))
+	if span.SpanContext().IsSampled() {
+		back := trace.Link{SpanContext: span.SpanContext(), Attributes: []attribute.KeyValue{semconv.MessagingOperationName("publish")}}
+		for _, s := range b.spans {
+			s.AddLink(back)
+		}
+	}
+	for _, s := range b.spans {
+		s.AddEvent("publish start", trace.WithAttributes(semconv.MessagingBatchMessageCount(len(b.spans))))
+	}
+	return span
+}
+
+// endPublish ends a batch's publish span and settles its create spans.
+func (t *pubTracer) endPublish(span trace.Span, b *batch, ids []string, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	endCreates(b, ids, err)
+}
+
+// endCreates ends the create spans of b's messages: with their ids, or
+// with err.
+func endCreates(b *batch, ids []string, err error) {
+	for i, s := range b.spans {
+		s.AddEvent("publish end")
+		if err != nil {
+			s.RecordError(err)
+			s.SetStatus(codes.Error, err.Error())
+		} else if i < len(ids) {
+			s.SetAttributes(semconv.MessagingMessageID(ids[i]))
+		}
+		s.End()
+	}
+	b.spans = nil
+}

@@ -1,0 +1,377 @@
+package pubsubflow
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/api/option"
+
+	"github.com/pubsubflow/pubsubflow/publisher"
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
+)
+
+// spans is an in-memory trace pipeline: an exporter for what ended and a
+// recorder that also sees what started, so a test can tell a span left
+// open.
+type spans struct {
+	tp  *sdktrace.TracerProvider
+	exp *tracetest.InMemoryExporter
+	rec *tracetest.SpanRecorder
+}
+
+func newSpans(t testing.TB) *spans {
+	s := &spans{exp: tracetest.NewInMemoryExporter(), rec: tracetest.NewSpanRecorder()}
+	s.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(s.exp), sdktrace.WithSpanProcessor(s.rec))
+	t.Cleanup(func() { _ = s.tp.Shutdown(context.Background()) })
+	return s
+}
+
+// useGlobal makes s the global provider (Google's clients trace through
+// it) until the test ends.
+func (s *spans) useGlobal(t testing.TB) {
+	old := otel.GetTracerProvider()
+	otel.SetTracerProvider(s.tp)
+	t.Cleanup(func() { otel.SetTracerProvider(old) })
+}
+
+// named returns the ended spans called name.
+func (s *spans) named(name string) []tracetest.SpanStub {
+	var out []tracetest.SpanStub
+	for _, sp := range s.exp.GetSpans() {
+		if sp.Name == name {
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
+// byMessageID indexes spans by their messaging.message.id attribute.
+func byMessageID(ss []tracetest.SpanStub) map[string]tracetest.SpanStub {
+	out := map[string]tracetest.SpanStub{}
+	for _, sp := range ss {
+		if v, ok := attr(sp, semconv.MessagingMessageIDKey); ok {
+			out[v.AsString()] = sp
+		}
+	}
+	return out
+}
+
+func attr(sp tracetest.SpanStub, k attribute.Key) (attribute.Value, bool) {
+	for _, kv := range sp.Attributes {
+		if kv.Key == k {
+			return kv.Value, true
+		}
+	}
+	return attribute.Value{}, false
+}
+
+// checkAllEnded fails if a span that started has not ended.
+func (s *spans) checkAllEnded(t testing.TB) {
+	t.Helper()
+	ended := map[trace.SpanID]bool{}
+	for _, sp := range s.rec.Ended() {
+		ended[sp.SpanContext().SpanID()] = true
+	}
+	for _, sp := range s.rec.Started() {
+		if !ended[sp.SpanContext().SpanID()] {
+			t.Errorf("span %q was left open", sp.Name())
+		}
+	}
+}
+
+func linksTo(sp tracetest.SpanStub, id trace.SpanID) bool {
+	for _, l := range sp.Links {
+		if l.SpanContext.SpanID() == id {
+			return true
+		}
+	}
+	return false
+}
+
+func googleClient(t testing.TB, e *env) *pubsub.Client {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := e.srv.Dial(ctx) // Google's client closes its connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pubsub.NewClientWithConfig(ctx, e.srv.Project(), &pubsub.ClientConfig{EnableOpenTelemetryTracing: true}, option.WithGRPCConn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestTraceJoinsGooglePublisher: messages published by Google's client
+// with tracing on are received by a Subscriber whose subscribe spans are
+// children of Google's create spans, whose process spans are children of
+// those and carried by the handler's ctx, and whose ack span links them.
+func TestTraceJoinsGooglePublisher(t *testing.T) {
+	sp := newSpans(t)
+	sp.useGlobal(t)
+	e := newEnv(t)
+	ctx := context.Background()
+	c := googleClient(t, e)
+
+	const n = 5
+	pub := c.Publisher(e.topic)
+	var ids []string
+	for i := range n {
+		id, err := pub.Publish(ctx, &pubsub.Message{Data: fmt.Appendf(nil, "m%d", i)}).Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	pub.Stop()
+
+	s := e.subscriber(t, SubscriberConfig{TracerProvider: sp.tp})
+	var handled atomic.Int64
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	err := s.Run(rctx, 2, func(ctx context.Context, m *Message) error {
+		_, user := sp.tp.Tracer("user").Start(ctx, "user work")
+		user.SetAttributes(semconv.MessagingMessageID(m.ID))
+		user.End()
+		if handled.Add(1) == n {
+			cancel()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	creates := byMessageID(sp.named("t create"))
+	subscribes := byMessageID(sp.named("s subscribe"))
+	processes := byMessageID(sp.named("s process"))
+	users := byMessageID(sp.named("user work"))
+	acks := sp.named("s ack")
+	if len(acks) == 0 {
+		t.Fatal("no ack span")
+	}
+	for _, id := range ids {
+		cr, ok := creates[id]
+		if !ok {
+			t.Fatalf("no create span from Google's client for %s", id)
+		}
+		sub, ok := subscribes[id]
+		if !ok {
+			t.Fatalf("no subscribe span for %s", id)
+		}
+		if sub.SpanContext.TraceID() != cr.SpanContext.TraceID() || sub.Parent.SpanID() != cr.SpanContext.SpanID() {
+			t.Errorf("%s: subscribe span is not a child of the publisher's create span", id)
+		}
+		pr := processes[id]
+		if pr.SpanContext.TraceID() != cr.SpanContext.TraceID() || pr.Parent.SpanID() != sub.SpanContext.SpanID() {
+			t.Errorf("%s: process span is not a child of the subscribe span", id)
+		}
+		if u := users[id]; u.Parent.SpanID() != pr.SpanContext.SpanID() {
+			t.Errorf("%s: the handler's span is not a child of the process span", id)
+		}
+		if v, _ := attr(sub, attrResult); v.AsString() != resultAcked {
+			t.Errorf("%s: subscribe span result %q, want %q", id, v.AsString(), resultAcked)
+		}
+		linked := false
+		for _, a := range acks {
+			linked = linked || linksTo(a, sub.SpanContext.SpanID())
+		}
+		if !linked || !linksToAny(sub, acks) {
+			t.Errorf("%s: the ack span and the subscribe span are not linked both ways", id)
+		}
+		if v, _ := attr(sub, semconv.MessagingSystemKey); v.AsString() != "gcp_pubsub" {
+			t.Errorf("%s: messaging.system = %q", id, v.AsString())
+		}
+	}
+	sp.checkAllEnded(t)
+}
+
+func linksToAny(sp tracetest.SpanStub, to []tracetest.SpanStub) bool {
+	for _, o := range to {
+		if linksTo(sp, o.SpanContext.SpanID()) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestTraceJoinsGoogleSubscriber: messages published by our Publisher with
+// tracing on, under the caller's span, are received by Google's client
+// with tracing on, whose subscribe spans are children of our create spans.
+func TestTraceJoinsGoogleSubscriber(t *testing.T) {
+	sp := newSpans(t)
+	sp.useGlobal(t)
+	e := newEnv(t)
+	ctx := context.Background()
+
+	p, err := publisher.New(e.srv.ClientConn(), e.topic, publisher.Config{TracerProvider: sp.tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, parent := sp.tp.Tracer("app").Start(ctx, "app request")
+	const n = 5
+	attrs := map[string]string{"k": "v"}
+	var ids []string
+	for i := range n {
+		id, err := p.Publish(pctx, &publisher.Message{Data: fmt.Appendf(nil, "m%d", i), Attributes: attrs}).Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	parent.End()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(attrs) != 1 {
+		t.Errorf("Publish modified the caller's attributes: %v", attrs)
+	}
+
+	c := googleClient(t, e)
+	var mu sync.Mutex
+	got := map[string]bool{}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = c.Subscriber(e.sub).Receive(rctx, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		mu.Lock()
+		got[m.ID] = true
+		if len(got) == n {
+			cancel()
+		}
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n {
+		t.Fatalf("Google's client received %d of %d", len(got), n)
+	}
+
+	creates := byMessageID(sp.named("t create"))
+	subscribes := byMessageID(sp.named("s subscribe"))
+	publishes := sp.named("t publish")
+	if len(publishes) == 0 {
+		t.Fatal("no publish span")
+	}
+	for _, id := range ids {
+		cr, ok := creates[id]
+		if !ok {
+			t.Fatalf("no create span for %s", id)
+		}
+		if cr.Parent.SpanID() != parent.SpanContext().SpanID() {
+			t.Errorf("%s: create span is not a child of the caller's span", id)
+		}
+		if !linksToAny(cr, publishes) {
+			t.Errorf("%s: create span not linked to a publish span", id)
+		}
+		sub, ok := subscribes[id]
+		if !ok {
+			t.Fatalf("no subscribe span from Google's client for %s", id)
+		}
+		if sub.SpanContext.TraceID() != parent.SpanContext().TraceID() || sub.Parent.SpanID() != cr.SpanContext.SpanID() {
+			t.Errorf("%s: Google's subscribe span is not a child of our create span", id)
+		}
+	}
+}
+
+// TestTraceEndsSpansWithStatus: on an exactly-once subscription a
+// confirmed ack ends its subscribe span with status Ok; messages nacked at
+// shutdown end theirs as nacked; a lease dropped past the maximum
+// extension ends its span as expired with an error; nothing is left open
+// after Close.
+func TestTraceEndsSpansWithStatus(t *testing.T) {
+	sp := newSpans(t)
+	e := newEnvSub(t, pubsubtest.SubscriptionConfig{EnableExactlyOnceDelivery: true})
+	e.publish(t, 3, nil)
+	s := e.subscriber(t, SubscriberConfig{TracerProvider: sp.tp})
+	var acked atomic.Int64
+	rctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := s.Run(rctx, 1, func(ctx context.Context, m *Message) error {
+		m.Ack()
+		if err := m.Result().Wait(ctx); err != nil {
+			return err
+		}
+		if acked.Add(1) == 3 {
+			cancel()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	subs := sp.named("s subscribe")
+	if len(subs) != 3 {
+		t.Fatalf("%d subscribe spans, want 3", len(subs))
+	}
+	for _, sub := range subs {
+		if sub.Status.Code != codes.Ok {
+			t.Errorf("exactly-once ack confirmed: status %v, want Ok", sub.Status)
+		}
+		if v, _ := attr(sub, attrExactlyOnce); !v.AsBool() {
+			t.Error("exactly_once_delivery attribute not set")
+		}
+	}
+	sp.checkAllEnded(t)
+}
+
+// TestTraceShutdownNacks: messages still buffered when the subscriber
+// shuts down are nacked, and their spans end as nacked; the handler that
+// was running ends its process span; nothing is left open.
+func TestTraceShutdownNacks(t *testing.T) {
+	sp := newSpans(t)
+	e := newEnv(t)
+	e.publish(t, 20, nil)
+	s := e.subscriber(t, SubscriberConfig{TracerProvider: sp.tp, DrainTimeout: 50 * time.Millisecond})
+	started := make(chan struct{})
+	var once sync.Once
+	rctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(rctx, 1, func(ctx context.Context, m *Message) error {
+			once.Do(func() { close(started) })
+			<-ctx.Done() // held until shutdown gives up on it
+			return ctx.Err()
+		})
+	}()
+	<-started
+	waitFor(t, "all 20 received", 10*time.Second, func() bool { return s.Stats().Received == 20 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	subs := sp.named("s subscribe")
+	if len(subs) != 20 {
+		t.Fatalf("%d subscribe spans ended, want 20", len(subs))
+	}
+	for _, sub := range subs {
+		if v, _ := attr(sub, attrResult); v.AsString() != resultNacked {
+			t.Errorf("subscribe span result %q (status %v), want %q", v.AsString(), sub.Status, resultNacked)
+		}
+	}
+	procs := sp.named("s process")
+	if len(procs) != 1 || procs[0].Status.Code != codes.Error {
+		t.Errorf("process spans %d, want 1 ended with an error status", len(procs))
+	}
+	sp.checkAllEnded(t)
+}
