@@ -2,10 +2,12 @@ package pubsubflow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -18,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/api/option"
 
+	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/publisher"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
@@ -372,6 +375,91 @@ func TestTraceShutdownNacks(t *testing.T) {
 	procs := sp.named("s process")
 	if len(procs) != 1 || procs[0].Status.Code != codes.Error {
 		t.Errorf("process spans %d, want 1 ended with an error status", len(procs))
+	}
+	sp.checkAllEnded(t)
+}
+
+// TestTraceExpiry: a message held past MaxExtension is dropped; its
+// subscribe span ends as expired with an error status and an "expired"
+// event, and its process span still ends when the handler returns.
+func TestTraceExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sp := newSpans(t)
+		e := newEnv(t, pubsubtest.WithBufconn())
+		e.publish(t, 1, nil)
+		s := e.subscriber(t, SubscriberConfig{TracerProvider: sp.tp, StreamAckDeadline: 10 * time.Second, MaxExtension: 20 * time.Second})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := runAsync(ctx, s, 1, func(ctx context.Context, m *Message) error {
+			time.Sleep(time.Minute)
+			cancel()
+			return nil
+		})
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// The server redelivers the expired message, so later deliveries
+		// have spans of their own (expired too, or nacked at shutdown).
+		expiredSpans := 0
+		for _, sub := range sp.named("s subscribe") {
+			if v, _ := attr(sub, attrResult); v.AsString() != resultExpired {
+				continue
+			}
+			expiredSpans++
+			if sub.Status.Code != codes.Error {
+				t.Errorf("expired subscribe span status %v, want Error", sub.Status)
+			}
+			event := false
+			for _, ev := range sub.Events {
+				event = event || ev.Name == "expired"
+			}
+			if !event {
+				t.Error("expired subscribe span without an expired event")
+			}
+		}
+		if expiredSpans == 0 {
+			t.Fatal("no subscribe span ended as expired")
+		}
+		if len(sp.named("s process")) == 0 {
+			t.Error("the process span did not end")
+		}
+		sp.checkAllEnded(t)
+	})
+}
+
+// TestTraceProcessStage: Subscriber.Process in a pipeline of one's own
+// runs the handler under its process span too.
+func TestTraceProcessStage(t *testing.T) {
+	sp := newSpans(t)
+	e := newEnv(t)
+	e.publish(t, 10, nil)
+	s := e.subscriber(t, SubscriberConfig{TracerProvider: sp.tp})
+	var handled atomic.Int64
+	var bad atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err := pipeline.FromContext(ctx, s.Source()).Via(s.Process(4, func(ctx context.Context, m *Message) error {
+		if !trace.SpanContextFromContext(ctx).IsValid() || trace.SpanContextFromContext(ctx).SpanID() == m.Trace().Subscribe.SpanContext().SpanID() {
+			bad.Add(1)
+		}
+		if handled.Add(1) == 10 {
+			cancel()
+		}
+		return nil
+	})).To(s.Acknowledge())
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if bad.Load() != 0 {
+		t.Fatalf("%d handlers ran without their process span in ctx", bad.Load())
+	}
+	if n := len(sp.named("s process")); n != 10 {
+		t.Fatalf("%d process spans, want 10", n)
 	}
 	sp.checkAllEnded(t)
 }
