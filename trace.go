@@ -111,8 +111,10 @@ func (t *subTracer) received(ms []*Message) {
 			semconv.MessagingBatchMessageCount(len(ms)),
 			semconv.MessagingOperationTypeReceive,
 		)
+		// Internal, as Google's clients make it; the process span is the
+		// consumer span.
 		_, span := t.tr.Start(ctx, t.prefix+"subscribe",
-			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+			trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 		m.SetTrace(&message.Trace{Subscribe: span})
 		t.mu.Lock()
 		t.open[m.AckID] = m

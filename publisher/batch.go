@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // batch is one future PublishRequest: messages of one ordering key ("" for
@@ -21,7 +20,7 @@ type batch struct {
 	done      chan struct{}
 	ids       []string
 	err       error
-	spans     []trace.Span // the messages' create spans, when tracing
+	spans     []*tracedMsg // the messages' spans, when tracing
 }
 
 // keyState is the batching state of one ordering key. The unordered

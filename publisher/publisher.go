@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow/stage"
@@ -139,8 +138,8 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
 	return p.add(ctx, m, nil)
 }
 
-// add is Publish; span is the message's create span when tracing.
-func (p *Publisher) add(ctx context.Context, m *Message, span trace.Span) *Result {
+// add is Publish; tm holds the message's spans when tracing (else nil).
+func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg) *Result {
 	if m == nil {
 		return failed(ErrNilMessage)
 	}
@@ -162,7 +161,14 @@ func (p *Publisher) add(ctx context.Context, m *Message, span trace.Span) *Resul
 			return failed(err)
 		}
 	}
-	if err := p.flow.acquire(ctx, size); err != nil {
+	if tm != nil {
+		tm.flowControl(ctx)
+	}
+	err := p.flow.acquire(ctx, size)
+	if tm != nil {
+		tm.admitted(ctx, err)
+	}
+	if err != nil {
 		return failed(err)
 	}
 	p.mu.Lock()
@@ -172,7 +178,7 @@ func (p *Publisher) add(ctx context.Context, m *Message, span trace.Span) *Resul
 		p.flow.release(1, size)
 		return failed(err)
 	}
-	r := p.addLocked(ks, pm, size, reqBytes, span)
+	r := p.addLocked(ks, pm, size, reqBytes, tm)
 	p.mu.Unlock()
 	return r
 }
@@ -211,7 +217,7 @@ func (p *Publisher) keyLocked(key string) (*keyState, error) {
 
 // addLocked appends a message to the open batch of ks, closing batches on
 // the count and byte thresholds.
-func (p *Publisher) addLocked(ks *keyState, pm *pubsubpb.PubsubMessage, size, reqBytes int, span trace.Span) *Result {
+func (p *Publisher) addLocked(ks *keyState, pm *pubsubpb.PubsubMessage, size, reqBytes int, tm *tracedMsg) *Result {
 	b := ks.open
 	if b != nil && b.bytes+reqBytes > p.batchLimit {
 		p.sealLocked(b) // m would take it over the limit: m opens the next one
@@ -222,8 +228,8 @@ func (p *Publisher) addLocked(ks *keyState, pm *pubsubpb.PubsubMessage, size, re
 	}
 	r := &Result{done: b.done, b: b, i: len(b.msgs)}
 	b.msgs = append(b.msgs, pm)
-	if span != nil {
-		b.spans = append(b.spans, span)
+	if tm != nil {
+		b.spans = append(b.spans, tm)
 	}
 	b.n++
 	b.bytes += reqBytes

@@ -57,6 +57,32 @@ func newPubTracer(tp trace.TracerProvider, topic string) *pubTracer {
 	}
 }
 
+// tracedMsg is the span state of one message being published, when
+// tracing: its create span, and the flow-control and batching spans
+// under it.
+type tracedMsg struct {
+	create, flow, batching trace.Span
+	t                      *pubTracer
+}
+
+// flowControl starts the span of the wait for flow control.
+func (tm *tracedMsg) flowControl(ctx context.Context) {
+	_, tm.flow = tm.t.tr.Start(ctx, "publisher flow control")
+}
+
+// admitted ends the flow-control span and, when the message was admitted,
+// starts its batching span (ended when its batch is sent).
+func (tm *tracedMsg) admitted(ctx context.Context, err error) {
+	if err != nil {
+		tm.flow.RecordError(err)
+		tm.flow.SetStatus(codes.Error, err.Error())
+	}
+	tm.flow.End()
+	if err == nil {
+		_, tm.batching = tm.t.tr.Start(ctx, "publisher batching")
+	}
+}
+
 // publishTraced is Publish with a "<topic> create" span for the message,
 // whose context travels in a copy of its attributes when it is valid (the
 // caller's m is not modified). The span ends when the message's batch
@@ -85,8 +111,12 @@ func (p *Publisher) publishTraced(ctx context.Context, m *Message) *Result {
 		propagation.TraceContext{}.Inject(ctx, carrier(mc.Attributes))
 		m = &mc
 	}
-	r := p.add(ctx, m, span)
+	tm := &tracedMsg{create: span, t: t}
+	r := p.add(ctx, m, tm)
 	if r.err != nil {
+		if tm.batching != nil {
+			tm.batching.End()
+		}
 		span.RecordError(r.err)
 		span.SetStatus(codes.Error, r.err.Error())
 		span.End()
@@ -95,12 +125,13 @@ func (p *Publisher) publishTraced(ctx context.Context, m *Message) *Result {
 }
 
 // startPublish starts the "<topic> publish" span of a batch, linked both
-// ways to its messages' create spans.
+// ways to its messages' create spans, and ends their batching spans.
 func (t *pubTracer) startPublish(b *batch) trace.Span {
 	links := make([]trace.Link, 0, len(b.spans))
-	for _, s := range b.spans {
-		if s.SpanContext().IsSampled() {
-			links = append(links, trace.Link{SpanContext: s.SpanContext()})
+	for _, tm := range b.spans {
+		tm.batching.End()
+		if sc := tm.create.SpanContext(); sc.IsSampled() {
+			links = append(links, trace.Link{SpanContext: sc})
 		}
 	}
 	attrs := append(append([]attribute.KeyValue{}, t.common...),
@@ -108,14 +139,13 @@ func (t *pubTracer) startPublish(b *batch) trace.Span {
 		semconv.MessagingOperationTypePublish)
 	_, span := t.tr.Start(context.Background(), t.prefix+"publish",
 		trace.WithSpanKind(trace.SpanKindClient), trace.WithLinks(links...), trace.WithAttributes(attrs...))
-	if span.SpanContext().IsSampled() {
-		back := trace.Link{SpanContext: span.SpanContext(), Attributes: []attribute.KeyValue{semconv.MessagingOperationName("publish")}}
-		for _, s := range b.spans {
-			s.AddLink(back)
+	sampled := span.SpanContext().IsSampled()
+	back := trace.Link{SpanContext: span.SpanContext(), Attributes: []attribute.KeyValue{semconv.MessagingOperationName("publish")}}
+	for _, tm := range b.spans {
+		if sampled {
+			tm.create.AddLink(back)
 		}
-	}
-	for _, s := range b.spans {
-		s.AddEvent("publish start", trace.WithAttributes(semconv.MessagingBatchMessageCount(len(b.spans))))
+		tm.create.AddEvent("publish start", trace.WithAttributes(semconv.MessagingBatchMessageCount(len(b.spans))))
 	}
 	return span
 }
@@ -130,10 +160,13 @@ func (t *pubTracer) endPublish(span trace.Span, b *batch, ids []string, err erro
 	endCreates(b, ids, err)
 }
 
-// endCreates ends the create spans of b's messages: with their ids, or
-// with err.
+// endCreates ends the spans of b's messages: create spans with their
+// ids, or with err (a batch that was never sent also ends its batching
+// spans).
 func endCreates(b *batch, ids []string, err error) {
-	for i, s := range b.spans {
+	for i, tm := range b.spans {
+		tm.batching.End() // no-op when startPublish ended it
+		s := tm.create
 		s.AddEvent("publish end")
 		if err != nil {
 			s.RecordError(err)
