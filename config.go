@@ -103,7 +103,7 @@ type SubscriberConfig struct {
 	// MeterProvider receives OpenTelemetry metrics (default: none, free).
 	MeterProvider metric.MeterProvider
 	// TracerProvider, if set, traces every message as Google's clients do
-	// (see trace.go's doc in the README): a "<subscription> subscribe" span
+	// (the README's Tracing section): a "<subscription> subscribe" span
 	// per message, child of the publisher's trace context from its
 	// attributes; "<subscription> process" around the handler, carried by
 	// the handler's ctx; "ack", "nack" and "modack" RPC spans linked to

@@ -69,8 +69,9 @@ type subTracer struct {
 	prefix string               // "<subscription id> "
 	common []attribute.KeyValue // on every span
 
-	mu   sync.Mutex
-	open map[string]*Message // by ack id: subscribe spans not ended
+	mu      sync.Mutex
+	open    map[string]*Message   // by ack id: subscribe spans not ended
+	running map[*Message]struct{} // process spans not ended
 }
 
 func newSubTracer(tp trace.TracerProvider, subscription string) *subTracer {
@@ -84,7 +85,8 @@ func newSubTracer(tp trace.TracerProvider, subscription string) *subTracer {
 			semconv.MessagingSystemGCPPubsub,
 			semconv.MessagingDestinationName(id),
 		},
-		open: map[string]*Message{},
+		open:    map[string]*Message{},
+		running: map[*Message]struct{}{},
 	}
 }
 
@@ -151,6 +153,9 @@ func (t *subTracer) startProcess(ctx context.Context, m *Message) (context.Conte
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(append(t.messageAttrs(m), semconv.MessagingOperationTypeDeliver)...))
 	mt.Process.Store(&span)
+	t.mu.Lock()
+	t.running[m] = struct{}{}
+	t.mu.Unlock()
 	return ctx, span
 }
 
@@ -159,6 +164,9 @@ func (t *subTracer) endProcess(m *Message, span trace.Span, err error) {
 	if span == nil || m.Trace().Process.Swap(nil) == nil {
 		return // not traced, or Close ended it
 	}
+	t.mu.Lock()
+	delete(t.running, m)
+	t.mu.Unlock()
 	switch m.Outcome() {
 	case message.Ack:
 		span.AddEvent("ack called")
@@ -196,8 +204,9 @@ func (t *subTracer) settled(m *Message, o Outcome) {
 }
 
 var (
-	errExpired = errors.New("pubsubflow: lease dropped before the message was settled (past max extension, or its exactly-once receipt failed)")
-	errClosed  = errors.New("pubsubflow: subscriber closed before the server confirmed the message's outcome")
+	errExpired   = errors.New("pubsubflow: lease dropped before the message was settled (past max extension, or its exactly-once receipt failed)")
+	errClosed    = errors.New("pubsubflow: subscriber closed before the server confirmed the message's outcome")
+	errAbandoned = errors.New("pubsubflow: subscriber closed while the handler still ran (past the drain timeout)")
 )
 
 // end ends m's subscribe span once, with result and, if failed is set, an
@@ -347,12 +356,19 @@ func (t *subTracer) close() {
 	for _, m := range t.open {
 		left = append(left, m)
 	}
+	running := make([]*Message, 0, len(t.running))
+	for m := range t.running {
+		running = append(running, m)
+	}
+	clear(t.running)
 	t.mu.Unlock()
-	for _, m := range left {
+	for _, m := range running {
 		if p := m.Trace().Process.Swap(nil); p != nil {
-			(*p).SetStatus(codes.Error, errClosed.Error())
+			(*p).SetStatus(codes.Error, errAbandoned.Error())
 			(*p).End()
 		}
+	}
+	for _, m := range left {
 		t.end(m, attribute.KeyValue{}, errClosed)
 	}
 }

@@ -146,6 +146,15 @@ func TestTraceJoinsGooglePublisher(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	err := s.Run(rctx, 2, func(ctx context.Context, m *Message) error {
+		// Hold the messages until their receipt modacks reached the
+		// server, so each subscribe span records one.
+		for deadline := time.Now().Add(10 * time.Second); e.srv.SubscriptionStats(e.sub).ModAcks < n; {
+			if time.Now().After(deadline) {
+				t.Error("receipt modacks never reached the server")
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
 		_, user := sp.tp.Tracer("user").Start(ctx, "user work")
 		user.SetAttributes(semconv.MessagingMessageID(m.ID))
 		user.End()
@@ -166,6 +175,7 @@ func TestTraceJoinsGooglePublisher(t *testing.T) {
 	processes := byMessageID(sp.named("s process"))
 	users := byMessageID(sp.named("user work"))
 	acks := sp.named("s ack")
+	modacks := sp.named("s modack")
 	if len(acks) == 0 {
 		t.Fatal("no ack span")
 	}
@@ -200,6 +210,18 @@ func TestTraceJoinsGooglePublisher(t *testing.T) {
 		}
 		if v, _ := attr(sub, semconv.MessagingSystemKey); v.AsString() != "gcp_pubsub" {
 			t.Errorf("%s: messaging.system = %q", id, v.AsString())
+		}
+		receipt := false
+		for _, ev := range sub.Events {
+			receipt = receipt || ev.Name == "receipt modack"
+		}
+		if !receipt || !linksToAny(sub, modacks) {
+			t.Errorf("%s: no receipt modack event, or no link to a modack span", id)
+		}
+	}
+	for _, m := range modacks {
+		if v, _ := attr(m, attrReceiptModack); !v.AsBool() {
+			t.Errorf("modack span %v: is_receipt_modack not set", m.Attributes)
 		}
 	}
 	sp.checkAllEnded(t)
@@ -462,4 +484,33 @@ func TestTraceProcessStage(t *testing.T) {
 		t.Fatalf("%d process spans, want 10", n)
 	}
 	sp.checkAllEnded(t)
+}
+
+// TestTraceAbandonedHandler: Close gives up on a handler that ignores its
+// ctx past the drain timeout; the handler's process span is ended with an
+// error status by Close, and nothing is left open.
+func TestTraceAbandonedHandler(t *testing.T) {
+	sp := newSpans(t)
+	e := newEnv(t)
+	e.publish(t, 1, nil)
+	s := e.subscriber(t, SubscriberConfig{TracerProvider: sp.tp, DrainTimeout: 20 * time.Millisecond})
+	started, release := make(chan struct{}), make(chan struct{})
+	done := runAsync(context.Background(), s, 1, func(ctx context.Context, m *Message) error {
+		close(started)
+		<-release // ignores ctx
+		return nil
+	})
+	<-started
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	procs := sp.named("s process")
+	if len(procs) != 1 || procs[0].Status.Code != codes.Error {
+		t.Fatalf("process spans %v, want one ended by Close with an error status", procs)
+	}
+	sp.checkAllEnded(t)
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
