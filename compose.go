@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
@@ -235,10 +238,17 @@ func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Messag
 			}
 			s.markHanded(1, m)
 		}
+		var span trace.Span
 		if s.tracing != nil {
-			return s.tracedCall(ctx, handler, m)
+			ctx, span = s.tracing.startProcess(ctx, m)
 		}
-		sink.Apply(m, s.safeHandle(ctx, handler, m), s.policy)
+		s.c.inHandler.Add(1)
+		err := s.safeHandle(ctx, handler, m)
+		s.c.inHandler.Add(-1)
+		sink.Apply(m, err, s.policy)
+		if span != nil {
+			s.tracing.endProcess(m, span, err)
+		}
 		return m, nil
 	}
 	opt := operators.Options[*Message, *Message]{Emit: emit}
@@ -285,7 +295,10 @@ func (s *Subscriber) safeHandle(ctx context.Context, h Handler, m *Message) (err
 // handler until ctx is done or the subscriber is closed (both mean: stop
 // and drain, then return nil), or a terminal error (subscription deleted,
 // permission denied), which it returns. It returns only after every
-// goroutine it started has exited.
+// goroutine it started has exited — except a handler that ignores its ctx:
+// once the drain timeout has passed and handlers' ctx was cancelled, Run
+// waits one more second, then returns a *StuckHandlersError counting the
+// handlers still running (their messages already nacked).
 func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) error {
 	if parallelism < 1 {
 		return fmt.Errorf("pubsubflow: Run: parallelism %d, want ≥ 1", parallelism)
@@ -329,9 +342,35 @@ func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) 
 	case <-s.closed:
 	}
 	closeErr := s.Close()
-	// ErrClosed here is our own close racing the pipeline's start.
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
-		return err
+	// Close has drained (up to the drain timeout), nacked what is left and
+	// cancelled the pipeline. A handler that ignores its ctx would keep
+	// Run waiting for ever: after a short grace Run returns and says so.
+	grace := time.NewTimer(stuckGrace)
+	defer grace.Stop()
+	select {
+	case err := <-done:
+		// ErrClosed here is our own close racing the pipeline's start.
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
+			return err
+		}
+		return closeErr
+	case <-grace.C:
+		return errors.Join(closeErr, &StuckHandlersError{Running: int(s.c.inHandler.Load())})
 	}
-	return closeErr
+}
+
+// stuckGrace is how long Run waits, after the drain timeout and the
+// cancellation of its handlers' ctx, for handlers to return.
+const stuckGrace = time.Second
+
+// StuckHandlersError is what Run returns when handlers are still running
+// after the drain timeout and their ctx was cancelled (they ignore their
+// ctx). Their messages were already nacked; the handlers' goroutines are
+// left running, as Go cannot stop them.
+type StuckHandlersError struct {
+	Running int // handlers still running when Run returned
+}
+
+func (e *StuckHandlersError) Error() string {
+	return fmt.Sprintf("pubsubflow: Run: %d handler(s) still running after the drain timeout and cancellation; their messages were nacked", e.Running)
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow/connect"
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/lease"
 	"github.com/pubsubflow/pubsubflow/message"
 	"github.com/pubsubflow/pubsubflow/source"
@@ -33,6 +33,11 @@ const (
 	DefaultAckFlushInterval       = 100 * time.Millisecond
 	DefaultShutdownNackDelay      = 5 * time.Second
 	DefaultDrainTimeout           = 30 * time.Second
+	DefaultReconnectTimeout       = source.DefaultReconnectTimeout
+
+	// MinHeartbeatInterval bounds HeartbeatInterval from below: each
+	// heartbeat is a request on every stream, and the service answers each.
+	MinHeartbeatInterval = time.Second
 )
 
 // SubscriberConfig configures a Subscriber. The zero value means the
@@ -59,15 +64,24 @@ type SubscriberConfig struct {
 	MaxOutstandingBytes    int64
 	// Streams is the number of StreamingPull streams, default 1.
 	Streams int
-	// HeartbeatInterval (default 30 s) and HeartbeatTimeout (default 15 s):
-	// an empty request every interval; no server response within the
-	// timeout after one restarts the stream.
+	// HeartbeatInterval (default 30 s, 1 s–10 min) and HeartbeatTimeout
+	// (default 15 s, 1 ms–10 min): an empty request every interval; no
+	// server response within the timeout after one restarts the stream.
+	// A timeout set longer than a set interval is an error; the default
+	// timeout with an interval set below 15 s is lowered to the interval.
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 	// Backoff and Classify replace the reconnect policy (default randomized
 	// exponential 100 ms–60 s; source.DefaultClassifier).
 	Backoff  source.Backoff
 	Classify source.Classifier
+	// ReconnectTimeout bounds how long the streams may keep failing to
+	// connect (an endpoint that never answers, a network that is down)
+	// without one healthy stream: then Run, and pipelines from Source, end
+	// with a *source.UnreachableError carrying the last status. Until then
+	// every attempt shows in Stats().Reconnects, Stats().LastError and the
+	// Logger. Default 2 min; Unlimited retries until the context ends.
+	ReconnectTimeout time.Duration
 
 	// Lease chooses the deadline strategy (default adaptive: p99 of
 	// receipt→ack latency, clamped to 10–600 s). MaxExtension (default 60
@@ -112,12 +126,13 @@ type SubscriberConfig struct {
 	TracerProvider trace.TracerProvider
 }
 
-var subscriptionName = regexp.MustCompile(`^projects/[^/]+/subscriptions/[^/]+$`)
-
-// ValidateSubscription checks a subscription name's form.
+// ValidateSubscription checks a subscription name by the service's rules:
+// projects/PROJECT/subscriptions/ID, the id 3–255 of letters, digits and
+// -._~%+, starting with a letter and not with "goog". The CLI, pubsubtest
+// and the Publisher apply the same rules (one validator).
 func ValidateSubscription(name string) error {
-	if !subscriptionName.MatchString(name) {
-		return fmt.Errorf("pubsubflow: subscription %q: want projects/PROJECT/subscriptions/NAME", name)
+	if err := limits.CheckName(limits.Subscriptions, name); err != nil {
+		return fmt.Errorf("pubsubflow: %w", err)
 	}
 	return nil
 }
@@ -176,8 +191,14 @@ func (c *SubscriberConfig) Validate() error {
 	if c.Streams < 0 || c.Streams > 64 {
 		add(fieldError("Streams", "%d: want 1–64 (0 = default 1)", c.Streams))
 	}
-	add(positiveRange("HeartbeatInterval", c.HeartbeatInterval, time.Millisecond, 10*time.Minute))
+	add(positiveRange("HeartbeatInterval", c.HeartbeatInterval, MinHeartbeatInterval, 10*time.Minute))
 	add(positiveRange("HeartbeatTimeout", c.HeartbeatTimeout, time.Millisecond, 10*time.Minute))
+	if c.HeartbeatInterval > 0 && c.HeartbeatTimeout > c.HeartbeatInterval {
+		add(fieldError("HeartbeatTimeout", "%v exceeds HeartbeatInterval %v: the answer to one heartbeat would be awaited past the next", c.HeartbeatTimeout, c.HeartbeatInterval))
+	}
+	if c.ReconnectTimeout < 0 && c.ReconnectTimeout != Unlimited {
+		add(fieldError("ReconnectTimeout", "%v: want ≥ 0 (0 = default %v) or Unlimited", c.ReconnectTimeout, DefaultReconnectTimeout))
+	}
 	if c.MaxExtension < 0 && c.MaxExtension != Unlimited {
 		add(fieldError("MaxExtension", "%v: want ≥ 0 or Unlimited", c.MaxExtension))
 	}
@@ -208,7 +229,8 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	}
 	def(&c.StreamAckDeadline, DefaultStreamAckDeadline)
 	def(&c.HeartbeatInterval, DefaultHeartbeatInterval)
-	def(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	def(&c.HeartbeatTimeout, min(DefaultHeartbeatTimeout, c.HeartbeatInterval))
+	def(&c.ReconnectTimeout, DefaultReconnectTimeout)
 	def(&c.MaxExtension, DefaultMaxExtension)
 	def(&c.AckFlushInterval, DefaultAckFlushInterval)
 	def(&c.ShutdownNackDelay, DefaultShutdownNackDelay)

@@ -13,15 +13,15 @@ import (
 // TestBadConfigs: each bad value is a clear error from the constructor that
 // names its field, never a panic, and nothing is left running.
 func TestBadConfigs(t *testing.T) {
-	const sub = "projects/p/subscriptions/s"
+	const sub = "projects/p/subscriptions/sub"
 	conn := &grpc.ClientConn{}
 	cases := []struct {
 		name, sub, field string
 		cfg              SubscriberConfig
 	}{
 		{"empty subscription", "", "subscription", SubscriberConfig{}},
-		{"topic not subscription", "projects/p/topics/t", "subscription", SubscriberConfig{}},
-		{"missing project", "subscriptions/s", "subscription", SubscriberConfig{}},
+		{"topic not subscription", "projects/p/topics/topic", "subscription", SubscriberConfig{}},
+		{"missing project", "subscriptions/sub", "subscription", SubscriberConfig{}},
 		{"deadline too short", sub, "StreamAckDeadline", SubscriberConfig{StreamAckDeadline: 5 * time.Second}},
 		{"deadline too long", sub, "StreamAckDeadline", SubscriberConfig{StreamAckDeadline: 601 * time.Second}},
 		{"deadline negative", sub, "StreamAckDeadline", SubscriberConfig{StreamAckDeadline: -time.Second}},

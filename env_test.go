@@ -31,11 +31,11 @@ func newEnvSub(t testing.TB, sc pubsubtest.SubscriptionConfig, opts ...pubsubtes
 	}
 	t.Cleanup(func() { srv.Close() })
 	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "t")
+	topic, err := srv.CreateTopic(ctx, "topic")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc.Name, sc.Topic = "s", topic
+	sc.Name, sc.Topic = "sub", topic
 	sub, err := srv.CreateSubscription(ctx, sc)
 	if err != nil {
 		t.Fatal(err)

@@ -47,6 +47,7 @@ type counters struct {
 	received, redelivered, acked, nacked, noops, expired atomic.Uint64
 	extended, reconnects, ackFailures                    atomic.Uint64
 	settled, handed, settledHanded, ackFinal             atomic.Int64
+	inHandler                                            atomic.Int64 // handlers running now
 
 	mu      sync.Mutex
 	lastErr error

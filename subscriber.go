@@ -10,6 +10,8 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/ack"
 	"github.com/pubsubflow/pubsubflow/connect"
@@ -52,6 +54,7 @@ type Subscriber struct {
 	tracing  *subTracer // nil unless TracerProvider is set
 	c        counters
 	ordered  bool
+	detected bool // the subscription orders by key (NewSubscriber asked)
 
 	life      context.Context // cancelled when the streams must stop
 	stop      context.CancelFunc
@@ -74,8 +77,17 @@ type Subscriber struct {
 
 // NewSubscriber validates cfg, connects, and prepares a subscriber for
 // subscription (projects/P/subscriptions/S). Nothing is received until Run
-// or a pipeline from Source runs.
+// or a pipeline from Source runs. Unless cfg.Ordering is set it asks the
+// server whether the subscription orders by key, within ctx: if that fails
+// (a cancelled context, an unreachable or unknown subscription) so does
+// NewSubscriber, rather than process ordered messages out of order; only
+// a missing permission (PERMISSION_DENIED) or a server without the method
+// (UNIMPLEMENTED) falls back to cfg.Ordering, with a warning in the log.
+// A failed NewSubscriber leaves nothing running.
 func NewSubscriber(ctx context.Context, subscription string, cfg SubscriberConfig) (*Subscriber, error) {
+	if ctx == nil {
+		return nil, errors.New("pubsubflow: NewSubscriber: nil context")
+	}
 	if err := ValidateSubscription(subscription); err != nil {
 		return nil, err
 	}
@@ -94,7 +106,17 @@ func NewSubscriber(ctx context.Context, subscription string, cfg SubscriberConfi
 	s.abandon, s.giveUp = context.WithCancel(context.Background())
 	s.nextRun.Store(1)
 	if err := s.connect(ctx); err != nil {
+		s.giveUp()
 		return nil, err
+	}
+	// Before build starts any goroutine, so a failure leaves none.
+	if !cfg.Ordering {
+		ordered, err := s.detectOrdering(ctx)
+		if err != nil {
+			s.closeParts()
+			return nil, err
+		}
+		s.detected = ordered
 	}
 	if err := s.build(ctx); err != nil {
 		s.closeParts()
@@ -176,6 +198,7 @@ func (s *Subscriber) build(ctx context.Context) error {
 		HeartbeatTimeout:       s.cfg.HeartbeatTimeout,
 		Backoff:                s.cfg.Backoff,
 		Classify:               s.cfg.Classify,
+		ReconnectTimeout:       reconnectTimeout(s.cfg.ReconnectTimeout),
 		Receipt:                s.receipt,
 		Budget:                 s.gate,
 		Ready:                  s.tracker.Ready,
@@ -201,13 +224,29 @@ func clientLimit(v int64) int64 {
 	return v
 }
 
-// subscriptionOrdered asks the server whether the subscription orders by
-// key. It is best effort: without the permission, Ordering decides.
-func (s *Subscriber) subscriptionOrdered(ctx context.Context) bool {
+// subscriptionOrdered reports whether the subscription orders by key, as
+// NewSubscriber found out before the parts were built.
+func (s *Subscriber) subscriptionOrdered(context.Context) bool { return s.detected }
+
+// detectOrdering asks the server whether the subscription orders by key.
+// Only PERMISSION_DENIED and UNIMPLEMENTED are not errors: without the
+// permission (or the method) the answer cannot be had, and cfg.Ordering
+// decides.
+func (s *Subscriber) detectOrdering(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	got, err := s.client.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: s.sub})
-	return err == nil && got.GetEnableMessageOrdering()
+	switch status.Code(err) {
+	case codes.OK:
+		return got.GetEnableMessageOrdering(), nil
+	case codes.PermissionDenied, codes.Unimplemented:
+		if s.cfg.Logger != nil {
+			s.cfg.Logger.Warn("pubsubflow: cannot tell whether the subscription orders by key; set SubscriberConfig.Ordering if it does",
+				"subscription", s.sub, "err", err)
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("pubsubflow: asking whether %s orders by key (set SubscriberConfig.Ordering to skip): %w", s.sub, err)
 }
 
 // ClientID is the id sent on every stream of this subscriber.
@@ -297,3 +336,11 @@ func (s *Subscriber) Stats() Stats {
 // processing is the number of messages handed to processing and not
 // settled.
 func (s *Subscriber) processing() int64 { return s.c.handed.Load() - s.c.settledHanded.Load() }
+
+// reconnectTimeout maps the config's Unlimited to the source's RetryForever.
+func reconnectTimeout(d time.Duration) time.Duration {
+	if d == Unlimited {
+		return source.RetryForever
+	}
+	return d
+}

@@ -345,3 +345,36 @@ func TestReconnectWithBudgetSpentOpensNoStream(t *testing.T) {
 		}
 	})
 }
+
+// TestRunReturnsDespiteStuckHandler: a handler that ignores its ctx does
+// not keep Run waiting for ever: once ctx is cancelled and the drain
+// timeout has passed, Run returns a *StuckHandlersError counting it, and
+// its message was nacked.
+func TestRunReturnsDespiteStuckHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, pubsubtest.WithBufconn())
+		e.publish(t, 1, nil)
+		s := e.subscriber(t, SubscriberConfig{DrainTimeout: 2 * time.Second})
+		stuck := make(chan struct{})
+		defer close(stuck)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := runAsync(ctx, s, 2, func(context.Context, *Message) error {
+			<-stuck // ignores its ctx
+			return nil
+		})
+		waitFor(t, "the handler running", time.Minute, func() bool { return s.Stats().Processing == 1 })
+		begin := time.Now()
+		cancel()
+		err := <-done
+		var se *StuckHandlersError
+		if !errors.As(err, &se) || se.Running != 1 {
+			t.Fatalf("Run = %v, want a *StuckHandlersError with 1 running", err)
+		}
+		if took := time.Since(begin); took > 2*time.Second+stuckGrace+time.Second {
+			t.Fatalf("Run took %v to return (drain timeout 2 s)", took)
+		}
+		if ss := e.srv.SubscriptionStats(e.sub); ss.Nacked != 1 || ss.Outstanding != 0 {
+			t.Fatalf("the stuck handler's message: %+v, want nacked", ss)
+		}
+	})
+}

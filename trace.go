@@ -14,7 +14,6 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/ack"
 	"github.com/pubsubflow/pubsubflow/message"
-	"github.com/pubsubflow/pubsubflow/sink"
 )
 
 // TracerName is the instrumentation name of pubsubflow's tracers.
@@ -371,14 +370,4 @@ func (t *subTracer) close() {
 	for _, m := range left {
 		t.end(m, attribute.KeyValue{}, errClosed)
 	}
-}
-
-// tracedCall is process's handler call when tracing: the handler runs
-// under its message's process span.
-func (s *Subscriber) tracedCall(ctx context.Context, handler Handler, m *Message) (*Message, error) {
-	ctx, span := s.tracing.startProcess(ctx, m)
-	err := s.safeHandle(ctx, handler, m)
-	sink.Apply(m, err, s.policy)
-	s.tracing.endProcess(m, span, err)
-	return m, nil
 }

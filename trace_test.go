@@ -143,7 +143,7 @@ func TestTraceJoinsGooglePublisher(t *testing.T) {
 
 	s := e.subscriber(t, SubscriberConfig{TracerProvider: sp.tp})
 	var handled atomic.Int64
-	rctx, cancel := context.WithCancel(ctx)
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	err := s.Run(rctx, 2, func(ctx context.Context, m *Message) error {
 		// Hold the messages until their receipt modacks reached the
@@ -170,12 +170,12 @@ func TestTraceJoinsGooglePublisher(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	creates := byMessageID(sp.named("t create"))
-	subscribes := byMessageID(sp.named("s subscribe"))
-	processes := byMessageID(sp.named("s process"))
+	creates := byMessageID(sp.named("topic create"))
+	subscribes := byMessageID(sp.named("sub subscribe"))
+	processes := byMessageID(sp.named("sub process"))
 	users := byMessageID(sp.named("user work"))
-	acks := sp.named("s ack")
-	modacks := sp.named("s modack")
+	acks := sp.named("sub ack")
+	modacks := sp.named("sub modack")
 	if len(acks) == 0 {
 		t.Fatal("no ack span")
 	}
@@ -289,9 +289,9 @@ func TestTraceJoinsGoogleSubscriber(t *testing.T) {
 		t.Fatalf("Google's client received %d of %d", len(got), n)
 	}
 
-	creates := byMessageID(sp.named("t create"))
-	subscribes := byMessageID(sp.named("s subscribe"))
-	publishes := sp.named("t publish")
+	creates := byMessageID(sp.named("topic create"))
+	subscribes := byMessageID(sp.named("sub subscribe"))
+	publishes := sp.named("topic publish")
 	if len(publishes) == 0 {
 		t.Fatal("no publish span")
 	}
@@ -327,7 +327,7 @@ func TestTraceEndsSpansWithStatus(t *testing.T) {
 	e.publish(t, 3, nil)
 	s := e.subscriber(t, SubscriberConfig{TracerProvider: sp.tp})
 	var acked atomic.Int64
-	rctx, cancel := context.WithCancel(context.Background())
+	rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := s.Run(rctx, 1, func(ctx context.Context, m *Message) error {
 		m.Ack()
@@ -344,7 +344,7 @@ func TestTraceEndsSpansWithStatus(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	subs := sp.named("s subscribe")
+	subs := sp.named("sub subscribe")
 	if len(subs) != 3 {
 		t.Fatalf("%d subscribe spans, want 3", len(subs))
 	}
@@ -379,13 +379,17 @@ func TestTraceShutdownNacks(t *testing.T) {
 			return ctx.Err()
 		})
 	}()
-	<-started
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no message reached the handler")
+	}
 	waitFor(t, "all 20 received", 10*time.Second, func() bool { return s.Stats().Received == 20 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	subs := sp.named("s subscribe")
+	subs := sp.named("sub subscribe")
 	if len(subs) != 20 {
 		t.Fatalf("%d subscribe spans ended, want 20", len(subs))
 	}
@@ -394,7 +398,7 @@ func TestTraceShutdownNacks(t *testing.T) {
 			t.Errorf("subscribe span result %q (status %v), want %q", v.AsString(), sub.Status, resultNacked)
 		}
 	}
-	procs := sp.named("s process")
+	procs := sp.named("sub process")
 	if len(procs) != 1 || procs[0].Status.Code != codes.Error {
 		t.Errorf("process spans %d, want 1 ended with an error status", len(procs))
 	}
@@ -425,7 +429,7 @@ func TestTraceExpiry(t *testing.T) {
 		// The server redelivers the expired message, so later deliveries
 		// have spans of their own (expired too, or nacked at shutdown).
 		expiredSpans := 0
-		for _, sub := range sp.named("s subscribe") {
+		for _, sub := range sp.named("sub subscribe") {
 			if v, _ := attr(sub, attrResult); v.AsString() != resultExpired {
 				continue
 			}
@@ -444,7 +448,7 @@ func TestTraceExpiry(t *testing.T) {
 		if expiredSpans == 0 {
 			t.Fatal("no subscribe span ended as expired")
 		}
-		if len(sp.named("s process")) == 0 {
+		if len(sp.named("sub process")) == 0 {
 			t.Error("the process span did not end")
 		}
 		sp.checkAllEnded(t)
@@ -460,7 +464,7 @@ func TestTraceProcessStage(t *testing.T) {
 	s := e.subscriber(t, SubscriberConfig{TracerProvider: sp.tp})
 	var handled atomic.Int64
 	var bad atomic.Int64
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err := pipeline.FromContext(ctx, s.Source()).Via(s.Process(4, func(ctx context.Context, m *Message) error {
 		if !trace.SpanContextFromContext(ctx).IsValid() || trace.SpanContextFromContext(ctx).SpanID() == m.Trace().Subscribe.SpanContext().SpanID() {
@@ -480,7 +484,7 @@ func TestTraceProcessStage(t *testing.T) {
 	if bad.Load() != 0 {
 		t.Fatalf("%d handlers ran without their process span in ctx", bad.Load())
 	}
-	if n := len(sp.named("s process")); n != 10 {
+	if n := len(sp.named("sub process")); n != 10 {
 		t.Fatalf("%d process spans, want 10", n)
 	}
 	sp.checkAllEnded(t)
@@ -504,7 +508,7 @@ func TestTraceAbandonedHandler(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	procs := sp.named("s process")
+	procs := sp.named("sub process")
 	if len(procs) != 1 || procs[0].Status.Code != codes.Error {
 		t.Fatalf("process spans %v, want one ended by Close with an error status", procs)
 	}

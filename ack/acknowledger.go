@@ -41,12 +41,16 @@ type Acknowledger struct {
 	order    []*batch // batches in creation order, for dispatch
 	retries  []*request
 	inflight [numKinds]int
-	pending  int   // ack ids in batches
-	unacked  int64 // acks and immediate nacks not yet confirmed or failed
-	closed   bool  // no more ack ids accepted
-	aborted  bool  // nothing more is sent
-	idle     chan struct{}
-	stopOnce sync.Once
+	// eoInflight counts the exactly-once requests in flight per kind: a
+	// caller waits on their confirmations, so such ids go out at once
+	// while none is in flight and coalesce only behind the one that is.
+	eoInflight [numKinds]int
+	pending    int   // ack ids in batches
+	unacked    int64 // acks and immediate nacks not yet confirmed or failed
+	closed     bool  // no more ack ids accepted
+	aborted    bool  // nothing more is sent
+	idle       chan struct{}
+	stopOnce   sync.Once
 }
 
 // New returns an Acknowledger for subscription (its full name) that sends
@@ -186,7 +190,7 @@ func (a *Acknowledger) enqueue(key batchKey, ackID string) *message.Result {
 	if counts {
 		a.unacked++
 	}
-	if b.full() || counts && a.urgentLocked(key.kind) {
+	if b.full() || counts && a.urgentLocked(key.kind) || a.sendNowLocked(key) {
 		a.dispatchLocked()
 	}
 	a.mu.Unlock()
@@ -198,6 +202,16 @@ func (a *Acknowledger) enqueue(key batchKey, ackID string) *message.Result {
 // flight, acks accumulate into the next one.
 func (a *Acknowledger) urgentLocked(k kind) bool {
 	return a.cfg.Flow != nil && a.inflight[k] == 0 && a.cfg.Flow.AtLimit(a.unacked)
+}
+
+// sendNowLocked reports whether ack ids of key go out without waiting for
+// the flush tick: someone waits on their confirmation (exactly-once) and no
+// such request of their kind is in flight. While one is, later ids gather
+// into the next request, which leaves when it completes — the send-now,
+// else-coalesce rule, which keeps a confirmation one round trip away
+// instead of a flush interval, without one RPC per ack id under load.
+func (a *Acknowledger) sendNowLocked(key batchKey) bool {
+	return key.eo && a.eoInflight[key.kind] == 0
 }
 
 func (a *Acknowledger) batchLocked(key batchKey) *batch {

@@ -268,16 +268,25 @@ func ackIDFailure(reasons map[string]string) error {
 // TRANSIENT_ retried, PERMANENT_ failed, unlisted confirmed.
 func TestExactlyOncePerAckID(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var attempt atomic.Int64
+		// The first id goes alone (nothing in flight), the others together
+		// behind it; the server fails "t" once (transient) and "p" for good.
+		var tries atomic.Int64
 		c := &stubClient{reply: func(_ context.Context, c call) error {
-			if attempt.Add(1) == 1 {
-				return ackIDFailure(map[string]string{
-					"t": "TRANSIENT_FAILURE_UNORDERED_ACK_ID",
-					"p": ReasonInvalidAckID,
-				})
+			reasons := map[string]string{}
+			for _, id := range c.ids {
+				switch id {
+				case "t":
+					if tries.Add(1) == 1 {
+						reasons[id] = "TRANSIENT_FAILURE_UNORDERED_ACK_ID"
+					} else if len(c.ids) != 1 {
+						return fmt.Errorf("retried %v, want only the transient id", c.ids)
+					}
+				case "p":
+					reasons[id] = ReasonInvalidAckID
+				}
 			}
-			if len(c.ids) != 1 || c.ids[0] != "t" {
-				return fmt.Errorf("retried %v, want only the transient id", c.ids)
+			if len(reasons) > 0 {
+				return ackIDFailure(reasons)
 			}
 			return nil
 		}}

@@ -62,7 +62,7 @@ func (a *Acknowledger) dispatchBatchLocked(b *batch) {
 	if a.inflight[k] >= a.cfg.MaxInFlight {
 		return
 	}
-	all := b.flush || b.key.counts() && a.urgentLocked(k)
+	all := b.flush || b.key.counts() && a.urgentLocked(k) || a.sendNowLocked(b.key)
 	if !all && !b.full() {
 		return
 	}
@@ -103,6 +103,9 @@ func (a *Acknowledger) dispatchBatchLocked(b *batch) {
 
 func (a *Acknowledger) startLocked(r *request) {
 	a.inflight[r.key.kind]++
+	if r.key.eo {
+		a.eoInflight[r.key.kind]++
+	}
 	a.wg.Add(1)
 	go a.run(r)
 }
@@ -246,6 +249,9 @@ func (a *Acknowledger) complete(r *request, err error) {
 		a.retries = append(a.retries, retry)
 	}
 	a.inflight[r.key.kind]--
+	if r.key.eo {
+		a.eoInflight[r.key.kind]--
+	}
 	if r.key.counts() {
 		a.unacked -= int64(finished)
 	}

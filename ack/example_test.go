@@ -40,7 +40,7 @@ func ExampleAcknowledger_AckWithResult() {
 	srv, _ := pubsubtest.NewServer()
 	defer srv.Close()
 	topic, _ := srv.CreateTopic(ctx, "orders")
-	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "eo", Topic: topic, EnableExactlyOnceDelivery: true})
+	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "eos", Topic: topic, EnableExactlyOnceDelivery: true})
 	_, _ = srv.Publish(ctx, topic, &pubsubpb.PubsubMessage{Data: []byte("a")})
 
 	client := pubsubpb.NewSubscriberClient(srv.ClientConn())

@@ -16,7 +16,7 @@ import (
 // what it cannot send — and nacks never do.
 func TestOnAckedOncePerAckID(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, client, sub := newServer(t, pubsubtest.SubscriptionConfig{Name: "s"})
+		srv, client, sub := newServer(t, pubsubtest.SubscriptionConfig{Name: "sub"})
 		var mu sync.Mutex
 		seen := map[string]int{}
 		a, err := New(client, sub, Config{OnAcked: func(ids []string) {

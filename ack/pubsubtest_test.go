@@ -23,10 +23,10 @@ func newServer(t *testing.T, sub pubsubtest.SubscriptionConfig) (*pubsubtest.Ser
 	}
 	t.Cleanup(func() { _ = srv.Close() })
 	ctx := context.Background()
-	if _, err := srv.CreateTopic(ctx, "t"); err != nil {
+	if _, err := srv.CreateTopic(ctx, "topic"); err != nil {
 		t.Fatal(err)
 	}
-	sub.Topic = "t"
+	sub.Topic = "topic"
 	name, err := srv.CreateSubscription(ctx, sub)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +40,7 @@ func TestLongAckIDsServer(t *testing.T) {
 	for _, n := range []int{300, 1000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv, client, sub := newServer(t, pubsubtest.SubscriptionConfig{Name: "s"})
+				srv, client, sub := newServer(t, pubsubtest.SubscriptionConfig{Name: "sub"})
 				a, err := New(client, sub, Config{})
 				if err != nil {
 					t.Fatal(err)
@@ -72,9 +72,9 @@ func TestLongAckIDsServer(t *testing.T) {
 // invalid-ack-id failure, while a live one is confirmed.
 func TestExactlyOnceExpiredAckID(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, client, sub := newServer(t, pubsubtest.SubscriptionConfig{Name: "eo", EnableExactlyOnceDelivery: true, AckDeadline: 10 * time.Second})
+		srv, client, sub := newServer(t, pubsubtest.SubscriptionConfig{Name: "eos", EnableExactlyOnceDelivery: true, AckDeadline: 10 * time.Second})
 		ctx := t.Context()
-		if _, err := srv.Publish(ctx, "t", &pubsubpb.PubsubMessage{Data: []byte("old")}); err != nil {
+		if _, err := srv.Publish(ctx, "topic", &pubsubpb.PubsubMessage{Data: []byte("old")}); err != nil {
 			t.Fatal(err)
 		}
 		old, err := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 1})

@@ -26,11 +26,11 @@ func newEnv(tb testing.TB, ackDeadline time.Duration, opts ...pubsubtest.Option)
 	}
 	tb.Cleanup(func() { _ = srv.Close() })
 	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "t")
+	topic, err := srv.CreateTopic(ctx, "topic")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sub, err := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: "t", AckDeadline: ackDeadline})
+	sub, err := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic", AckDeadline: ackDeadline})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -54,8 +54,8 @@ func serveBacklog() int {
 	defer srv.Close()
 	e := &env{srv: srv}
 	ctx := context.Background()
-	if e.topic, err = srv.CreateTopic(ctx, "t"); err == nil {
-		e.sub, err = srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: "t", AckDeadline: 60 * time.Second})
+	if e.topic, err = srv.CreateTopic(ctx, "topic"); err == nil {
+		e.sub, err = srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic", AckDeadline: 60 * time.Second})
 	}
 	if err == nil {
 		err = e.publishErr(backlog, payload)

@@ -28,7 +28,9 @@ func Dial(ctx context.Context, o Options) (*grpc.ClientConn, error) {
 }
 
 // DialOptions returns the target and the gRPC dial options Dial would use,
-// for callers that build their connection themselves.
+// for callers that build their connection themselves. They accept received
+// messages up to MaxReceiveMessageSize; Options.DialOptions come last and
+// may change that.
 func DialOptions(ctx context.Context, o Options) ([]grpc.DialOption, string, error) {
 	if err := o.Validate(); err != nil {
 		return nil, "", err
@@ -38,7 +40,13 @@ func DialOptions(ctx context.Context, o Options) ([]grpc.DialOption, string, err
 	if ua == "" {
 		ua = DefaultUserAgent
 	}
-	opts := []grpc.DialOption{grpc.WithUserAgent(ua)}
+	opts := []grpc.DialOption{
+		grpc.WithUserAgent(ua),
+		// gRPC's 4 MiB default is below what the service sends (a 10 MB
+		// message in a StreamingPull response); with it, such a message
+		// could never be received.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReceiveMessageSize)),
+	}
 	if r.insecure {
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	} else {

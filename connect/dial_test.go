@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-const testSub = "projects/p/subscriptions/s"
+const testSub = "projects/p/subscriptions/sub"
 
 func TestResolveEndpoint(t *testing.T) {
 	t.Setenv(EmulatorHostEnv, "")
@@ -89,7 +89,7 @@ func TestDialTLSTokenRoutingInterceptors(t *testing.T) {
 	if got := md.Get("authorization"); len(got) != 1 || got[0] != "Bearer tok-123" {
 		t.Errorf("authorization = %q, want Bearer tok-123", got)
 	}
-	if got := md.Get(RequestParamsKey); len(got) != 1 || got[0] != "subscription=projects%2Fp%2Fsubscriptions%2Fs" {
+	if got := md.Get(RequestParamsKey); len(got) != 1 || got[0] != "subscription=projects%2Fp%2Fsubscriptions%2Fsub" {
 		t.Errorf("%s = %q", RequestParamsKey, got)
 	}
 	if got := md.Get("user-agent"); len(got) != 1 || !strings.HasPrefix(got[0], "ua-test") {

@@ -7,6 +7,8 @@ import (
 
 	"golang.org/x/oauth2"
 	"google.golang.org/grpc"
+
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 // DefaultEndpoint is the production Pub/Sub endpoint.
@@ -18,6 +20,14 @@ const Scope = "https://www.googleapis.com/auth/pubsub"
 // EmulatorHostEnv names the environment variable that points clients at a
 // Pub/Sub emulator ("host:port").
 const EmulatorHostEnv = "PUBSUB_EMULATOR_HOST"
+
+// MaxReceiveMessageSize is the largest gRPC message a connection made by
+// Dial or DialOptions accepts (20 MiB, as Google's Go client dials): the
+// service delivers messages of up to 10 MB, and gRPC's own default of 4 MiB
+// would make every larger one fail its stream. A connection of your own
+// needs grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(...)) for the
+// same.
+const MaxReceiveMessageSize = limits.MaxReceiveMessageBytes
 
 // DefaultUserAgent is sent as the gRPC user agent unless Options.UserAgent
 // overrides it.

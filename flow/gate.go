@@ -68,8 +68,16 @@ func (gt *Gate) Open(stream int, shareMessages, shareBytes int64) (maxMessages, 
 // Closed returns a stream's grant (source.Budget).
 func (gt *Gate) Closed(stream int) { gt.Flow.CloseLane(stream) }
 
-// Room reports whether the streams may read on (source.Budget).
-func (gt *Gate) Room() bool { return gt.Flow.Room() }
+// Room reports whether the streams may read on (source.Budget): while
+// fewer than MaxMessages messages are outstanding. Bytes are bounded by
+// the grants instead: the service may send a stream one message larger
+// than the room its grant left (alone), and a stream that stopped reading
+// then would leave that message unread and unleased in the transport until
+// its deadline passed — so it reads it, and counts it.
+func (gt *Gate) Room() bool {
+	fc := gt.Flow
+	return fc.maxMessages <= 0 || fc.outstanding.Load() < fc.maxMessages
+}
 
 // Wake is closed when room may have changed (source.Budget).
 func (gt *Gate) Wake() <-chan struct{} { return gt.Flow.Wake() }

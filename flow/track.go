@@ -43,10 +43,9 @@ type Tracker struct {
 	// MaxBuffer bounds the messages held (0: DefaultTrackBuffer).
 	MaxBuffer int
 
-	// OnReceive, if set, runs for each message on receipt, on the stage's
-	// goroutine, just before its lease is taken: a subscriber binds its
-	// settle path there, which saves a stage (a goroutine and a hand-off
-	// per message) in front of the tracker. It must not block.
+	// OnReceive, if set, runs for each message on receipt (on the stage's
+	// goroutine, or in Receive on the caller's), just before its lease is
+	// taken: a chain binds its settle path there. It must not block.
 	OnReceive func(m *message.Message)
 
 	// OnDrop receives each message the stage still holds when it stops

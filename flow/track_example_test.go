@@ -79,8 +79,8 @@ func ExampleTracker() {
 		log.Fatal(err)
 	}
 	defer srv.Close()
-	_, _ = srv.CreateTopic(ctx, "t")
-	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: "t"})
+	_, _ = srv.CreateTopic(ctx, "topic")
+	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic"})
 	ext, err := lease.NewExtender(pubsubpb.NewSubscriberClient(srv.ClientConn()), sub, lease.Config{})
 	if err != nil {
 		log.Fatal(err)

@@ -100,7 +100,7 @@ func trkBind(s message.Settler) stage.Flow[*message.Message, *message.Message] {
 func trkMessages(n int, s message.Settler) []*message.Message {
 	out := make([]*message.Message, n)
 	for i := range out {
-		out[i] = &message.Message{ID: fmt.Sprint(i + 1), AckID: fmt.Sprint(i + 1), Subscription: "projects/p/subscriptions/s", ReceiveTime: time.Now()}
+		out[i] = &message.Message{ID: fmt.Sprint(i + 1), AckID: fmt.Sprint(i + 1), Subscription: "projects/p/subscriptions/sub", ReceiveTime: time.Now()}
 		if s != nil {
 			out[i].Bind(s)
 		}
@@ -151,7 +151,7 @@ func runBug1(t *testing.T, track func(*lease.Extender) stage.Flow[*message.Messa
 	var first []string
 	synctest.Test(t, func(t *testing.T) {
 		stub := &trkStub{}
-		ext := trkExtender(t, stub, "projects/p/subscriptions/s", lease.Config{Strategy: lease.Fixed(200*time.Millisecond, time.Second)})
+		ext := trkExtender(t, stub, "projects/p/subscriptions/sub", lease.Config{Strategy: lease.Fixed(200*time.Millisecond, time.Second)})
 		start := time.Now()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -289,11 +289,11 @@ func trkNewFixture(t *testing.T, sc pubsubtest.SubscriptionConfig) *trkFixture {
 	}
 	t.Cleanup(func() { _ = srv.Close() })
 	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "t")
+	topic, err := srv.CreateTopic(ctx, "topic")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc.Name, sc.Topic = "s", "t"
+	sc.Name, sc.Topic = "sub", "topic"
 	sub, err := srv.CreateSubscription(ctx, sc)
 	if err != nil {
 		t.Fatal(err)
@@ -389,7 +389,7 @@ func TestEagerTrackExactlyOnce(t *testing.T) {
 func TestEagerTrackSkipsSettledWhileBuffered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		stub := &trkStub{}
-		ext := trkExtender(t, stub, "projects/p/subscriptions/s", lease.Config{StreamAckDeadline: 10 * time.Second, MaxExtension: 30 * time.Second})
+		ext := trkExtender(t, stub, "projects/p/subscriptions/sub", lease.Config{StreamAckDeadline: 10 * time.Second, MaxExtension: 30 * time.Second})
 		s := &trkSettler{ext: ext}
 		msgs := trkMessages(5, s)
 		release := make(chan struct{})
@@ -434,7 +434,7 @@ func TestEagerTrackSkipsSettledWhileBuffered(t *testing.T) {
 // receiving (backpressure).
 func TestEagerTrackBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ext := trkExtender(t, &trkStub{}, "projects/p/subscriptions/s", lease.Config{})
+		ext := trkExtender(t, &trkStub{}, "projects/p/subscriptions/sub", lease.Config{})
 		var sent, most atomic.Int64
 		src := stage.SourceFunc[*message.Message](func(g *stage.Group) <-chan *message.Message {
 			out := make(chan *message.Message)
@@ -487,7 +487,7 @@ func TestEagerTrackNilExtender(t *testing.T) {
 func TestEagerTrackInGoStreamsGraph(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		stub := &trkStub{}
-		ext := trkExtender(t, stub, "projects/p/subscriptions/s", lease.Config{Strategy: lease.Fixed(200*time.Millisecond, time.Second)})
+		ext := trkExtender(t, stub, "projects/p/subscriptions/sub", lease.Config{Strategy: lease.Fixed(200*time.Millisecond, time.Second)})
 		graph := pipeline.Streams[*message.Message, *message.Message](func(g *stage.Group, in streams.Source) streams.Outlet {
 			return in.Via(gsflow.NewPassThrough()).Via(pipeline.NewStreamsFlow(g, EagerTrack(ext, 0))).Via(gsflow.NewPassThrough())
 		}, pipeline.StreamsOptions[*message.Message]{})

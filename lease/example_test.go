@@ -70,8 +70,8 @@ func ExampleAdaptive() {
 		log.Fatal(err)
 	}
 	defer srv.Close()
-	_, _ = srv.CreateTopic(ctx, "t")
-	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: "t"})
+	_, _ = srv.CreateTopic(ctx, "topic")
+	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic"})
 	ext, err := lease.NewExtender(pubsubpb.NewSubscriberClient(srv.ClientConn()), sub, lease.Config{
 		Strategy:          lease.Adaptive(lease.AdaptiveConfig{Min: 20 * time.Second, Max: 5 * time.Minute}),
 		StreamAckDeadline: 90 * time.Second,

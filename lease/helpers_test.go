@@ -157,11 +157,11 @@ func newFixture(t *testing.T, sc pubsubtest.SubscriptionConfig, opts ...pubsubte
 	}
 	t.Cleanup(func() { _ = srv.Close() })
 	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "t")
+	topic, err := srv.CreateTopic(ctx, "topic")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc.Name, sc.Topic = "s", "t"
+	sc.Name, sc.Topic = "sub", "topic"
 	sub, err := srv.CreateSubscription(ctx, sc)
 	if err != nil {
 		t.Fatal(err)

@@ -133,10 +133,10 @@ func newExtenderModelWith(t *rapid.T, deadline, maxExtension time.Duration) *ext
 	x.rec = &recorder{SubscriberClient: x.raw}
 	x.deadline, x.maxExtension = deadline, maxExtension
 	ctx := context.Background()
-	if x.topic, err = srv.CreateTopic(ctx, "t"); err != nil {
+	if x.topic, err = srv.CreateTopic(ctx, "topic"); err != nil {
 		t.Fatal(err)
 	}
-	if x.sub, err = srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: x.topic, AckDeadline: x.deadline}); err != nil {
+	if x.sub, err = srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: x.topic, AckDeadline: x.deadline}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := lease.Config{StreamAckDeadline: x.deadline, MaxExtension: x.maxExtension}

@@ -59,24 +59,17 @@ func TestKnownLeaseLapseWhenDeadlineDrops(t *testing.T) {
 	})
 }
 
-// TestKnownSourceHoldsUntracked: messages received from the stream wait
-// untracked while the pipeline is full: the rest of a response in the
-// source's hands, and one message in the hand-off between the receive
-// hook and EagerTrack. After a reconnect the server delivers a fresh
-// per-stream budget while the client still holds the old one, so those
-// messages wait there past their ack deadline and are redelivered although
-// the client received them (invariant 1: "every message the client
-// received is tracked ... whatever downstream does").
+// TestKnownSourceHoldsUntracked: messages received from the stream once
+// waited untracked while the pipeline was full: the rest of a response in
+// the source's hands, and one message in the hand-off between the receive
+// hook and EagerTrack. After a reconnect the server delivered a fresh
+// per-stream budget while the client still held the old one, so those
+// messages waited there past their ack deadline and were redelivered
+// although the client had received them (invariant 1).
 //
-// Found by TestSubscriberMachine (redeliveries of deliveries the client
-// first touched more than 10 s after receiving them; the machine excuses
-// those unless PUBSUBFLOW_STRICT=1, and allows the one hand-off in its
-// lease count). Still open after 9b4b17a: source/stream.go now leases a
-// message on decode, but it decodes a response one message at a time, as
-// it hands each on, so the rest of the response still waits undecoded and
-// unleased (here: 2 of a response of 4 expire). Calling OnReceive for every
-// message of the response right after Recv, before the first hand-off,
-// would close it.
+// Found by TestSubscriberMachine. Fixed by the receipt steps, which lease
+// and count a whole response where it is decoded, before any of it waits,
+// and by streams that ask the server only for the room left.
 func TestKnownSourceHoldsUntracked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t)

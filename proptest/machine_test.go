@@ -150,10 +150,10 @@ func newMachine(t *rapid.T, mc machineConfig) *machine {
 	}
 	m := &machine{t: t, srv: srv, handled: map[string]int{}, lastFault: map[string]time.Time{}, start: time.Now()}
 	ctx := context.Background()
-	if m.topic, err = srv.CreateTopic(ctx, "t"); err != nil {
+	if m.topic, err = srv.CreateTopic(ctx, "topic"); err != nil {
 		t.Fatal(err)
 	}
-	if m.subName, err = srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: m.topic}); err != nil {
+	if m.subName, err = srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: m.topic}); err != nil {
 		t.Fatal(err)
 	}
 	m.maxPayload, m.maxPerResponse = mc.MaxPayload, mc.MaxPerResponse

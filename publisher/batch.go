@@ -20,6 +20,7 @@ type batch struct {
 	done      chan struct{}
 	ids       []string
 	err       error
+	msgErrs   []error      // per message, when single messages failed (then err is nil)
 	spans     []*tracedMsg // the messages' spans, when tracing
 }
 

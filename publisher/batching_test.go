@@ -60,7 +60,7 @@ func TestPublishBasic(t *testing.T) {
 func TestBatchClosesOnCount(t *testing.T) {
 	e := newEnv(t)
 	rec := newRecorder(pubsubpb.NewPublisherClient(e.srv.ClientConn()))
-	p := e.publisher(t, Config{MaxMessages: 10, Delay: time.Hour}, rec)
+	p := e.publisher(t, Config{MaxMessages: 10, Delay: MaxDelay}, rec)
 	var results []*Result
 	for i := range 95 {
 		results = append(results, p.Publish(context.Background(), msg(i)))
@@ -90,7 +90,7 @@ func TestBatchClosesOnCount(t *testing.T) {
 func TestBatchClosesOnBytes(t *testing.T) {
 	e := newEnv(t)
 	rec := newRecorder(pubsubpb.NewPublisherClient(e.srv.ClientConn()))
-	p := e.publisher(t, Config{MaxBytes: 1000, MaxMessages: 1000, Delay: time.Hour}, rec)
+	p := e.publisher(t, Config{MaxBytes: 1000, MaxMessages: 1000, Delay: MaxDelay}, rec)
 	data := bytes.Repeat([]byte("x"), 100)
 	var results []*Result
 	for range 91 { // the 91st closes the 10th batch, which it does not fit
@@ -152,7 +152,7 @@ func TestBatchClosesOnDelay(t *testing.T) {
 func TestBatchesStayWithinAPILimits(t *testing.T) {
 	e := newEnv(t)
 	rec := newRecorder(pubsubpb.NewPublisherClient(e.srv.ClientConn()))
-	p := e.publisher(t, Config{MaxMessages: MaxRequestMessages, MaxBytes: MaxRequestBytes, Delay: time.Hour}, rec)
+	p := e.publisher(t, Config{MaxMessages: MaxRequestMessages, MaxBytes: MaxRequestBytes, Delay: MaxDelay}, rec)
 	var results []*Result
 	for i := range 2500 {
 		results = append(results, p.Publish(context.Background(), msg(i)))
@@ -186,7 +186,7 @@ func TestBatchesStayWithinAPILimits(t *testing.T) {
 // key under a long Delay) do not pile up in the timer list.
 func TestTimerListStaysBounded(t *testing.T) {
 	e := newEnv(t)
-	p := e.publisher(t, Config{EnableOrdering: true, MaxMessages: 2, Delay: time.Hour})
+	p := e.publisher(t, Config{EnableOrdering: true, MaxMessages: 2, Delay: MaxDelay})
 	quiet := p.Publish(context.Background(), &Message{Data: []byte("q"), OrderingKey: "quiet"})
 	var results []*Result
 	for i := range 6000 {

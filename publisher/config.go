@@ -9,15 +9,20 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pubsubflow/pubsubflow/event"
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 // API limits of one PublishRequest.
 const (
 	// MaxRequestMessages is the most messages one Publish RPC may carry.
-	MaxRequestMessages = 1000
+	MaxRequestMessages = limits.MaxRequestMessages
 	// MaxRequestBytes is the largest encoded Publish request the service
 	// accepts (10 MB, as Google's clients count it).
-	MaxRequestBytes = 10_000_000
+	MaxRequestBytes = limits.MaxRequestBytes
+	// MaxDelay bounds Config.Delay: a longer wait before a batch is sent
+	// is a mistake (a unit slip) more often than a wish, and it holds flow
+	// control and memory for as long.
+	MaxDelay = time.Minute
 )
 
 // Defaults applied to zero Config fields.
@@ -45,7 +50,7 @@ type Config struct {
 	// so only a message larger than MaxBytes on its own exceeds it.
 	MaxBytes int
 	// Delay closes a batch this long after its first message was added
-	// (default 10 ms).
+	// (default 10 ms, at most MaxDelay).
 	Delay time.Duration
 	// MaxInFlightBatches bounds the Publish RPCs in flight at once, across
 	// all ordering keys (default 16). Closed batches beyond it wait.
@@ -103,7 +108,7 @@ func (c Config) Validate() error {
 		"Config.MaxMessages %d must be within 0–%d (0: %d)", c.MaxMessages, MaxRequestMessages, DefaultMaxMessages)
 	check(c.MaxBytes < 0 || c.MaxBytes > MaxRequestBytes,
 		"Config.MaxBytes %d must be within 0–%d (0: %d)", c.MaxBytes, MaxRequestBytes, DefaultMaxBytes)
-	check(c.Delay < 0, "Config.Delay %v must not be negative (0: %v)", c.Delay, DefaultDelay)
+	check(c.Delay < 0 || c.Delay > MaxDelay, "Config.Delay %v must be within 0–%v (0: %v)", c.Delay, MaxDelay, DefaultDelay)
 	check(c.MaxInFlightBatches < 0, "Config.MaxInFlightBatches %d must not be negative (0: %d)", c.MaxInFlightBatches, DefaultMaxInFlightBatches)
 	check(c.Flow.MaxMessages < 0, "Config.Flow.MaxMessages %d must not be negative (0: %d)", c.Flow.MaxMessages, DefaultFlowMaxMessages)
 	check(c.Flow.MaxBytes < 0, "Config.Flow.MaxBytes %d must not be negative (0: %d)", c.Flow.MaxBytes, DefaultFlowMaxBytes)

@@ -39,15 +39,15 @@ func TestConfigValidate(t *testing.T) {
 
 func TestNewRejectsBadInput(t *testing.T) {
 	client := pubsubpb.NewPublisherClient(nil)
-	for _, topic := range []string{"", "t", "projects/p/topics/", "projects//topics/t", "projects/p/subscriptions/s"} {
+	for _, topic := range []string{"", "t", "projects/p/topics/", "projects//topics/topic", "projects/p/subscriptions/sub"} {
 		if _, err := NewFromClient(client, topic, Config{}); err == nil {
 			t.Errorf("topic %q accepted", topic)
 		}
 	}
-	if _, err := NewFromClient(client, "projects/p/topics/t", Config{MaxMessages: 5000}); err == nil {
+	if _, err := NewFromClient(client, "projects/p/topics/topic", Config{MaxMessages: 5000}); err == nil {
 		t.Error("bad config accepted")
 	}
-	if _, err := New(nil, "projects/p/topics/t", Config{}); err == nil {
+	if _, err := New(nil, "projects/p/topics/topic", Config{}); err == nil {
 		t.Error("nil connection accepted")
 	}
 }

@@ -49,7 +49,7 @@ func ExampleNewFromClient() {
 	defer srv.Close()
 
 	client := pubsubpb.NewPublisherClient(srv.ClientConn())
-	p, err := publisher.NewFromClient(client, topic, publisher.Config{MaxMessages: 10, Delay: time.Hour})
+	p, err := publisher.NewFromClient(client, topic, publisher.Config{MaxMessages: 10, Delay: publisher.MaxDelay})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func ExamplePublisher_ResumePublish() {
 func ExamplePublisher_Flush() {
 	srv, topic := server()
 	defer srv.Close()
-	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{Delay: time.Hour})
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{Delay: publisher.MaxDelay})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func ExampleConfig_Validate() {
 func ExamplePublisher_Close() {
 	srv, topic := server()
 	defer srv.Close()
-	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{Delay: time.Hour})
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{Delay: publisher.MaxDelay})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -37,11 +37,11 @@ func newEnv(t testing.TB, opts ...pubsubtest.Option) *env {
 	}
 	t.Cleanup(func() { _ = srv.Close() })
 	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "t")
+	topic, err := srv.CreateTopic(ctx, "topic")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, err := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: "t", AckDeadline: 60 * time.Second})
+	sub, err := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic", AckDeadline: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func TestPublishBasicPstest(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	ctx := context.Background()
-	const topic = "projects/p/topics/t"
+	const topic = "projects/p/topics/topic"
 	if _, err := pubsubpb.NewPublisherClient(conn).CreateTopic(ctx, &pubsubpb.Topic{Name: topic}); err != nil {
 		t.Fatal(err)
 	}

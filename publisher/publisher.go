@@ -3,7 +3,6 @@ package publisher
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc"
 
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -53,6 +53,7 @@ type Publisher struct {
 
 type counters struct {
 	published, failed, batches, retries atomic.Int64
+	calls                               atomic.Int64 // Publish calls, for InvalidMessageError.Index
 }
 
 // Stats is a snapshot of a Publisher's counters.
@@ -114,10 +115,11 @@ func NewFromClient(client pubsubpb.PublisherClient, topic string, cfg Config) (*
 	return p, nil
 }
 
+// checkTopic applies the service's name rules, so a bad name fails here
+// and not as INVALID_ARGUMENT on every batch.
 func checkTopic(topic string) error {
-	parts := strings.Split(topic, "/")
-	if len(parts) != 4 || parts[0] != "projects" || parts[1] == "" || parts[2] != "topics" || parts[3] == "" {
-		return fmt.Errorf("publisher: topic %q is not of the form projects/{project}/topics/{topic}", topic)
+	if err := limits.CheckName(limits.Topics, topic); err != nil {
+		return fmt.Errorf("publisher: %w", err)
 	}
 	return nil
 }
@@ -131,6 +133,10 @@ func (p *Publisher) Topic() string { return p.topic }
 // once). ctx bounds only that wait; once accepted the message is published
 // whatever becomes of ctx. Errors known at once (closed publisher, paused
 // key, invalid message, flow control) are in the returned Result.
+//
+// A message that breaks one of the service's limits (see
+// InvalidMessageError) fails at once, before it is queued: it is never
+// retried and never fails another message.
 func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
 	if p.tracing != nil {
 		return p.publishTraced(ctx, m)
@@ -140,18 +146,23 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
 
 // add is Publish; tm holds the message's spans when tracing (else nil).
 func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg) *Result {
+	index := p.stats.calls.Add(1) - 1
 	if m == nil {
 		return failed(ErrNilMessage)
 	}
 	if m.OrderingKey != "" && !p.cfg.EnableOrdering {
 		return failed(ErrOrderingDisabled)
 	}
-	if len(m.Data) == 0 && len(m.Attributes) == 0 {
-		return failed(ErrEmptyMessage)
+	if v := limits.CheckMessage(m.Data, m.Attributes, m.OrderingKey); v != nil {
+		return failed(&InvalidMessageError{Index: index, OrderingKey: m.OrderingKey, Limit: v.Limit, Field: v.Field, Detail: v.Detail})
+	}
+	if tm != nil {
+		m = tm.inject(ctx, m) // after the check: the googclient_ keys are ours
 	}
 	pm, size, reqBytes := m.toProto()
 	if p.topicBytes+reqBytes > MaxRequestBytes {
-		return failed(fmt.Errorf("%w: %d bytes encoded, limit %d per request", ErrMessageTooLarge, p.topicBytes+reqBytes, MaxRequestBytes))
+		return failed(&InvalidMessageError{Index: index, OrderingKey: m.OrderingKey, Limit: "request size", Field: "message",
+			Detail: fmt.Sprintf("%d bytes encoded in a request, the limit is %d", p.topicBytes+reqBytes, MaxRequestBytes)})
 	}
 	// Fail fast on a paused key before waiting for flow control (which
 	// itself refuses a closed publisher); both are checked again once the

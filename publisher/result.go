@@ -39,5 +39,8 @@ func (r *Result) Get(ctx context.Context) (id string, err error) {
 	if r.b.err != nil {
 		return "", r.b.err
 	}
+	if r.b.msgErrs != nil && r.b.msgErrs[r.i] != nil {
+		return "", r.b.msgErrs[r.i]
+	}
 	return r.b.ids[r.i], nil
 }

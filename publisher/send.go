@@ -9,6 +9,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pubsubflow/pubsubflow/event"
 )
@@ -29,33 +30,70 @@ func (p *Publisher) sendLoop() {
 		if b.spans != nil {
 			span = p.tracing.startPublish(b)
 		}
-		ids, err := p.publish(b)
+		ids, msgErrs, err := p.publish(b)
 		if span != nil {
-			p.tracing.endPublish(span, b, ids, err)
+			p.tracing.endPublish(span, b, ids, msgErrs, err)
 		}
-		p.complete(b, ids, err)
+		p.complete(b, ids, msgErrs, err)
 	}
 }
 
-// publish sends one batch, retrying transient failures with backoff until
-// the retry deadline.
-func (p *Publisher) publish(b *batch) ([]string, error) {
+// publish sends one batch. When the request cannot be encoded, the
+// messages at fault fail on their own (msgErrs) and the rest are sent, so a
+// bad message never fails the others of its batch.
+func (p *Publisher) publish(b *batch) (ids []string, msgErrs []error, err error) {
+	ids, err = p.send(b.msgs)
+	if err == nil || !isEncodingError(err) {
+		return ids, nil, err
+	}
+	msgErrs = make([]error, len(b.msgs))
+	var good []*pubsubpb.PubsubMessage
+	var at []int
+	for i, m := range b.msgs {
+		if _, merr := proto.Marshal(m); merr != nil {
+			msgErrs[i] = &InvalidMessageError{Index: -1, OrderingKey: m.GetOrderingKey(), Limit: "encoding", Field: "message",
+				Detail: fmt.Sprintf("index %d of a batch of %d cannot be encoded (modified after Publish?)", i, len(b.msgs)), Err: merr}
+			continue
+		}
+		good = append(good, m)
+		at = append(at, i)
+	}
+	if len(good) == len(b.msgs) {
+		return nil, nil, err // no single message is at fault
+	}
+	ids = make([]string, len(b.msgs))
+	if len(good) > 0 {
+		gids, gerr := p.send(good)
+		for j, i := range at {
+			if gerr != nil {
+				msgErrs[i] = gerr
+			} else {
+				ids[i] = gids[j]
+			}
+		}
+	}
+	return ids, msgErrs, nil
+}
+
+// send publishes msgs, retrying transient failures with backoff until the
+// retry deadline. A request the client cannot encode is not retried.
+func (p *Publisher) send(msgs []*pubsubpb.PubsubMessage) ([]string, error) {
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.RetryDeadline)
 	defer cancel()
-	req := &pubsubpb.PublishRequest{Topic: p.topic, Messages: b.msgs}
+	req := &pubsubpb.PublishRequest{Topic: p.topic, Messages: msgs}
 	backoff := p.cfg.BackoffMin
 	for attempt := 1; ; attempt++ {
 		resp, err := p.client.Publish(ctx, req)
 		if err == nil {
-			if n := len(resp.GetMessageIds()); n != len(b.msgs) {
-				return nil, fmt.Errorf("publisher: publish to %s: the server returned %d ids for %d messages", p.topic, n, len(b.msgs))
+			if n := len(resp.GetMessageIds()); n != len(msgs) {
+				return nil, fmt.Errorf("publisher: publish to %s: the server returned %d ids for %d messages", p.topic, n, len(msgs))
 			}
 			return resp.MessageIds, nil
 		}
 		fail := func(err error) error {
-			return fmt.Errorf("publisher: publish %d messages to %s (attempt %d): %w", len(b.msgs), p.topic, attempt, err)
+			return fmt.Errorf("publisher: publish %d messages to %s (attempt %d): %w", len(msgs), p.topic, attempt, err)
 		}
-		if ctx.Err() != nil || !p.cfg.Retryable(err) {
+		if ctx.Err() != nil || isEncodingError(err) || !p.cfg.Retryable(err) {
 			return nil, fail(err)
 		}
 		// Wait a random time in [backoff/2, backoff], doubling up to the max,
@@ -66,8 +104,8 @@ func (p *Publisher) publish(b *batch) ([]string, error) {
 			return nil, fail(err)
 		}
 		p.stats.retries.Add(1)
-		p.cfg.Events.Emit(event.Event{Kind: event.Retry, Count: len(b.msgs), Delay: d, Err: err})
-		p.cfg.Logger.Debug("publisher: retrying publish", "topic", p.topic, "messages", len(b.msgs), "attempt", attempt, "delay", d, "err", err)
+		p.cfg.Events.Emit(event.Event{Kind: event.Retry, Count: len(msgs), Delay: d, Err: err})
+		p.cfg.Logger.Debug("publisher: retrying publish", "topic", p.topic, "messages", len(msgs), "attempt", attempt, "delay", d, "err", err)
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
@@ -80,12 +118,26 @@ func (p *Publisher) publish(b *batch) ([]string, error) {
 
 // complete settles b and what it decides for its key: the next batch of
 // the key becomes ready, or, on failure, the key pauses and its queued
-// batches fail.
-func (p *Publisher) complete(b *batch, ids []string, err error) {
+// batches fail. msgErrs, when set, holds the failures of single messages
+// (the others were published); for an ordering key the first of them
+// pauses the key, since the messages behind it would be out of order.
+func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error) {
 	var paused []*batch
 	var perr *PausedError
+	nfailed := 0
+	for _, e := range msgErrs {
+		if e != nil {
+			nfailed++
+			if err == nil && b.ks.ordered() {
+				err = e // pauses the key below; b.msgErrs still decides each Result
+			}
+		}
+	}
 	p.mu.Lock()
-	b.ids, b.err = ids, err
+	b.ids, b.err, b.msgErrs = ids, err, msgErrs
+	if msgErrs != nil {
+		b.err = nil
+	}
 	b.msgs = nil // the ids are all a Result needs; let the data go
 	delete(p.live, b)
 	if ks := b.ks; ks.ordered() {
@@ -120,11 +172,20 @@ func (p *Publisher) complete(b *batch, ids []string, err error) {
 	}
 	p.mu.Unlock()
 
-	// Settle outside the lock: release flow control, then wake Results.
+	// Settle outside the lock: release flow control, count, then wake
+	// Results (counted first, so Stats agrees with a Result just read).
 	n := b.n
 	p.flow.release(n, b.flowBytes)
-	close(b.done)
-	if err == nil {
+	if msgErrs != nil {
+		if n > nfailed {
+			p.stats.published.Add(int64(n - nfailed))
+			p.stats.batches.Add(1)
+			p.cfg.Events.Emit(event.Event{Kind: EventPublished, Count: n - nfailed})
+		}
+		p.stats.failed.Add(int64(nfailed))
+		p.cfg.Events.Emit(event.Event{Kind: EventPublishFailed, Count: nfailed, Err: firstErr(msgErrs)})
+		p.cfg.Logger.Warn("publisher: messages could not be encoded", "topic", p.topic, "messages", nfailed, "err", firstErr(msgErrs))
+	} else if err == nil {
 		p.stats.published.Add(int64(n))
 		p.stats.batches.Add(1)
 		p.cfg.Events.Emit(event.Event{Kind: EventPublished, Count: n})
@@ -133,19 +194,30 @@ func (p *Publisher) complete(b *batch, ids []string, err error) {
 		p.cfg.Events.Emit(event.Event{Kind: EventPublishFailed, Count: n, Err: err})
 		p.cfg.Logger.Warn("publisher: publish failed", "topic", p.topic, "messages", n, "err", err)
 	}
+	close(b.done)
 	if perr != nil {
 		count := 0
 		for _, q := range paused {
-			c := q.n
-			count += c
-			p.flow.release(c, q.flowBytes)
-			close(q.done)
-			if q.spans != nil {
-				endCreates(q, nil, perr)
-			}
+			count += q.n
+			p.flow.release(q.n, q.flowBytes)
 		}
 		p.stats.failed.Add(int64(count))
+		for _, q := range paused {
+			close(q.done)
+			if q.spans != nil {
+				endCreates(q, nil, nil, perr)
+			}
+		}
 		p.cfg.Events.Emit(event.Event{Kind: EventPaused, Count: count, Err: perr})
 		p.cfg.Logger.Warn("publisher: ordering key paused", "topic", p.topic, "key", perr.Key, "failed_behind", count, "err", err)
 	}
+}
+
+func firstErr(errs []error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
 }

@@ -65,6 +65,23 @@ type tracedMsg struct {
 	t                      *pubTracer
 }
 
+// inject returns m with the create span's context in a copy of its
+// attributes, when that context is valid (else m). Publish calls it after
+// checking the message against the service's limits: the googclient_ keys
+// are the client's own, not the caller's.
+func (tm *tracedMsg) inject(ctx context.Context, m *Message) *Message {
+	if !tm.create.SpanContext().IsValid() {
+		return m
+	}
+	mc := *m
+	mc.Attributes = maps.Clone(m.Attributes)
+	if mc.Attributes == nil {
+		mc.Attributes = make(map[string]string, 1)
+	}
+	propagation.TraceContext{}.Inject(ctx, carrier(mc.Attributes))
+	return &mc
+}
+
 // flowControl starts the span of the wait for flow control.
 func (tm *tracedMsg) flowControl(ctx context.Context) {
 	_, tm.flow = tm.t.tr.Start(ctx, "publisher flow control")
@@ -85,7 +102,7 @@ func (tm *tracedMsg) admitted(ctx context.Context, err error) {
 
 // publishTraced is Publish with a "<topic> create" span for the message,
 // whose context travels in a copy of its attributes when it is valid (the
-// caller's m is not modified). The span ends when the message's batch
+// caller's m is not modified; see inject). The span ends when the message's batch
 // settles, or at once if Publish refuses the message.
 func (p *Publisher) publishTraced(ctx context.Context, m *Message) *Result {
 	if m == nil {
@@ -102,15 +119,6 @@ func (p *Publisher) publishTraced(ctx context.Context, m *Message) *Result {
 	}
 	ctx, span := t.tr.Start(ctx, t.prefix+"create",
 		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
-	if span.SpanContext().IsValid() {
-		mc := *m
-		mc.Attributes = maps.Clone(m.Attributes)
-		if mc.Attributes == nil {
-			mc.Attributes = make(map[string]string, 1)
-		}
-		propagation.TraceContext{}.Inject(ctx, carrier(mc.Attributes))
-		m = &mc
-	}
 	tm := &tracedMsg{create: span, t: t}
 	r := p.add(ctx, m, tm)
 	if r.err != nil {
@@ -151,26 +159,30 @@ func (t *pubTracer) startPublish(b *batch) trace.Span {
 }
 
 // endPublish ends a batch's publish span and settles its create spans.
-func (t *pubTracer) endPublish(span trace.Span, b *batch, ids []string, err error) {
+func (t *pubTracer) endPublish(span trace.Span, b *batch, ids []string, msgErrs []error, err error) {
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
-	endCreates(b, ids, err)
+	endCreates(b, ids, msgErrs, err)
 }
 
 // endCreates ends the spans of b's messages: create spans with their
-// ids, or with err (a batch that was never sent also ends its batching
-// spans).
-func endCreates(b *batch, ids []string, err error) {
+// ids, or with err, or with their own error in msgErrs (a batch that was
+// never sent also ends its batching spans).
+func endCreates(b *batch, ids []string, msgErrs []error, err error) {
 	for i, tm := range b.spans {
 		tm.batching.End() // no-op when startPublish ended it
 		s := tm.create
 		s.AddEvent("publish end")
-		if err != nil {
-			s.RecordError(err)
-			s.SetStatus(codes.Error, err.Error())
+		merr := err
+		if merr == nil && i < len(msgErrs) {
+			merr = msgErrs[i]
+		}
+		if merr != nil {
+			s.RecordError(merr)
+			s.SetStatus(codes.Error, merr.Error())
 		} else if i < len(ids) {
 			s.SetAttributes(semconv.MessagingMessageID(ids[i]))
 		}

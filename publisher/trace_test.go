@@ -27,7 +27,7 @@ func pstestTopic(t *testing.T) (*pstest.Server, *grpc.ClientConn, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	const topic = "projects/p/topics/t"
+	const topic = "projects/p/topics/topic"
 	if _, err := pubsubpb.NewPublisherClient(conn).CreateTopic(context.Background(), &pubsubpb.Topic{Name: topic}); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestTraceSpans(t *testing.T) {
 		t.Fatalf("the caller's attributes were modified: %v", attrs)
 	}
 
-	creates := spansNamed(exp, "t create")
+	creates := spansNamed(exp, "topic create")
 	if len(creates) != n {
 		t.Fatalf("%d create spans, want %d", len(creates), n)
 	}
@@ -115,7 +115,7 @@ func TestTraceSpans(t *testing.T) {
 			}
 		}
 	}
-	pubs := spansNamed(exp, "t publish")
+	pubs := spansNamed(exp, "topic publish")
 	if len(pubs) != n/2 {
 		t.Fatalf("%d publish spans, want %d (batches of 2)", len(pubs), n/2)
 	}
@@ -182,7 +182,7 @@ func TestTraceRefusedMessage(t *testing.T) {
 	if !errors.Is(err, ErrOrderingDisabled) {
 		t.Fatalf("err %v, want ErrOrderingDisabled", err)
 	}
-	cs := spansNamed(exp, "t create")
+	cs := spansNamed(exp, "topic create")
 	if len(cs) != 1 || cs[0].Status.Code != codes.Error {
 		t.Fatalf("create spans %+v, want one with an error status", cs)
 	}

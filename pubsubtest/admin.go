@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 // deletedTopic is what the real service reports as the topic of a
@@ -49,11 +51,9 @@ func (sub *subscription) setConfig(pb *pubsubpb.Subscription) {
 	}
 }
 
-// validName reports whether name is "projects/{project}/{kind}/{id}".
-func validName(name, kind string) bool {
-	parts := strings.Split(name, "/")
-	return len(parts) == 4 && parts[0] == "projects" && parts[1] != "" && parts[2] == kind && parts[3] != ""
-}
+// validName reports whether name is "projects/{project}/{kind}/{id}" by
+// the service's rules (see checkName).
+func validName(name, kind string) bool { return limits.CheckName(kind, name) == nil }
 
 // notFound is the real service's NOT_FOUND for a missing resource.
 func notFound(name string) error {
@@ -73,8 +73,8 @@ func (s *Server) checkAckDeadline(secs int32) error {
 
 // CreateTopic implements pubsubpb.PublisherServer.
 func (s *rpcServer) CreateTopic(_ context.Context, req *pubsubpb.Topic) (*pubsubpb.Topic, error) {
-	if !validName(req.GetName(), "topics") {
-		return nil, invalidArg("Invalid [topics] name: (name=%s)", req.GetName())
+	if err := checkName(limits.Topics, req.GetName()); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -88,6 +88,9 @@ func (s *rpcServer) CreateTopic(_ context.Context, req *pubsubpb.Topic) (*pubsub
 
 // GetTopic implements pubsubpb.PublisherServer.
 func (s *rpcServer) GetTopic(_ context.Context, req *pubsubpb.GetTopicRequest) (*pubsubpb.Topic, error) {
+	if err := checkName(limits.Topics, req.GetTopic()); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.topics[req.GetTopic()]
@@ -102,6 +105,9 @@ func (s *rpcServer) GetTopic(_ context.Context, req *pubsubpb.GetTopicRequest) (
 func (s *rpcServer) UpdateTopic(_ context.Context, req *pubsubpb.UpdateTopicRequest) (*pubsubpb.Topic, error) {
 	if req.GetTopic() == nil || len(req.GetUpdateMask().GetPaths()) == 0 {
 		return nil, invalidArg("topic and update_mask are required")
+	}
+	if err := checkName(limits.Topics, req.GetTopic().GetName()); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -183,6 +189,9 @@ func listPage[V any, P proto.Message](all map[string]V, project string, size int
 
 // ListTopics implements pubsubpb.PublisherServer.
 func (s *rpcServer) ListTopics(_ context.Context, req *pubsubpb.ListTopicsRequest) (*pubsubpb.ListTopicsResponse, error) {
+	if err := checkProject(req.GetProject()); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	topics, next, err := listPage(s.topics, req.GetProject(), req.GetPageSize(), req.GetPageToken(),
@@ -195,6 +204,9 @@ func (s *rpcServer) ListTopics(_ context.Context, req *pubsubpb.ListTopicsReques
 
 // ListTopicSubscriptions implements pubsubpb.PublisherServer.
 func (s *rpcServer) ListTopicSubscriptions(_ context.Context, req *pubsubpb.ListTopicSubscriptionsRequest) (*pubsubpb.ListTopicSubscriptionsResponse, error) {
+	if err := checkName(limits.Topics, req.GetTopic()); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.topics[req.GetTopic()]
@@ -215,6 +227,9 @@ func (s *rpcServer) ListTopicSubscriptions(_ context.Context, req *pubsubpb.List
 // ListTopicSnapshots implements pubsubpb.PublisherServer; snapshots are not
 // supported, so the list is always empty.
 func (s *rpcServer) ListTopicSnapshots(_ context.Context, req *pubsubpb.ListTopicSnapshotsRequest) (*pubsubpb.ListTopicSnapshotsResponse, error) {
+	if err := checkName(limits.Topics, req.GetTopic()); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.topics[req.GetTopic()] == nil {
@@ -226,6 +241,9 @@ func (s *rpcServer) ListTopicSnapshots(_ context.Context, req *pubsubpb.ListTopi
 // DeleteTopic implements pubsubpb.PublisherServer. As in the real service,
 // its subscriptions remain, with topic "_deleted-topic_".
 func (s *rpcServer) DeleteTopic(_ context.Context, req *pubsubpb.DeleteTopicRequest) (*emptypb.Empty, error) {
+	if err := checkName(limits.Topics, req.GetTopic()); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.topics[req.GetTopic()]
@@ -246,6 +264,9 @@ func (s *rpcServer) DeleteTopic(_ context.Context, req *pubsubpb.DeleteTopicRequ
 // is marked detached, its open streams end with FAILED_PRECONDITION and it
 // receives no further message.
 func (s *rpcServer) DetachSubscription(_ context.Context, req *pubsubpb.DetachSubscriptionRequest) (*pubsubpb.DetachSubscriptionResponse, error) {
+	if err := checkName(limits.Subscriptions, req.GetSubscription()); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub := s.subs[req.GetSubscription()]
@@ -270,8 +291,11 @@ func (s *rpcServer) DetachSubscription(_ context.Context, req *pubsubpb.DetachSu
 // WithMinAckDeadline). The subscription receives messages published after
 // it was created.
 func (s *rpcServer) CreateSubscription(_ context.Context, req *pubsubpb.Subscription) (*pubsubpb.Subscription, error) {
-	if !validName(req.GetName(), "subscriptions") {
-		return nil, invalidArg("Invalid [subscriptions] name: (name=%s)", req.GetName())
+	if err := checkName(limits.Subscriptions, req.GetName()); err != nil {
+		return nil, err
+	}
+	if err := checkName(limits.Topics, req.GetTopic()); err != nil {
+		return nil, err
 	}
 	cfg := proto.Clone(req).(*pubsubpb.Subscription)
 	if cfg.AckDeadlineSeconds == 0 {
@@ -305,6 +329,9 @@ func (s *rpcServer) CreateSubscription(_ context.Context, req *pubsubpb.Subscrip
 
 // GetSubscription implements pubsubpb.SubscriberServer.
 func (s *rpcServer) GetSubscription(_ context.Context, req *pubsubpb.GetSubscriptionRequest) (*pubsubpb.Subscription, error) {
+	if err := checkName(limits.Subscriptions, req.GetSubscription()); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub := s.subs[req.GetSubscription()]
@@ -320,6 +347,9 @@ func (s *rpcServer) GetSubscription(_ context.Context, req *pubsubpb.GetSubscrip
 func (s *rpcServer) UpdateSubscription(_ context.Context, req *pubsubpb.UpdateSubscriptionRequest) (*pubsubpb.Subscription, error) {
 	if req.GetSubscription() == nil || len(req.GetUpdateMask().GetPaths()) == 0 {
 		return nil, invalidArg("subscription and update_mask are required")
+	}
+	if err := checkName(limits.Subscriptions, req.GetSubscription().GetName()); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -343,6 +373,9 @@ func (s *rpcServer) UpdateSubscription(_ context.Context, req *pubsubpb.UpdateSu
 
 // ListSubscriptions implements pubsubpb.SubscriberServer.
 func (s *rpcServer) ListSubscriptions(_ context.Context, req *pubsubpb.ListSubscriptionsRequest) (*pubsubpb.ListSubscriptionsResponse, error) {
+	if err := checkProject(req.GetProject()); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	subs, next, err := listPage(s.subs, req.GetProject(), req.GetPageSize(), req.GetPageToken(),
@@ -356,6 +389,9 @@ func (s *rpcServer) ListSubscriptions(_ context.Context, req *pubsubpb.ListSubsc
 // DeleteSubscription implements pubsubpb.SubscriberServer: its open streams
 // end with NOT_FOUND and its messages are dropped.
 func (s *rpcServer) DeleteSubscription(_ context.Context, req *pubsubpb.DeleteSubscriptionRequest) (*emptypb.Empty, error) {
+	if err := checkName(limits.Subscriptions, req.GetSubscription()); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.deleteSubLocked(req.GetSubscription()) {
@@ -393,6 +429,9 @@ func (s *Server) deleteSubLocked(name string) bool {
 // ModifyPushConfig implements pubsubpb.SubscriberServer: the push config is
 // stored but nothing is pushed.
 func (s *rpcServer) ModifyPushConfig(_ context.Context, req *pubsubpb.ModifyPushConfigRequest) (*emptypb.Empty, error) {
+	if err := checkName(limits.Subscriptions, req.GetSubscription()); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub := s.subs[req.GetSubscription()]

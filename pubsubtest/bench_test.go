@@ -12,8 +12,8 @@ import (
 )
 
 const (
-	benchTopic = "projects/bench/topics/t"
-	benchSub   = "projects/bench/subscriptions/s"
+	benchTopic = "projects/bench/topics/topic"
+	benchSub   = "projects/bench/subscriptions/sub"
 )
 
 // BenchmarkDelivery measures how fast a server delivers to a minimal raw

@@ -38,6 +38,18 @@
 //   - Every StreamingPull response carries the subscription properties
 //     (exactly-once, ordering); on exactly-once subscriptions acks and
 //     modacks sent on the stream are confirmed in the next response.
+//   - The service's limits and name rules (the same table the Publisher
+//     and NewSubscriber check): every RPC that takes a topic or
+//     subscription name refuses one the service refuses (an id of 3–255
+//     of A–Z a–z 0–9 -_.~+%, starting with a letter, not with "goog"; a
+//     valid project id), and Publish refuses, for the whole request, a
+//     message over 10 MB, over 100 attributes, a key over 256 bytes or
+//     starting with "goog" or empty, a value over 1,024 bytes, an ordering
+//     key over 1,024 bytes, or a request over 10 MB — each with
+//     INVALID_ARGUMENT in the service's words.
+//   - DialOptions (and so Dial and ClientConn) receive at most the 20 MiB
+//     that connect.Dial allows, so a test sees the limits a user's
+//     connection has.
 //
 // Tests read counters (SubscriptionStats, MessageStats, MethodStats,
 // Streams) and inject faults (KillStreams, KillStream, FailNext,

@@ -56,7 +56,7 @@ func TestExactlyOnceErrorDetails(t *testing.T) {
 	if len(md) != 1 || md[got[0].AckId] != ReasonInvalidAckID {
 		t.Errorf("metadata = %v", md)
 	}
-	if st := f.srv.SubscriptionStats("s"); st.Acked != 2 {
+	if st := f.srv.SubscriptionStats("sub"); st.Acked != 2 {
 		t.Errorf("Acked = %d, want 2", st.Acked)
 	}
 	// Unknown ack ids fail in ModifyAckDeadline too.
@@ -92,7 +92,7 @@ func TestExactlyOnceErrorDetails(t *testing.T) {
 	if err := sp.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "stream closed", func() bool { return !f.srv.Streams("s")[0].Open })
+	waitFor(t, "stream closed", func() bool { return !f.srv.Streams("sub")[0].Open })
 	f.publish(t, 1, "")
 	sp2 := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 1})
 	old := recvN(t, sp2, 1)[0]

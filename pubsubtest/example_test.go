@@ -71,12 +71,12 @@ func ExampleWithBufconn() {
 	}
 	defer conn.Close()
 	pub := pubsubpb.NewPublisherClient(conn)
-	t, err := pub.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.TopicName("t")})
+	t, err := pub.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.TopicName("topic")})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(srv.Addr(), t.Name)
-	// Output: bufconn projects/test-project/topics/t
+	// Output: bufconn projects/test-project/topics/topic
 }
 
 // Faults are injected per method by its short name.
@@ -87,7 +87,7 @@ func ExampleServer_FailNext() {
 		log.Fatal(err)
 	}
 	defer srv.Close()
-	topic, _ := srv.CreateTopic(ctx, "t")
+	topic, _ := srv.CreateTopic(ctx, "topic")
 	pub := pubsubpb.NewPublisherClient(srv.ClientConn())
 	req := &pubsubpb.PublishRequest{Topic: topic, Messages: []*pubsubpb.PubsubMessage{{Data: []byte("x")}}}
 

@@ -16,7 +16,7 @@ func TestKillStreams(t *testing.T) {
 	f := newFixture(t, SubscriptionConfig{})
 	a := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
 	b := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
-	waitFor(t, "2 streams", func() bool { return len(f.srv.Streams("s")) == 2 })
+	waitFor(t, "2 streams", func() bool { return len(f.srv.Streams("sub")) == 2 })
 	if n := f.srv.KillStreams(codes.Unavailable, "bye"); n != 2 {
 		t.Fatalf("KillStreams = %d, want 2", n)
 	}
@@ -26,7 +26,7 @@ func TestKillStreams(t *testing.T) {
 			t.Errorf("Recv = %v", err)
 		}
 	}
-	for _, info := range f.srv.Streams("s") {
+	for _, info := range f.srv.Streams("sub") {
 		if info.Open || info.Code != codes.Unavailable {
 			t.Errorf("stream %+v", info)
 		}
@@ -39,9 +39,9 @@ func TestKillStreams(t *testing.T) {
 func TestKillStream(t *testing.T) {
 	f := newFixture(t, SubscriptionConfig{})
 	a := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10, ProtocolVersion: 1})
-	waitFor(t, "stream a", func() bool { return len(f.srv.Streams("s")) == 1 })
+	waitFor(t, "stream a", func() bool { return len(f.srv.Streams("sub")) == 1 })
 	b := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10, ProtocolVersion: 1})
-	waitFor(t, "stream b", func() bool { return len(f.srv.Streams("s")) == 2 })
+	waitFor(t, "stream b", func() bool { return len(f.srv.Streams("sub")) == 2 })
 	if !f.srv.KillStream(1, codes.Aborted, "one") || f.srv.KillStream(1, codes.Aborted, "twice") || f.srv.KillStream(99, codes.Aborted, "none") {
 		t.Fatal("KillStream results")
 	}
@@ -90,7 +90,7 @@ func TestFailNext(t *testing.T) {
 	}
 	sp = f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
 	recvN(t, sp, 1)
-	if n := len(f.srv.Streams("s")); n != 1 {
+	if n := len(f.srv.Streams("sub")); n != 1 {
 		t.Errorf("%d streams recorded, want 1 (the failed one never opened)", n)
 	}
 }
@@ -189,7 +189,7 @@ func TestStallStreams(t *testing.T) {
 		f.publish(t, 4, "")
 		time.Sleep(20 * time.Second) // within the test streams' 30 s deadline
 		synctest.Wait()
-		if len(a)+len(b) != 0 || f.srv.SubscriptionStats("s").Delivered != 0 {
+		if len(a)+len(b) != 0 || f.srv.SubscriptionStats("sub").Delivered != 0 {
 			t.Fatal("stalled streams sent messages")
 		}
 		f.srv.StallStreams(false)
@@ -222,7 +222,7 @@ func TestRestart(t *testing.T) {
 	}
 	// The server's connection reconnects; state is kept: the message is
 	// still out, and its ack id still works.
-	if st := f.srv.SubscriptionStats("s"); st.Outstanding != 1 || st.Streams != 1 {
+	if st := f.srv.SubscriptionStats("sub"); st.Outstanding != 1 || st.Streams != 1 {
 		t.Errorf("stats after restart = %+v", st)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -272,14 +272,14 @@ func TestRestartBufconn(t *testing.T) {
 func TestDeleteSubscriptionEndsStreams(t *testing.T) {
 	f := newFixture(t, SubscriptionConfig{})
 	sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
-	waitFor(t, "stream", func() bool { return len(f.srv.Streams("s")) == 1 })
-	if err := f.srv.DeleteSubscription(context.Background(), "s"); err != nil {
+	waitFor(t, "stream", func() bool { return len(f.srv.Streams("sub")) == 1 })
+	if err := f.srv.DeleteSubscription(context.Background(), "sub"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sp.Recv(); status.Code(err) != codes.NotFound {
 		t.Errorf("Recv = %v, want NOT_FOUND", err)
 	}
-	if err := f.srv.DeleteSubscription(context.Background(), "s"); status.Code(err) != codes.NotFound {
+	if err := f.srv.DeleteSubscription(context.Background(), "sub"); status.Code(err) != codes.NotFound {
 		t.Errorf("second delete = %v", err)
 	}
 }

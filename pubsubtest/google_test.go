@@ -41,20 +41,20 @@ func TestGoogleClientPublishReceive(t *testing.T) {
 	ctx := context.Background()
 
 	// Admin RPCs as Google's client makes them.
-	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.TopicName("t")}); err != nil {
+	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.TopicName("topic")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
-		Name: srv.SubscriptionName("s"), Topic: srv.TopicName("t"), AckDeadlineSeconds: 20,
+		Name: srv.SubscriptionName("sub"), Topic: srv.TopicName("topic"), AckDeadlineSeconds: 20,
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: srv.SubscriptionName("s")}); err != nil || got.AckDeadlineSeconds != 20 {
+	if got, err := c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: srv.SubscriptionName("sub")}); err != nil || got.AckDeadlineSeconds != 20 {
 		t.Fatalf("GetSubscription = %v, %v", got, err)
 	}
 
 	const n = 20
-	pub := c.Publisher("t")
+	pub := c.Publisher("topic")
 	var results []*pubsub.PublishResult
 	for i := 0; i < n; i++ {
 		results = append(results, pub.Publish(ctx, &pubsub.Message{Data: []byte(strconv.Itoa(i))}))
@@ -79,7 +79,7 @@ func TestGoogleClientPublishReceive(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- c.Subscriber("s").Receive(rctx, func(_ context.Context, m *pubsub.Message) {
+		done <- c.Subscriber("sub").Receive(rctx, func(_ context.Context, m *pubsub.Message) {
 			i, _ := strconv.Atoi(string(m.Data))
 			mu.Lock()
 			seen[m.ID]++
@@ -93,19 +93,19 @@ func TestGoogleClientPublishReceive(t *testing.T) {
 				// Hold one message until the client's receipt modack has
 				// extended its lease.
 				deadline := time.Now().Add(10 * time.Second)
-				for srv.SubscriptionStats("s").ModAcks == 0 && time.Now().Before(deadline) {
+				for srv.SubscriptionStats("sub").ModAcks == 0 && time.Now().Before(deadline) {
 					time.Sleep(time.Millisecond)
 				}
 			}
 			m.Ack()
 		})
 	}()
-	waitFor(t, "all acked", func() bool { return srv.SubscriptionStats("s").Acked == n })
+	waitFor(t, "all acked", func() bool { return srv.SubscriptionStats("sub").Acked == n })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Receive = %v", err)
 	}
-	st := srv.SubscriptionStats("s")
+	st := srv.SubscriptionStats("sub")
 	if st.Nacked < n/2 || st.Redelivered < n/2 || st.Outstanding != 0 || st.Backlog != 0 || st.RejectedRequests != 0 {
 		t.Errorf("stats = %+v", st)
 	}
@@ -119,7 +119,7 @@ func TestGoogleClientPublishReceive(t *testing.T) {
 		}
 	}
 	// Google's client keeps to the initial-request rule.
-	for _, info := range srv.Streams("s") {
+	for _, info := range srv.Streams("sub") {
 		if info.ClientID == "" || info.ProtocolVersion != 1 || info.MaxOutstandingMessages != 1000 || info.Rejected != 0 {
 			t.Errorf("stream %+v", info)
 		}
@@ -175,9 +175,9 @@ func TestGoogleClientRedeliveryVirtualTime(t *testing.T) {
 		c := newGoogleClient(t, srv)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		mustSetup(t, srv, SubscriptionConfig{Name: "s", Topic: "t", AckDeadline: 60 * time.Second})
-		deliveries, done := receiveInBubble(ctx, c, "s", holdThenExpire)
-		ids, err := srv.Publish(ctx, "t", &pubsubpb.PubsubMessage{Data: []byte("x")})
+		mustSetup(t, srv, SubscriptionConfig{Name: "sub", Topic: "topic", AckDeadline: 60 * time.Second})
+		deliveries, done := receiveInBubble(ctx, c, "sub", holdThenExpire)
+		ids, err := srv.Publish(ctx, "topic", &pubsubpb.PubsubMessage{Data: []byte("x")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,10 +196,10 @@ func TestGoogleClientRedeliveryVirtualTime(t *testing.T) {
 		first.m.Ack() // a stale ack id: ignored
 		second.m.Ack()
 		synctest.Wait()
-		for srv.SubscriptionStats("s").Acked == 0 {
+		for srv.SubscriptionStats("sub").Acked == 0 {
 			time.Sleep(100 * time.Millisecond) // virtual: lets the client's ack batch go out
 		}
-		st := srv.SubscriptionStats("s")
+		st := srv.SubscriptionStats("sub")
 		if st.Acked != 1 || st.Expired != 1 || st.Redelivered != 1 || st.Outstanding != 0 {
 			t.Errorf("stats = %+v", st)
 		}
@@ -222,23 +222,23 @@ func TestGoogleClientLeaseExtensionVirtualTime(t *testing.T) {
 		c := newGoogleClient(t, srv)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		mustSetup(t, srv, SubscriptionConfig{Name: "s", Topic: "t"})
-		if _, err := srv.Publish(ctx, "t", &pubsubpb.PubsubMessage{Data: []byte("x")}); err != nil {
+		mustSetup(t, srv, SubscriptionConfig{Name: "sub", Topic: "topic"})
+		if _, err := srv.Publish(ctx, "topic", &pubsubpb.PubsubMessage{Data: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
 		// The default settings extend the lease by modacks while the
 		// handler works for 5 minutes: no expiry, no redelivery.
-		deliveries, done := receiveInBubble(ctx, c, "s", func(*pubsub.ReceiveSettings) {})
+		deliveries, done := receiveInBubble(ctx, c, "sub", func(*pubsub.ReceiveSettings) {})
 		d := <-deliveries
 		time.Sleep(5*time.Minute + 10*time.Second)
 		d.m.Ack()
-		for i := 0; srv.SubscriptionStats("s").Acked == 0; i++ {
+		for i := 0; srv.SubscriptionStats("sub").Acked == 0; i++ {
 			if i == 100 {
-				t.Fatalf("no ack: %+v", srv.SubscriptionStats("s"))
+				t.Fatalf("no ack: %+v", srv.SubscriptionStats("sub"))
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		st := srv.SubscriptionStats("s")
+		st := srv.SubscriptionStats("sub")
 		if st.Expired != 0 || st.Redelivered != 0 || st.ModAcks < 5 || st.Streams != 1 {
 			t.Errorf("stats = %+v", st)
 		}
@@ -256,9 +256,9 @@ func TestGoogleClientExactlyOnce(t *testing.T) {
 		c := newGoogleClient(t, srv)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		mustSetup(t, srv, SubscriptionConfig{Name: "s", Topic: "t", EnableExactlyOnceDelivery: true})
-		deliveries, done := receiveInBubble(ctx, c, "s", holdThenExpire)
-		if _, err := srv.Publish(ctx, "t", &pubsubpb.PubsubMessage{Data: []byte("x")}); err != nil {
+		mustSetup(t, srv, SubscriptionConfig{Name: "sub", Topic: "topic", EnableExactlyOnceDelivery: true})
+		deliveries, done := receiveInBubble(ctx, c, "sub", holdThenExpire)
+		if _, err := srv.Publish(ctx, "topic", &pubsubpb.PubsubMessage{Data: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
 		first := <-deliveries
@@ -275,7 +275,7 @@ func TestGoogleClientExactlyOnce(t *testing.T) {
 		if ok != pubsub.AcknowledgeStatusSuccess || err != nil {
 			t.Errorf("ack: %v, %v; want success", ok, err)
 		}
-		st := srv.SubscriptionStats("s")
+		st := srv.SubscriptionStats("sub")
 		if st.Acked != 1 || st.Expired != 1 {
 			t.Errorf("stats = %+v", st)
 		}
@@ -323,10 +323,10 @@ func TestGoogleClientReconnectsAfterKill(t *testing.T) {
 		c := newGoogleClient(t, srv)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		mustSetup(t, srv, SubscriptionConfig{Name: "s", Topic: "t"})
-		deliveries, done := receiveInBubble(ctx, c, "s", func(*pubsub.ReceiveSettings) {})
+		mustSetup(t, srv, SubscriptionConfig{Name: "sub", Topic: "topic"})
+		deliveries, done := receiveInBubble(ctx, c, "sub", func(*pubsub.ReceiveSettings) {})
 		for i := 0; i < 2; i++ {
-			if _, err := srv.Publish(ctx, "t", &pubsubpb.PubsubMessage{Data: []byte("x")}); err != nil {
+			if _, err := srv.Publish(ctx, "topic", &pubsubpb.PubsubMessage{Data: []byte("x")}); err != nil {
 				t.Fatal(err)
 			}
 			(<-deliveries).m.Ack()
@@ -337,10 +337,10 @@ func TestGoogleClientReconnectsAfterKill(t *testing.T) {
 				}
 			}
 		}
-		for srv.SubscriptionStats("s").Acked < 2 {
+		for srv.SubscriptionStats("sub").Acked < 2 {
 			time.Sleep(100 * time.Millisecond)
 		}
-		infos := srv.Streams("s")
+		infos := srv.Streams("sub")
 		if len(infos) != 2 || infos[0].Code != codes.Unavailable || !infos[1].Open || infos[0].ClientID != infos[1].ClientID {
 			t.Errorf("streams = %+v", infos)
 		}

@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// fixture is a TCP server with a topic "t", a subscription "s" and raw
+// fixture is a TCP server with a topic "topic", a subscription "sub" and raw
 // gRPC clients over the server's own connection.
 type fixture struct {
 	srv   *Server
@@ -44,13 +44,13 @@ func newFixture(t testing.TB, cfg SubscriptionConfig, opts ...Option) *fixture {
 		sub: pubsubpb.NewSubscriberClient(srv.ClientConn()),
 	}
 	ctx := context.Background()
-	if f.topic, err = srv.CreateTopic(ctx, "t"); err != nil {
+	if f.topic, err = srv.CreateTopic(ctx, "topic"); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Name == "" {
-		cfg.Name = "s"
+		cfg.Name = "sub"
 	}
-	cfg.Topic = "t"
+	cfg.Topic = "topic"
 	if f.subn, err = srv.CreateSubscription(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}

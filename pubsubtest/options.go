@@ -21,6 +21,7 @@ type config struct {
 	maxRecvMsgSize     int
 	maxAckRequestBytes int
 	heartbeatDelay     time.Duration
+	silentHeartbeats   bool
 }
 
 func defaultConfig() config {
@@ -117,3 +118,9 @@ func WithPullWait(d time.Duration) Option { return func(c *config) { c.pullWait 
 // that wants a response strictly after its ping (Google's Go client does)
 // takes for no answer; a delay of a millisecond avoids that.
 func WithHeartbeatDelay(d time.Duration) Option { return func(c *config) { c.heartbeatDelay = d } }
+
+// WithoutHeartbeatAnswers makes the server never answer heartbeats, even on
+// a stream that asked for answers with protocol_version 1, as Google's
+// Pub/Sub emulator does (and as a network device that drops idle traffic
+// appears to). Heartbeats are still counted in StreamInfo.Heartbeats.
+func WithoutHeartbeatAnswers() Option { return func(c *config) { c.silentHeartbeats = true } }

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 // Server is an in-process Pub/Sub service speaking real gRPC. Make it with
@@ -155,11 +157,14 @@ func (s *Server) targetLocked() string {
 
 // DialOptions are the options a client needs to reach the server:
 // plaintext, and with WithBufconn a dialer to the in-memory listener (which
-// follows the server across Restart).
+// follows the server across Restart), and the receive limit connect.Dial
+// sets (20 MiB), so tests see what users see.
 func (s *Server) DialOptions() []grpc.DialOption {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(s.cfg.maxRecvMsgSize)),
+		// The receive limit of connect.Dial (a user's dial), not more, so a
+		// test sees what a user would.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.MaxReceiveMessageBytes)),
 	}
 	if s.cfg.bufconn {
 		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {

@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 // stream is one open (or finished) StreamingPull call.
@@ -99,6 +101,9 @@ func (s *Server) openStream(req *pubsubpb.StreamingPullRequest) (*stream, error)
 	size := proto.Size(req)
 	if req.Subscription == "" {
 		return nil, invalidArg("The initial request must name a subscription.")
+	}
+	if err := checkName(limits.Subscriptions, req.Subscription); err != nil {
+		return nil, err
 	}
 	now := time.Now()
 	s.mu.Lock()
@@ -217,7 +222,7 @@ func (s *Server) handleStreamRequest(st *stream, req *pubsubpb.StreamingPullRequ
 	}
 	if len(req.AckIds) == 0 && len(req.ModifyDeadlineAckIds) == 0 {
 		st.info.Heartbeats++
-		if st.info.ProtocolVersion >= 1 {
+		if st.info.ProtocolVersion >= 1 && !s.cfg.silentHeartbeats {
 			s.answerHeartbeatLocked(st)
 		}
 		return true

@@ -36,7 +36,7 @@ func TestStreamingPullInitialRequestValidation(t *testing.T) {
 			}
 		})
 	}
-	if got := f.srv.SubscriptionStats("s").RejectedRequests; got != 4 {
+	if got := f.srv.SubscriptionStats("sub").RejectedRequests; got != 4 {
 		t.Errorf("RejectedRequests = %d, want 4", got)
 	}
 }
@@ -72,7 +72,7 @@ func TestLaterRequestWithInitialOnlyFieldAbortsStream(t *testing.T) {
 				t.Fatalf("Recv = %v, want INVALID_ARGUMENT %q", err, MsgInitialOnly)
 			}
 			n++
-			infos := f.srv.Streams("s")
+			infos := f.srv.Streams("sub")
 			last := infos[len(infos)-1]
 			if last.Open || last.Code != codes.InvalidArgument || last.Rejected != 1 || last.Requests != 2 {
 				t.Errorf("stream info = %+v", last)
@@ -82,7 +82,7 @@ func TestLaterRequestWithInitialOnlyFieldAbortsStream(t *testing.T) {
 			}
 		})
 	}
-	if got := f.srv.SubscriptionStats("s").RejectedRequests; got != n {
+	if got := f.srv.SubscriptionStats("sub").RejectedRequests; got != n {
 		t.Errorf("RejectedRequests = %d, want %d", got, n)
 	}
 }
@@ -102,7 +102,7 @@ func TestLaterStreamAckDeadlineAllowed(t *testing.T) {
 	}
 	f.publish(t, 1, "")
 	recvN(t, sp, 1)
-	info := f.srv.Streams("s")[0]
+	info := f.srv.Streams("sub")[0]
 	if !info.Open || info.AckDeadline != 30*time.Second || info.InitialAckDeadline != 10*time.Second {
 		t.Errorf("stream info = %+v", info)
 	}
@@ -131,7 +131,7 @@ func TestHeartbeats(t *testing.T) {
 				t.Fatalf("heartbeat answer = %v", resp)
 			}
 		}
-		info := f.srv.Streams("s")[0]
+		info := f.srv.Streams("sub")[0]
 		if info.Heartbeats != 3 || info.HeartbeatReplies != 3 || info.ClientID != "me" || info.ProtocolVersion != 1 {
 			t.Errorf("stream info = %+v", info)
 		}
@@ -142,7 +142,7 @@ func TestHeartbeats(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, "heartbeat received", func() bool {
-			infos := f.srv.Streams("s")
+			infos := f.srv.Streams("sub")
 			return len(infos) == 2 && infos[1].Heartbeats == 1
 		})
 		f.publish(t, 1, "")
@@ -163,7 +163,7 @@ func TestFlowControlMessages(t *testing.T) {
 	sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 60, MaxOutstandingMessages: limit})
 	got := recvN(t, sp, limit)
 	waitFor(t, "backlog at the limit", func() bool {
-		st := f.srv.SubscriptionStats("s")
+		st := f.srv.SubscriptionStats("sub")
 		return st.Outstanding == limit && st.Backlog == total-limit
 	})
 	// Ack a few at a time; each ack frees exactly that many places.
@@ -186,12 +186,12 @@ func TestFlowControlMessages(t *testing.T) {
 	if err := sp.Send(&pubsubpb.StreamingPullRequest{AckIds: ackIDs(got)}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "all acked", func() bool { return f.srv.SubscriptionStats("s").Acked == total })
-	st := f.srv.SubscriptionStats("s")
+	waitFor(t, "all acked", func() bool { return f.srv.SubscriptionStats("sub").Acked == total })
+	st := f.srv.SubscriptionStats("sub")
 	if st.MaxOutstanding != limit || st.Delivered != total || st.Backlog != 0 {
 		t.Errorf("stats = %+v", st)
 	}
-	if info := f.srv.Streams("s")[0]; info.MaxOutstanding != limit || info.MaxOutstandingMessages != limit {
+	if info := f.srv.Streams("sub")[0]; info.MaxOutstanding != limit || info.MaxOutstandingMessages != limit {
 		t.Errorf("stream info = %+v", info)
 	}
 }
@@ -208,12 +208,12 @@ func TestFlowControlBytes(t *testing.T) {
 	f.srv.mu.Unlock()
 	sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 60, MaxOutstandingBytes: 3 * size})
 	got := recvN(t, sp, 3)
-	waitFor(t, "3 out", func() bool { return f.srv.Streams("s")[0].OutstandingBytes == 3*size })
+	waitFor(t, "3 out", func() bool { return f.srv.Streams("sub")[0].OutstandingBytes == 3*size })
 	if err := sp.Send(&pubsubpb.StreamingPullRequest{AckIds: ackIDs(got[:1])}); err != nil {
 		t.Fatal(err)
 	}
 	recvN(t, sp, 1)
-	if info := f.srv.Streams("s")[0]; info.MaxOutstandingBytesSeen != 3*size || info.Delivered != 4 {
+	if info := f.srv.Streams("sub")[0]; info.MaxOutstandingBytesSeen != 3*size || info.Delivered != 4 {
 		t.Errorf("stream info = %+v", info)
 	}
 }
@@ -233,7 +233,7 @@ func TestMaxMessagesPerResponse(t *testing.T) {
 		}
 		n += len(resp.ReceivedMessages)
 	}
-	if r := f.srv.Streams("s")[0].Responses; r != 3 {
+	if r := f.srv.Streams("sub")[0].Responses; r != 3 {
 		t.Errorf("Responses = %d, want 3", r)
 	}
 }
@@ -257,8 +257,8 @@ func TestRedeliveryAfterExpiryTCP(t *testing.T) {
 	if err := sp.Send(&pubsubpb.StreamingPullRequest{AckIds: []string{second.AckId}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "ack", func() bool { return f.srv.SubscriptionStats("s").Acked == 1 })
-	st := f.srv.SubscriptionStats("s")
+	waitFor(t, "ack", func() bool { return f.srv.SubscriptionStats("sub").Acked == 1 })
+	st := f.srv.SubscriptionStats("sub")
 	if st.Expired != 1 || st.Redelivered != 1 || st.Delivered != 2 || st.Outstanding != 0 {
 		t.Errorf("stats = %+v", st)
 	}
@@ -301,7 +301,7 @@ func TestModackRules(t *testing.T) {
 	if _, err := sp.Recv(); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("Recv after stream modack 601 = %v, want INVALID_ARGUMENT", err)
 	}
-	st := f.srv.SubscriptionStats("s")
+	st := f.srv.SubscriptionStats("sub")
 	if st.Nacked != 1 || st.ModAcks != 1 || st.Acked != 0 || st.RejectedRequests != 3 {
 		t.Errorf("stats = %+v", st)
 	}
@@ -327,7 +327,7 @@ func TestAckRequestSizeLimit(t *testing.T) {
 	if _, err := f.sub.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: ids[1:]}); err != nil {
 		t.Errorf("Acknowledge under 512 KiB = %v", err)
 	}
-	if got := f.srv.SubscriptionStats("s").RejectedRequests; got != 2 {
+	if got := f.srv.SubscriptionStats("sub").RejectedRequests; got != 2 {
 		t.Errorf("RejectedRequests = %d, want 2", got)
 	}
 	ms := f.srv.MethodStats("Acknowledge")
@@ -411,7 +411,7 @@ func TestOrdering(t *testing.T) {
 			}
 		}
 	}
-	if info := f.srv.Streams("s")[0]; info.MaxOutstanding > 5 {
+	if info := f.srv.Streams("sub")[0]; info.MaxOutstanding > 5 {
 		t.Errorf("max outstanding %d", info.MaxOutstanding)
 	}
 }
@@ -442,7 +442,7 @@ func TestPull(t *testing.T) {
 	if _, err := f.sub.Pull(ctx, &pubsubpb.PullRequest{Subscription: f.subn}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("Pull without max_messages = %v", err)
 	}
-	st := f.srv.SubscriptionStats("s")
+	st := f.srv.SubscriptionStats("sub")
 	if st.Acked != int64(len(r.ReceivedMessages)) || st.Backlog != 3-st.Acked {
 		t.Errorf("stats = %+v", st)
 	}

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 // Reasons carried per ack id in the ErrorInfo metadata of a failed
@@ -39,6 +41,12 @@ const MsgInitialOnly = "You must only set max_outstanding_messages and max_outst
 // Publish implements pubsubpb.PublisherServer: 1–1000 messages, each with
 // data or attributes. Ids are decimal strings, unique per server.
 func (s *rpcServer) Publish(_ context.Context, req *pubsubpb.PublishRequest) (*pubsubpb.PublishResponse, error) {
+	if err := checkName(limits.Topics, req.GetTopic()); err != nil {
+		return nil, err
+	}
+	if n := proto.Size(req); n > limits.MaxRequestBytes {
+		return nil, invalidArg("Request payload size exceeds the limit: %d bytes.", limits.MaxRequestBytes)
+	}
 	if err := checkMessages(req.GetMessages()); err != nil {
 		return nil, err
 	}
@@ -59,8 +67,8 @@ func checkMessages(msgs []*pubsubpb.PubsubMessage) error {
 		return invalidArg("The value for message_count is too large. You passed %d in the request, but the maximum value is 1000.", len(msgs))
 	}
 	for _, m := range msgs {
-		if len(m.GetData()) == 0 && len(m.GetAttributes()) == 0 {
-			return invalidArg("Some messages contain neither data nor attributes.")
+		if v := limits.CheckMessage(m.GetData(), m.GetAttributes(), m.GetOrderingKey()); v != nil {
+			return invalidArg("%s", v.ServiceMessage())
 		}
 	}
 	return nil
@@ -76,6 +84,9 @@ func (s *Server) checkAckRequest(req proto.Message, subName string, ids int) err
 	if subName == "" {
 		s.rejectRequest(subName)
 		return invalidArg("No subscription given.")
+	}
+	if err := checkName(limits.Subscriptions, subName); err != nil {
+		return err
 	}
 	if ids == 0 {
 		s.rejectRequest(subName)
@@ -182,6 +193,9 @@ func ackIDError(failed map[string]string) error {
 // return_immediately it waits for a message up to the pull wait (see
 // WithPullWait) and then returns an empty response.
 func (s *rpcServer) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsubpb.PullResponse, error) {
+	if err := checkName(limits.Subscriptions, req.GetSubscription()); err != nil {
+		return nil, err
+	}
 	if req.GetMaxMessages() <= 0 {
 		return nil, invalidArg("max_messages must be positive.")
 	}

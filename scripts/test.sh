@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command: vet, format check, then every package's tests
-# with the race detector. Needs only Go (1.26+) and the module proxy.
+# with the race detector, Google's Pub/Sub emulator suite
+# (internal/gcemu/suite) included. Needs Go (1.26+) and the module proxy;
+# without the emulator that suite skips (fails under CI=true).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go mod download

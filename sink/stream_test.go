@@ -72,11 +72,11 @@ type rig struct {
 func newRig(t *testing.T, srv *pubsubtest.Server, maxMessages int64, cfg ack.Config, opts ...func(*pubsubtest.SubscriptionConfig)) *rig {
 	t.Helper()
 	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "t")
+	topic, err := srv.CreateTopic(ctx, "topic")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := pubsubtest.SubscriptionConfig{Name: "s", Topic: topic}
+	sc := pubsubtest.SubscriptionConfig{Name: "sub", Topic: topic}
 	for _, o := range opts {
 		o(&sc)
 	}

@@ -26,8 +26,8 @@ func BenchmarkReceiveTCP(b *testing.B) {
 			}
 			defer srv.Close()
 			ctx := context.Background()
-			topic, _ := srv.CreateTopic(ctx, "t")
-			sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: topic})
+			topic, _ := srv.CreateTopic(ctx, "topic")
+			sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: topic})
 			data := make([]byte, 256)
 			for start := 0; start < b.N; start += 1000 {
 				batch := make([]*pubsubpb.PubsubMessage, min(1000, b.N-start))

@@ -2,10 +2,14 @@ package source
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 // Action is a Classifier's verdict on a stream failure.
@@ -54,11 +58,17 @@ type Classifier func(f Failure) Action
 //     revoked in flight; connections made by connect.Dial drop their cached
 //     token when a call fails with UNAUTHENTICATED, so the retry carries a
 //     fresh one. UNAUTHENTICATED right after UNAUTHENTICATED is terminal.
+//   - Terminate: a received message larger than the connection's own
+//     receive limit (RESOURCE_EXHAUSTED raised by the client, see
+//     ReceiveTooLargeError): every retry would receive the same message.
 //   - Terminate: everything else, notably NOT_FOUND, PERMISSION_DENIED,
 //     INVALID_ARGUMENT and FAILED_PRECONDITION, which a retry cannot fix.
 func DefaultClassifier(f Failure) Action {
 	if errors.Is(f.Err, io.EOF) {
 		return Retry
+	}
+	if IsReceiveTooLarge(f.Err) {
+		return Terminate
 	}
 	switch f.Code {
 	case codes.OK, codes.DeadlineExceeded, codes.Unavailable, codes.Internal,
@@ -80,4 +90,48 @@ func failure(err error, attempt int, prev error) Failure {
 		code = codes.OK
 	}
 	return Failure{Err: err, Code: code, Attempt: attempt, Previous: prev}
+}
+
+// ReceiveTooLargeError explains a stream that failed because a message the
+// service sent is larger than the receive limit of the caller's
+// grpc.ClientConn (gRPC's default is 4 MiB; the service sends messages of
+// up to 10 MB). It wraps the gRPC error, so status.Code still reports
+// RESOURCE_EXHAUSTED.
+type ReceiveTooLargeError struct{ Err error }
+
+// Error names the option to raise.
+func (e *ReceiveTooLargeError) Error() string {
+	return fmt.Sprintf("a received message exceeds this connection's receive limit; the service sends messages up to 10 MB: "+
+		"dial with grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(%d)) (as connect.Dial does): %v", limits.MaxReceiveMessageBytes, e.Err)
+}
+
+// Unwrap returns the gRPC error.
+func (e *ReceiveTooLargeError) Unwrap() error { return e.Err }
+
+// IsReceiveTooLarge reports whether err is gRPC's RESOURCE_EXHAUSTED for a
+// received message over the client's receive limit (raised by the client
+// itself, not a quota of the service).
+func IsReceiveTooLarge(err error) bool {
+	var tl *ReceiveTooLargeError
+	if errors.As(err, &tl) {
+		return true
+	}
+	s, ok := status.FromError(err)
+	if !ok || s.Code() != codes.ResourceExhausted {
+		return false
+	}
+	m := s.Message()
+	return strings.HasPrefix(m, "grpc: received message larger than max") ||
+		strings.HasPrefix(m, "grpc: received message after decompression larger than max") ||
+		strings.HasPrefix(m, "grpc: message after decompression larger than max")
+}
+
+// explain returns err as a *ReceiveTooLargeError when it is one, so the
+// terminal error names the option to raise; other errors are unchanged.
+func explain(err error) error {
+	var tl *ReceiveTooLargeError
+	if IsReceiveTooLarge(err) && !errors.As(err, &tl) {
+		return &ReceiveTooLargeError{Err: err}
+	}
+	return err
 }

@@ -60,7 +60,13 @@ type Config struct {
 
 	// HeartbeatInterval is the time between heartbeats on each stream; 0
 	// means 30 s. HeartbeatTimeout is how long the server may stay silent
-	// after a heartbeat before the stream is restarted; 0 means 15 s.
+	// after a heartbeat before the stream is restarted, once it has shown
+	// that it answers heartbeats (Google's emulator never does); 0 means 15 s.
+	// The timeout runs from the oldest unanswered heartbeat, so one longer
+	// than the interval still works here (a short interval with the
+	// default timeout is common in tests); SubscriberConfig, for users,
+	// refuses a timeout set longer than the interval and intervals below
+	// 1 s.
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 
@@ -72,6 +78,14 @@ type Config struct {
 	// Classify decides whether a stream failure is retried; nil means
 	// DefaultClassifier.
 	Classify Classifier
+
+	// ReconnectTimeout bounds how long a stream may keep failing (an
+	// endpoint that never answers, a network that is down) without one
+	// healthy stream: after it, the next failed attempt ends the Source
+	// with an *UnreachableError carrying the last status. Every attempt
+	// before it is reported to Events and the Logger. 0 means
+	// DefaultReconnectTimeout (2 min); RetryForever never gives up.
+	ReconnectTimeout time.Duration
 
 	// Receipt, if set, runs for each response's messages on the stream's
 	// goroutine as soon as they are decoded, before any of them is handed
@@ -136,6 +150,9 @@ func (c Config) Validate() error {
 	if c.HeartbeatTimeout < 0 {
 		return fmt.Errorf("pubsubflow/source: HeartbeatTimeout %v must not be negative", c.HeartbeatTimeout)
 	}
+	if c.ReconnectTimeout < 0 && c.ReconnectTimeout != RetryForever {
+		return fmt.Errorf("pubsubflow/source: ReconnectTimeout %v must be ≥ 0 (0 means %v) or RetryForever", c.ReconnectTimeout, DefaultReconnectTimeout)
+	}
 	return nil
 }
 
@@ -172,6 +189,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if c.ReconnectTimeout == 0 {
+		c.ReconnectTimeout = DefaultReconnectTimeout
 	}
 	if c.Backoff == nil {
 		c.Backoff = RandomizedExponential(DefaultBackoffMin, DefaultBackoffMax)

@@ -16,7 +16,7 @@ func TestValidate(t *testing.T) {
 		{"zero", func(*Config) {}, ""},
 		{"empty sub", func(c *Config) { c.Subscription = "" }, "Subscription is empty"},
 		{"short sub", func(c *Config) { c.Subscription = "s" }, "not of the form"},
-		{"topic name", func(c *Config) { c.Subscription = "projects/p/topics/t" }, "not of the form"},
+		{"topic name", func(c *Config) { c.Subscription = "projects/p/topics/topic" }, "not of the form"},
 		{"extra part", func(c *Config) { c.Subscription = testSub + "/x" }, "not of the form"},
 		{"deadline low", func(c *Config) { c.StreamAckDeadline = 5 * time.Second }, "StreamAckDeadline"},
 		{"deadline high", func(c *Config) { c.StreamAckDeadline = 601 * time.Second }, "StreamAckDeadline"},

@@ -13,7 +13,9 @@
 //   - A heartbeat goes out every HeartbeatInterval (30 s); a stream whose
 //     server has not answered within HeartbeatTimeout (15 s) after a
 //     heartbeat, while the source was waiting to receive, is treated as dead
-//     and restarted.
+//     and restarted — once the server has answered a heartbeat on this or an
+//     earlier stream of the source. Until then (Google's emulator never
+//     answers) a quiet stream is healthy.
 //   - Restarts wrap only the gRPC stream: a retryable failure (see
 //     DefaultClassifier) reopens the stream after a Backoff delay, with the
 //     same client id; nothing downstream is recreated. A terminal failure

@@ -322,52 +322,6 @@ func TestStopBackoffEndsOnFirstFailure(t *testing.T) {
 	})
 }
 
-// TestWatchdogRestartsSilentStream: a stream whose server stops answering
-// (stalled by the injector) is restarted 15 s after the first unanswered
-// heartbeat, i.e. at 45 s plus the backoff delay.
-func TestWatchdogRestartsSilentStream(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, pubsubtest.SubscriptionConfig{})
-		var rec recorder
-		src, err := Subscribe(h.client, Config{Subscription: h.sub, Events: rec.record})
-		if err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		g := stage.NewGroup(context.Background())
-		out := src.Run(g)
-		synctest.Wait()
-		if !h.srv.StallStream(1, true) {
-			t.Fatal("stream 1 not open")
-		}
-		time.Sleep(44 * time.Second)
-		synctest.Wait()
-		if n := len(h.srv.Streams(h.sub)); n != 1 {
-			t.Fatalf("%d streams before the timeout, want 1", n)
-		}
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
-		h.publish(t, 1, 10)
-		m := <-out // delivered on the new stream
-		if m == nil {
-			t.Fatal("output closed")
-		}
-		streams := h.srv.Streams(h.sub)
-		if len(streams) != 2 || streams[0].Open || !streams[1].Open || streams[1].ClientID != streams[0].ClientID {
-			t.Fatalf("streams = %+v, want the stalled one closed and a new open one with the same client id", streams)
-		}
-		d := rec.of(event.Disconnect)
-		if len(d) != 1 || status.Code(d[0].Err) != codes.DeadlineExceeded {
-			t.Fatalf("disconnects %+v, want one DEADLINE_EXCEEDED", d)
-		}
-		if at := d[0].at.Sub(start); at != 45*time.Second {
-			t.Fatalf("watchdog fired at %v, want 45s (heartbeat at 30 s + 15 s)", at)
-		}
-		g.Cancel()
-		_ = g.Wait()
-	})
-}
-
 // TestStreamsShareBudget: four streams all receive, and each carried a
 // quarter of the subscription's limits to the server, which never let one
 // hold more.

@@ -61,7 +61,7 @@ func ExampleSubscribeConn() {
 	}
 	defer srv.Close()
 	src, err := source.SubscribeConn(srv.ClientConn(), source.Config{
-		Subscription: "projects/p/subscriptions/s",
+		Subscription: "projects/p/subscriptions/sub",
 		ClientID:     "worker-1",
 		Streams:      2,
 	})

@@ -37,12 +37,12 @@ func newHarness(t *testing.T, sc pubsubtest.SubscriptionConfig, opts ...pubsubte
 	}
 	t.Cleanup(func() { _ = cc.Close() })
 	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "t")
+	topic, err := srv.CreateTopic(ctx, "topic")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sc.Name == "" {
-		sc.Name = "s"
+		sc.Name = "sub"
 	}
 	sc.Topic = topic
 	sub, err := srv.CreateSubscription(ctx, sc)

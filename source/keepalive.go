@@ -22,6 +22,13 @@ var errHeartbeatTimeout = errors.New("pubsubflow/source: heartbeat not answered"
 // The watchdog counts only time the receiver spends waiting in Recv: while
 // the receiver is handing messages to a stalled consumer, an answer may be
 // sitting unread in the transport, and the stream is not dead.
+//
+// The watchdog arms only once the server has shown that it answers
+// heartbeats: an empty response after a heartbeat, on this stream or on an
+// earlier one of the same Source. Real Pub/Sub answers them; Google's
+// emulator never does, and neither would a path through a device that drops
+// idle HTTP/2 traffic. Until then a quiet stream is healthy, not dead —
+// killing it would only reconnect, log, and lose nothing but the stream.
 type keepalive struct {
 	s        *Source
 	stream   int
@@ -32,8 +39,12 @@ type keepalive struct {
 	// Written by the receiver.
 	responses atomic.Uint64 // responses received so far
 	inRecv    atomic.Int64  // offset+1 since start when the receiver entered Recv; 0 while it is not in Recv
-	pending   atomic.Bool   // a heartbeat waits for an answer: the receiver pokes wake
+	pending   atomic.Bool   // a watched heartbeat waits for an answer: the receiver pokes wake
 	wake      chan struct{} // cap 1
+
+	// Written by the sender: a heartbeat went out on this stream, so an
+	// empty response from now on is its answer.
+	hbSent atomic.Bool
 }
 
 func newKeepalive(s *Source, i int) *keepalive {
@@ -55,8 +66,17 @@ func (k *keepalive) recvStart() {
 	k.poke()
 }
 
-func (k *keepalive) recvEnd() {
+// recvEnd takes the response Recv returned (nil with an error). An empty
+// response after a heartbeat is the server answering it, which arms the
+// watchdog for every later heartbeat of the Source. Responses that carry
+// messages prove the stream alive but not that heartbeats are answered, so
+// they must not arm it: on a server that never answers, a busy stream that
+// goes quiet would be killed.
+func (k *keepalive) recvEnd(resp *pubsubpb.StreamingPullResponse) {
 	k.inRecv.Store(0)
+	if resp != nil && len(resp.GetReceivedMessages()) == 0 && k.hbSent.Load() && !k.s.hbAnswered.Load() {
+		k.s.hbAnswered.Store(true)
+	}
 	k.responses.Add(1) // an error counts too: the stream is ending anyway
 	k.poke()
 }
@@ -75,7 +95,7 @@ func (k *keepalive) poke() {
 
 // run sends a heartbeat every interval (and at once when the stream ack
 // deadline changes) until ctx is done or a send fails, and kills the stream
-// through kill when an answer is overdue.
+// through kill when an answer is overdue from a server known to answer.
 func (k *keepalive) run(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, kill context.CancelCauseFunc) {
 	hb := time.NewTimer(k.interval)
 	defer hb.Stop()
@@ -89,9 +109,10 @@ func (k *keepalive) run(ctx context.Context, stream pubsubpb.Subscriber_Streamin
 	var seen uint64        // responses when it went out
 
 	heartbeat := func() bool {
-		if !k.pending.Load() {
-			// Before Send: an answer may arrive before Send returns, and
-			// any response after this point proves the stream alive.
+		// Before Send: an answer may arrive before Send returns, and any
+		// response after this point proves the stream alive.
+		k.hbSent.Store(true)
+		if !k.pending.Load() && k.s.hbAnswered.Load() {
 			hbAt, seen = k.now(), k.responses.Load()
 			k.pending.Store(true)
 		}

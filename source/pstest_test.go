@@ -27,7 +27,7 @@ func TestPlainConsumptionAgainstPstest(t *testing.T) {
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	topic, sub := "projects/p/topics/t", "projects/p/subscriptions/s"
+	topic, sub := "projects/p/topics/topic", "projects/p/subscriptions/sub"
 	if _, err := pubsubpb.NewPublisherClient(cc).CreateTopic(ctx, &pubsubpb.Topic{Name: topic}); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-const testSub = "projects/p/subscriptions/s"
+const testSub = "projects/p/subscriptions/sub"
 
 // TestBug2LaterRequestsCarryNothingInitialOnly is the seed's bug-2
 // reproduction: with max outstanding 100 / 10 MiB and a client id on the
@@ -59,7 +59,7 @@ func TestBug2LaterRequestsCarryNothingInitialOnly(t *testing.T) {
 				t.Errorf("later request %d = %v, want the zero value", i, r)
 			}
 		}
-		if got := client.md[0].Get(connect.RequestParamsKey); len(got) != 1 || got[0] != "subscription=projects%2Fp%2Fsubscriptions%2Fs" {
+		if got := client.md[0].Get(connect.RequestParamsKey); len(got) != 1 || got[0] != "subscription=projects%2Fp%2Fsubscriptions%2Fsub" {
 			t.Errorf("routing metadata = %q", got)
 		}
 	})

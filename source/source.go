@@ -27,6 +27,8 @@ type Source struct {
 	deadlineCh chan struct{}
 
 	props atomic.Pointer[pubsubpb.StreamingPullResponse_SubscriptionProperties]
+
+	hbAnswered atomic.Bool // the server has answered a heartbeat: watchdogs arm (keepalive.go)
 }
 
 var _ stage.Source[*message.Message] = (*Source)(nil)

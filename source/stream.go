@@ -25,10 +25,21 @@ var errStreamDone = errors.New("pubsubflow/source: stream done")
 // nil when ctx is done (a shutdown is not a failure).
 func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
 	delays := s.cfg.Backoff.Start()
+	gu := newGiveUp(s.cfg.ReconnectTimeout)
 	attempt := 0
 	var prev error // the previous failure in this run of failures
 	for {
-		healthy, err := s.connectOnce(ctx, i, h)
+		waitStart := time.Now()
+		maxMsgs, maxBytes, ok := s.grant(ctx, i)
+		if !ok {
+			return nil
+		}
+		gu.waited(time.Since(waitStart)) // waiting for room is not failing
+		gu.begin()
+		healthy, err := s.connectOnce(ctx, i, h, maxMsgs, maxBytes)
+		if b := s.cfg.Budget; b != nil {
+			b.Closed(i)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -39,6 +50,9 @@ func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
 		attempt++
 		if s.cfg.Classify(failure(err, attempt, prev)) == Terminate {
 			return s.terminal(i, err)
+		}
+		if gerr := gu.failed(healthy, err); gerr != nil {
+			return s.terminal(i, gerr)
 		}
 		prev = err
 		d, ok := delays.Next()
@@ -56,6 +70,7 @@ func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
 // terminal ends the source: the error names the subscription and wraps the
 // stream's error, so status.Code still reports the gRPC code.
 func (s *Source) terminal(i int, err error) error {
+	err = explain(err)
 	if errors.Is(err, io.EOF) {
 		err = status.Error(codes.Unavailable, "stream closed by the server without a status")
 	}
@@ -65,19 +80,22 @@ func (s *Source) terminal(i int, err error) error {
 	return err
 }
 
-// connectOnce opens one stream, sends its initial request, and receives
-// until the stream fails or ctx is done. healthy reports whether the
-// stream received at least one response. With a Budget it first waits for
-// room to open a stream (a wait for room is no failure: no backoff).
-func (s *Source) connectOnce(ctx context.Context, i int, h *handoff) (healthy bool, err error) {
-	maxMsgs, maxBytes := share(s.cfg.MaxOutstandingMessages, i, s.cfg.Streams), share(s.cfg.MaxOutstandingBytes, i, s.cfg.Streams)
-	if b := s.cfg.Budget; b != nil {
-		var ok bool
-		if maxMsgs, maxBytes, ok = s.openLane(ctx, i, maxMsgs, maxBytes); !ok {
-			return false, ctx.Err()
-		}
-		defer b.Closed(i)
+// grant returns the flow-control limits stream i's next stream asks for:
+// its share of the limits, or with a Budget what the Budget grants, once it
+// grants anything (a wait for room is no failure: no backoff). ok is false
+// when ctx ended first.
+func (s *Source) grant(ctx context.Context, i int) (maxMsgs, maxBytes int64, ok bool) {
+	maxMsgs, maxBytes = share(s.cfg.MaxOutstandingMessages, i, s.cfg.Streams), share(s.cfg.MaxOutstandingBytes, i, s.cfg.Streams)
+	if s.cfg.Budget == nil {
+		return maxMsgs, maxBytes, ctx.Err() == nil
 	}
+	return s.openLane(ctx, i, maxMsgs, maxBytes)
+}
+
+// connectOnce opens one stream with the given flow-control limits, sends
+// its initial request, and receives until the stream fails or ctx is done.
+// healthy reports whether the stream received at least one response.
+func (s *Source) connectOnce(ctx context.Context, i int, h *handoff, maxMsgs, maxBytes int64) (healthy bool, err error) {
 	sctx, cancel := context.WithCancelCause(connect.WithRouting(ctx, "subscription", s.cfg.Subscription))
 	defer cancel(errStreamDone)
 	stream, err := s.client.StreamingPull(sctx)
@@ -145,7 +163,7 @@ func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_Streami
 		}
 		ka.recvStart()
 		resp, err := stream.Recv()
-		ka.recvEnd()
+		ka.recvEnd(resp)
 		if err != nil {
 			return healthy, err
 		}

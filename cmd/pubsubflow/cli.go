@@ -14,6 +14,10 @@ const (
 	exitOK      = 0
 	exitFailure = 1 // the command ran and failed
 	exitUsage   = 2 // bad command, flag, argument or resource name
+	// exitInterrupted: SIGINT or SIGTERM stopped demo, bench or publish
+	// before it finished (128 + SIGINT, the shell's convention). tail and
+	// emulator, which run until stopped, exit 0 then.
+	exitInterrupted = 130
 )
 
 // cliEnv is what a command may use of the process: its streams.
@@ -54,6 +58,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitUsage
 	}
 	switch args[0] {
+	case "-version", "--version", "version":
+		fmt.Fprintln(stdout, versionLine())
+		return exitOK
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && args[0] == "help" {
 			return run(ctx, []string{args[1], "--help"}, stdin, stdout, stderr)
@@ -76,9 +83,11 @@ func mainUsage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, "\nRun 'pubsubflow COMMAND --help' for a command's flags.\n"+
-		"tail and publish use PUBSUB_EMULATOR_HOST when set, otherwise Pub/Sub with\n"+
-		"Application Default Credentials. Exit codes: 0 ok, 1 failure, 2 bad usage.\n")
+	fmt.Fprintf(w, "\nRun 'pubsubflow COMMAND --help' for a command's flags, 'pubsubflow --version'\n"+
+		"for the version. tail and publish use PUBSUB_EMULATOR_HOST when set, otherwise\n"+
+		"Pub/Sub with Application Default Credentials. Exit codes: 0 ok, 1 failure,\n"+
+		"2 bad usage, 130 interrupted (Ctrl-C) before demo, bench or publish finished;\n"+
+		"tail and emulator stop with 0 on Ctrl-C.\n\n%s", limitsHelp())
 }
 
 // flagSet returns c's flags and the function that runs it.
@@ -102,6 +111,11 @@ func runCommand(ctx context.Context, c command, args []string, env cliEnv) int {
 	switch {
 	case err == nil:
 		return exitOK
+	case ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled):
+		// A signal stopped the command (main cancels ctx on SIGINT and
+		// SIGTERM): the error is only the echo of that.
+		fmt.Fprintf(env.stderr, "pubsubflow %s: interrupted\n", c.name)
+		return exitInterrupted
 	case errors.As(err, &ue) || isFlagError(err):
 		fmt.Fprintf(env.stderr, "pubsubflow %s: %v\n", c.name, err)
 		fmt.Fprintf(env.stderr, "Run 'pubsubflow %s --help' for usage.\n", c.name)

@@ -2,15 +2,9 @@ package main
 
 import (
 	"os"
-	"regexp"
 	"strings"
-)
 
-// Pub/Sub resource ids: a letter, then 2–254 letters, digits or -._~%+,
-// not starting with "goog" (the API's rule).
-var (
-	resourceID = regexp.MustCompile(`^[A-Za-z][-A-Za-z0-9._~%+]{2,254}$`)
-	projectID  = regexp.MustCompile(`^[a-z][-a-z0-9.:]{0,99}[a-z0-9]$|^[a-z]$`)
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 // projectEnv are the variables consulted, in order, for the project of a
@@ -53,12 +47,14 @@ func resolveName(kind, name, project string) (string, error) {
 	return "projects/" + project + "/" + kind + "/" + name, nil
 }
 
+// checkIDs applies the service's name rules (internal/limits, the one
+// validator the library uses too); a bad name is a usage error.
 func checkIDs(singular, name, project, id string) error {
-	if !projectID.MatchString(project) {
-		return usagef("%s %q: bad project id %q", singular, name, project)
+	if limits.CheckProjectID(project) != nil {
+		return usagef("%s %q: bad project id %q (%s)", singular, name, project, limits.ProjectIDRule)
 	}
-	if !resourceID.MatchString(id) || strings.HasPrefix(strings.ToLower(id), "goog") {
-		return usagef("%s %q: bad id %q (3–255 of letters, digits, -._~%%+, starting with a letter, not with \"goog\")", singular, name, id)
+	if limits.CheckResourceID(singular+"s", id) != nil {
+		return usagef("%s %q: bad id %q (%s)", singular, name, id, limits.ResourceIDRule)
 	}
 	return nil
 }

@@ -43,9 +43,26 @@ var plotSeries = []struct {
 func checkPlotFile(path string) error {
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".svg", ".png":
-		return nil
+	default:
+		return usagef("--plot %q: want a .svg or .png file", path)
 	}
-	return usagef("--plot %q: want a .svg or .png file", path)
+	// Before the run, not after it: a missing or read-only directory
+	// would otherwise waste the whole run.
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return usagef("--plot %q: directory %q does not exist", path, dir)
+	}
+	f, err := os.CreateTemp(dir, ".pubsubflow-plot-*")
+	if err != nil {
+		return usagef("--plot %q: cannot write in %q: %v", path, dir, err)
+	}
+	name := f.Name()
+	_ = f.Close()
+	_ = os.Remove(name)
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return usagef("--plot %q is a directory", path)
+	}
+	return nil
 }
 
 // writePlot draws outstanding, buffered, processing and redeliveries over

@@ -11,14 +11,15 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/publisher"
 )
 
 // Bounds of the publish command.
 const (
-	// maxLine is the longest stdin line accepted: Pub/Sub's 10 MB message
-	// limit.
-	maxLine = 10 << 20
+	// maxLine is the longest stdin line accepted: the service's message
+	// data limit (a line is one message's data).
+	maxLine = limits.MaxDataBytes
 	// publishWindow bounds the results waiting to be printed in order.
 	publishWindow = 1000
 )
@@ -32,8 +33,14 @@ func publishCommand() command {
 Publishes each line of standard input (without its newline) as one message
 to TOPIC (projects/P/topics/T, or T with --project) and prints each message
 id on its own line, in input order. Empty lines are skipped unless the
-messages carry attributes. A line that fails to publish is reported on
-stderr, and the exit code is 1.`,
+messages carry attributes. Lines may be up to 10,000,000 bytes (the
+service's message limit); a longer line stops the command with exit code
+1 after the lines before it. --attr and --ordering-key are checked
+against the service's limits before anything is read. A line that fails
+to publish is reported on stderr, and the exit code is 1. Ctrl-C stops it
+with exit code 130 after the lines already read are published.
+
+` + strings.TrimSpace(limitsHelp()),
 		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
 			o := publishOptions{attrs: map[string]string{}}
 			o.ep.register(fs)
@@ -49,6 +56,9 @@ stderr, and the exit code is 1.`,
 			return func(ctx context.Context, env cliEnv, args []string) error {
 				if err := wantArgs(args, 1, "TOPIC"); err != nil {
 					return err
+				}
+				if v := limits.CheckMessage([]byte("x"), o.attrs, o.orderingKey); v != nil {
+					return usagef("%s: %s: %s", flagOf(v.Field), v.Limit, v.Detail)
 				}
 				return runPublish(ctx, env, args[0], o)
 			}
@@ -114,9 +124,10 @@ func runPublish(ctx context.Context, env cliEnv, name string, o publishOptions) 
 	}()
 
 	sc := bufio.NewScanner(env.stdin)
-	sc.Buffer(make([]byte, 64<<10), maxLine)
+	sc.Buffer(make([]byte, 64<<10), maxLine+1) // +1: the newline
 	var readErr error
-	for n := 1; sc.Scan(); n++ {
+	n := 0
+	for n = 1; sc.Scan(); n++ {
 		if len(sc.Bytes()) == 0 && attrs == nil {
 			continue // Pub/Sub refuses a message with neither data nor attributes
 		}
@@ -131,7 +142,9 @@ func runPublish(ctx context.Context, env cliEnv, name string, o publishOptions) 
 			break
 		}
 	}
-	if err := sc.Err(); err != nil {
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		readErr = fmt.Errorf("line %d is longer than %d bytes, the service's limit for a message's data", n, maxLine)
+	} else if err != nil {
 		readErr = fmt.Errorf("reading stdin: %w", err)
 	}
 	close(results)
@@ -141,4 +154,12 @@ func runPublish(ctx context.Context, env cliEnv, name string, o publishOptions) 
 		return errors.Join(readErr, fmt.Errorf("%d messages failed to publish", failed))
 	}
 	return errors.Join(readErr, closeErr)
+}
+
+// flagOf names the flag that set a message field.
+func flagOf(field string) string {
+	if field == "OrderingKey" {
+		return "--ordering-key"
+	}
+	return "--attr " + strings.TrimPrefix(field, "Attributes")
 }

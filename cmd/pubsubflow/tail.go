@@ -43,6 +43,8 @@ It stops after --max messages, after --timeout, or on SIGINT/SIGTERM.`,
 			fs.DurationVar(&o.timeout, "timeout", 0, "stop after this long (0: no limit)")
 			fs.BoolVar(&o.base64, "base64", false, "always print data as data_base64")
 			fs.Int64Var(&o.maxOutstanding, "max-outstanding", 1000, "messages held at once (without --ack, the most tail shows)")
+			fs.DurationVar(&o.reconnectTimeout, "reconnect-timeout", pubsubflow.DefaultReconnectTimeout,
+				"fail when no stream has succeeded for this long (an unreachable endpoint); 0: retry until stopped")
 			return func(ctx context.Context, env cliEnv, args []string) error {
 				if err := wantArgs(args, 1, "SUBSCRIPTION"); err != nil {
 					return err
@@ -54,12 +56,13 @@ It stops after --max messages, after --timeout, or on SIGINT/SIGTERM.`,
 }
 
 type tailOptions struct {
-	ep             endpointFlags
-	ack            bool
-	max            int
-	timeout        time.Duration
-	base64         bool
-	maxOutstanding int64
+	ep               endpointFlags
+	ack              bool
+	max              int
+	timeout          time.Duration
+	base64           bool
+	maxOutstanding   int64
+	reconnectTimeout time.Duration
 }
 
 func (o *tailOptions) validate() error {
@@ -70,6 +73,8 @@ func (o *tailOptions) validate() error {
 		return usagef("--timeout %v: want ≥ 0", o.timeout)
 	case o.maxOutstanding < 1:
 		return usagef("--max-outstanding %d: want ≥ 1", o.maxOutstanding)
+	case o.reconnectTimeout < 0:
+		return usagef("--reconnect-timeout %v: want ≥ 0", o.reconnectTimeout)
 	}
 	return o.ep.validate()
 }
@@ -99,8 +104,9 @@ func runTail(ctx context.Context, env cliEnv, name string, o tailOptions) error 
 		MaxOutstandingMessages: o.maxOutstanding,
 		// Tail stops on purpose: what it received and did not print goes
 		// straight back to the subscription.
-		OnShutdown:   pubsubflow.Nack,
-		DrainTimeout: tailDrain,
+		OnShutdown:       pubsubflow.Nack,
+		DrainTimeout:     tailDrain,
+		ReconnectTimeout: reconnectTimeout(o.reconnectTimeout),
 	})
 	if err != nil {
 		return err
@@ -213,4 +219,13 @@ func (t *tailer) count() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.printed
+}
+
+// reconnectTimeout maps the flag's 0 ("retry until stopped") to the
+// library's Unlimited.
+func reconnectTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return pubsubflow.Unlimited
+	}
+	return d
 }

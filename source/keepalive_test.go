@@ -1,0 +1,121 @@
+package source
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pubsubflow/pubsubflow/event"
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
+	"github.com/pubsubflow/pubsubflow/stage"
+)
+
+// TestWatchdogQuietOnServerThatNeverAnswers: against a server that never
+// answers heartbeats (as Google's emulator), a stream stays open for ten
+// minutes — idle, then busy, then with a deadline change that sends a
+// heartbeat at once, then idle again — and is never torn down.
+func TestWatchdogQuietOnServerThatNeverAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, pubsubtest.SubscriptionConfig{}, pubsubtest.WithoutHeartbeatAnswers())
+		var rec recorder
+		src, err := Subscribe(h.client, Config{Subscription: h.sub, Events: rec.record})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := stage.NewGroup(context.Background())
+		out := src.Run(g)
+
+		time.Sleep(100 * time.Second) // idle past three heartbeats
+		h.publish(t, 500, 10)
+		for range 500 {
+			<-out
+		}
+		src.SetStreamAckDeadline(2 * time.Minute) // a heartbeat right after the messages
+		time.Sleep(10 * time.Minute)
+		synctest.Wait()
+
+		streams := h.srv.Streams(h.sub)
+		if len(streams) != 1 || !streams[0].Open {
+			t.Fatalf("streams = %+v, want the one stream still open", streams)
+		}
+		if st := streams[0]; st.Heartbeats < 23 || st.HeartbeatReplies != 0 || st.ProtocolVersion != 1 {
+			t.Fatalf("heartbeats %d, replies %d, protocol %d: want ≥ 23 unanswered heartbeats with protocol_version 1",
+				st.Heartbeats, st.HeartbeatReplies, st.ProtocolVersion)
+		}
+		if d := rec.of(event.Disconnect); len(d) != 0 {
+			t.Fatalf("disconnects %+v, want none", d)
+		}
+		g.Cancel()
+		_ = g.Wait()
+	})
+}
+
+// TestWatchdogRestartsSilentStreamOnceAnswered: a server that answered the
+// first heartbeat (at 30 s) and then goes silent has its stream restarted
+// 15 s after the next unanswered one (60 s + 15 s). The Source remembers
+// that this server answers: the next stream, silent from its start, is
+// watched from its very first heartbeat.
+func TestWatchdogRestartsSilentStreamOnceAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, pubsubtest.SubscriptionConfig{})
+		var rec recorder
+		src, err := Subscribe(h.client, Config{Subscription: h.sub, Events: rec.record})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		g := stage.NewGroup(context.Background())
+		out := src.Run(g)
+		time.Sleep(31 * time.Second)
+		synctest.Wait()
+		if st := h.srv.Streams(h.sub)[0]; st.HeartbeatReplies != 1 {
+			t.Fatalf("stream 1 after 31 s: %+v, want its first heartbeat answered", st)
+		}
+		if !h.srv.StallStream(1, true) {
+			t.Fatal("stream 1 not open")
+		}
+		time.Sleep(74*time.Second - time.Since(start))
+		synctest.Wait()
+		if n := len(h.srv.Streams(h.sub)); n != 1 {
+			t.Fatalf("%d streams before the timeout, want 1", n)
+		}
+		time.Sleep(2 * time.Second) // past 75 s and the first backoff delay (≤ 100 ms)
+		synctest.Wait()
+		if !h.srv.StallStream(2, true) {
+			t.Fatalf("no second stream after the watchdog fired: %+v", h.srv.Streams(h.sub))
+		}
+		time.Sleep(50 * time.Second)
+		synctest.Wait()
+		h.publish(t, 1, 10)
+		if m := <-out; m == nil { // delivered on a third stream
+			t.Fatal("output closed")
+		}
+
+		streams := h.srv.Streams(h.sub)
+		if len(streams) != 3 || streams[0].Open || streams[1].Open || !streams[2].Open ||
+			streams[1].ClientID != streams[0].ClientID || streams[2].ClientID != streams[0].ClientID {
+			t.Fatalf("streams = %+v, want two silent ones closed and a third open, one client id", streams)
+		}
+		d, c := rec.of(event.Disconnect), rec.of(event.Connect)
+		if len(d) != 2 || len(c) != 3 {
+			t.Fatalf("disconnects %+v, connects %+v: want 2 and 3", d, c)
+		}
+		for _, e := range d {
+			if status.Code(e.Err) != codes.DeadlineExceeded {
+				t.Fatalf("disconnect %+v, want DEADLINE_EXCEEDED", e)
+			}
+		}
+		if at := d[0].at.Sub(start); at != 75*time.Second {
+			t.Fatalf("first stream killed at %v, want 75s (heartbeat at 60 s + 15 s)", at)
+		}
+		if after := d[1].at.Sub(c[1].at); after != 45*time.Second {
+			t.Fatalf("second stream killed %v after it opened, want 45s (its first heartbeat at 30 s + 15 s)", after)
+		}
+		g.Cancel()
+		_ = g.Wait()
+	})
+}
