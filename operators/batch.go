@@ -105,78 +105,113 @@ func (w *worker[R]) flush(ctx context.Context) bool {
 // shared is the queue of elements the workers share.
 type shared[T any] struct {
 	in   <-chan []T
-	wake chan struct{} // a token per element queued for an idle worker (cap n)
+	wake chan struct{} // tokens for idle workers (cap n): work was queued, or the end came
 
-	mu     sync.Mutex // never held while waiting
-	queue  []T
-	head   int
-	closed bool
+	mu        sync.Mutex // never held while waiting
+	queue     []T
+	head      int
+	closed    bool // the input ended
+	receivers int  // workers that may be holding a batch not yet queued
 }
 
 // take returns the next element: a queued one, else one from the next
 // batch (queuing the rest). With block false it does not wait for a batch:
-// ok false then means nothing is ready now (or the input ended, or ctx).
+// ok false then means nothing is ready now. With block true, ok false
+// means the input ended and everything was taken, or ctx is done.
 func (q *shared[T]) take(ctx context.Context, block bool) (v T, ok bool) {
 	for {
-		if v, ok = q.pop(); ok {
+		q.mu.Lock()
+		if v, ok = q.popLocked(); ok {
+			q.mu.Unlock()
 			return v, true
 		}
-		if q.isClosed() {
-			return v, false
+		if q.closed && q.receivers == 0 {
+			q.mu.Unlock()
+			return v, false // ended: nothing queued, nobody holds a batch
 		}
+		var in <-chan []T
+		if !q.closed {
+			in = q.in
+			q.receivers++
+		}
+		q.mu.Unlock()
 		if !block {
 			select {
-			case b, open := <-q.in:
+			case b, open := <-in:
 				if v, ok = q.arrived(b, open); ok {
 					return v, true
 				}
+				continue
 			default:
+				q.done(in != nil)
 				return v, false
 			}
-			continue
 		}
 		select {
-		case b, open := <-q.in:
+		case b, open := <-in:
 			if v, ok = q.arrived(b, open); ok {
 				return v, true
 			}
 		case <-q.wake:
+			q.done(in != nil)
 		case <-ctx.Done():
+			q.done(in != nil)
 			return v, false
 		}
 	}
 }
 
 // arrived takes the first element of a batch just received and queues the
-// rest, waking idle workers for them.
+// rest, waking idle workers for them; !open records the end of the input.
 func (q *shared[T]) arrived(b []T, open bool) (v T, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.receivers--
 	if !open {
-		if !q.closed {
-			q.closed = true
-			close(q.wake) // every idle worker looks again and finds the end
-		}
+		q.closed = true
+		q.wakeLocked(cap(q.wake)) // every idle worker looks again
 		return v, false
 	}
 	if len(b) == 0 {
+		if q.closed && q.receivers == 0 {
+			q.wakeLocked(cap(q.wake))
+		}
 		return v, false
 	}
-	if rest := b[1:]; len(rest) > 0 {
-		q.queue = append(q.queue, rest...)
-		for range min(len(rest), cap(q.wake)) {
-			select { // never waits: the lock is not held across a wait
-			case q.wake <- struct{}{}:
-			default:
-			}
-		}
+	q.queue = append(q.queue, b[1:]...)
+	if q.closed && q.receivers == 0 {
+		q.wakeLocked(cap(q.wake)) // the last batch: idle workers may end
+	} else {
+		q.wakeLocked(len(b) - 1)
 	}
 	return b[0], true
 }
 
-func (q *shared[T]) pop() (v T, ok bool) {
+// done is the end of a wait that received no batch.
+func (q *shared[T]) done(receiving bool) {
+	if !receiving {
+		return
+	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.receivers--
+	if q.closed && q.receivers == 0 {
+		q.wakeLocked(cap(q.wake)) // the last one out: the others may end
+	}
+	q.mu.Unlock()
+}
+
+// wakeLocked hands out up to n wake tokens without waiting.
+func (q *shared[T]) wakeLocked(n int) {
+	for range min(n, cap(q.wake)) {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+			return
+		}
+	}
+}
+
+func (q *shared[T]) popLocked() (v T, ok bool) {
 	if q.head == len(q.queue) {
 		return v, false
 	}
@@ -188,10 +223,4 @@ func (q *shared[T]) pop() (v T, ok bool) {
 		q.queue, q.head = q.queue[:0], 0
 	}
 	return v, true
-}
-
-func (q *shared[T]) isClosed() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.closed
 }

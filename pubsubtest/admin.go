@@ -23,6 +23,7 @@ const deletedTopic = "_deleted-topic_"
 type topic struct {
 	pb   *pubsubpb.Topic
 	subs map[string]*subscription
+	feat topicFeatures // retention log, snapshots
 }
 
 // subscription is one subscription's state: the ready queue, the live ack
@@ -38,6 +39,7 @@ type subscription struct {
 	streams  map[*stream]struct{}     // open streams
 	pullWait chan struct{}            // closed when messages become ready; nil without waiters
 	stats    SubStats
+	feat     subFeatures // filter, retention, backoff, held bytes
 }
 
 func (sub *subscription) ordered() bool     { return sub.pb.GetEnableMessageOrdering() }
@@ -76,12 +78,16 @@ func (s *rpcServer) CreateTopic(_ context.Context, req *pubsubpb.Topic) (*pubsub
 	if err := checkName(limits.Topics, req.GetName()); err != nil {
 		return nil, err
 	}
+	pb := proto.Clone(req).(*pubsubpb.Topic)
+	if err := checkTopic(pb); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.topics[req.Name] != nil {
 		return nil, status.Errorf(codes.AlreadyExists, "Topic already exists")
 	}
-	t := &topic{pb: proto.Clone(req).(*pubsubpb.Topic), subs: make(map[string]*subscription)}
+	t := &topic{pb: pb, subs: make(map[string]*subscription)}
 	s.topics[req.Name] = t
 	return proto.Clone(t.pb).(*pubsubpb.Topic), nil
 }
@@ -119,6 +125,10 @@ func (s *rpcServer) UpdateTopic(_ context.Context, req *pubsubpb.UpdateTopicRequ
 	if err := applyMask(next, req.Topic, req.UpdateMask.Paths, "name"); err != nil {
 		return nil, err
 	}
+	if err := checkTopic(next); err != nil {
+		return nil, err
+	}
+	s.topicUpdatedLocked(t, next)
 	t.pb = next
 	return proto.Clone(next).(*pubsubpb.Topic), nil
 }
@@ -224,18 +234,22 @@ func (s *rpcServer) ListTopicSubscriptions(_ context.Context, req *pubsubpb.List
 	return &pubsubpb.ListTopicSubscriptionsResponse{Subscriptions: names, NextPageToken: next}, nil
 }
 
-// ListTopicSnapshots implements pubsubpb.PublisherServer; snapshots are not
-// supported, so the list is always empty.
+// ListTopicSnapshots implements pubsubpb.PublisherServer.
 func (s *rpcServer) ListTopicSnapshots(_ context.Context, req *pubsubpb.ListTopicSnapshotsRequest) (*pubsubpb.ListTopicSnapshotsResponse, error) {
 	if err := checkName(limits.Topics, req.GetTopic()); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.topics[req.GetTopic()] == nil {
+	t := s.topics[req.GetTopic()]
+	if t == nil {
 		return nil, notFound(req.GetTopic())
 	}
-	return &pubsubpb.ListTopicSnapshotsResponse{}, nil
+	names, next, err := s.topicSnapshotsLocked(t, req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	return &pubsubpb.ListTopicSnapshotsResponse{Snapshots: names, NextPageToken: next}, nil
 }
 
 // DeleteTopic implements pubsubpb.PublisherServer. As in the real service,
@@ -251,6 +265,7 @@ func (s *rpcServer) DeleteTopic(_ context.Context, req *pubsubpb.DeleteTopicRequ
 		return nil, notFound(req.GetTopic())
 	}
 	delete(s.topics, req.Topic)
+	s.topicDeletedLocked(t)
 	for _, sub := range t.subs {
 		cfg := proto.Clone(sub.pb).(*pubsubpb.Subscription)
 		cfg.Topic = deletedTopic
@@ -261,8 +276,8 @@ func (s *rpcServer) DeleteTopic(_ context.Context, req *pubsubpb.DeleteTopicRequ
 }
 
 // DetachSubscription implements pubsubpb.PublisherServer: the subscription
-// is marked detached, its open streams end with FAILED_PRECONDITION and it
-// receives no further message.
+// is marked detached, its open streams end with FAILED_PRECONDITION, its
+// messages are dropped and it receives no further message.
 func (s *rpcServer) DetachSubscription(_ context.Context, req *pubsubpb.DetachSubscriptionRequest) (*pubsubpb.DetachSubscriptionResponse, error) {
 	if err := checkName(limits.Subscriptions, req.GetSubscription()); err != nil {
 		return nil, err
@@ -276,6 +291,7 @@ func (s *rpcServer) DetachSubscription(_ context.Context, req *pubsubpb.DetachSu
 	cfg := proto.Clone(sub.pb).(*pubsubpb.Subscription)
 	cfg.Detached = true
 	sub.setConfig(cfg)
+	s.subDetachedLocked(sub)
 	if sub.topic != nil {
 		delete(sub.topic.subs, sub.name)
 		sub.topic = nil
@@ -304,12 +320,18 @@ func (s *rpcServer) CreateSubscription(_ context.Context, req *pubsubpb.Subscrip
 	if err := s.checkAckDeadline(cfg.AckDeadlineSeconds); err != nil {
 		return nil, err
 	}
-	cfg.State = pubsubpb.Subscription_ACTIVE
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.topics[cfg.Topic]
 	if t == nil {
 		return nil, notFound(cfg.Topic)
+	}
+	if cfg.Detached {
+		return nil, invalidArg("detached cannot be set on a new subscription; use DetachSubscription.")
+	}
+	f, err := s.checkSubscriptionLocked(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if s.subs[cfg.Name] != nil {
 		return nil, status.Errorf(codes.AlreadyExists, "Subscription already exists")
@@ -320,6 +342,7 @@ func (s *rpcServer) CreateSubscription(_ context.Context, req *pubsubpb.Subscrip
 		out:     make(map[string]*entry),
 		keys:    make(map[string]*ring[*entry]),
 		streams: make(map[*stream]struct{}),
+		feat:    subFeatures{filter: f},
 	}
 	sub.setConfig(cfg)
 	s.subs[cfg.Name] = sub
@@ -358,7 +381,10 @@ func (s *rpcServer) UpdateSubscription(_ context.Context, req *pubsubpb.UpdateSu
 		return nil, notFound(req.Subscription.GetName())
 	}
 	next := proto.Clone(sub.pb).(*pubsubpb.Subscription)
-	if err := applyMask(next, req.Subscription, req.UpdateMask.Paths, "name", "topic", "enable_message_ordering"); err != nil {
+	if err := applyMask(next, req.Subscription, req.UpdateMask.Paths, "name", "topic", "enable_message_ordering", "filter", "detached"); err != nil {
+		return nil, err
+	}
+	if _, err := s.checkSubscriptionLocked(next); err != nil {
 		return nil, err
 	}
 	if next.AckDeadlineSeconds == 0 {
@@ -367,6 +393,7 @@ func (s *rpcServer) UpdateSubscription(_ context.Context, req *pubsubpb.UpdateSu
 	if err := s.checkAckDeadline(next.AckDeadlineSeconds); err != nil {
 		return nil, err
 	}
+	s.subUpdatedLocked(sub, next)
 	sub.setConfig(next)
 	return proto.Clone(next).(*pubsubpb.Subscription), nil
 }
@@ -413,6 +440,7 @@ func (s *Server) deleteSubLocked(name string) bool {
 		s.leases.remove(e)
 		e.state = stateGone
 	}
+	s.subDeletedLocked(sub)
 	sub.out = make(map[string]*entry)
 	sub.ready = ring[*entry]{}
 	sub.keys = make(map[string]*ring[*entry])
@@ -426,8 +454,8 @@ func (s *Server) deleteSubLocked(name string) bool {
 	return true
 }
 
-// ModifyPushConfig implements pubsubpb.SubscriberServer: the push config is
-// stored but nothing is pushed.
+// ModifyPushConfig implements pubsubpb.SubscriberServer: pubsubtest has no
+// push subscriptions, so only an empty push config (pull) is accepted.
 func (s *rpcServer) ModifyPushConfig(_ context.Context, req *pubsubpb.ModifyPushConfigRequest) (*emptypb.Empty, error) {
 	if err := checkName(limits.Subscriptions, req.GetSubscription()); err != nil {
 		return nil, err
@@ -438,8 +466,8 @@ func (s *rpcServer) ModifyPushConfig(_ context.Context, req *pubsubpb.ModifyPush
 	if sub == nil {
 		return nil, notFound(req.GetSubscription())
 	}
-	cfg := proto.Clone(sub.pb).(*pubsubpb.Subscription)
-	cfg.PushConfig = req.PushConfig
-	sub.setConfig(cfg)
+	if pc := req.GetPushConfig(); pc != nil && proto.Size(pc) > 0 {
+		return nil, unsupported("push_config (push subscriptions)")
+	}
 	return &emptypb.Empty{}, nil
 }

@@ -10,26 +10,39 @@ import (
 )
 
 // publishLocked assigns ids and the publish time to msgs (which the server
-// now owns) and enqueues them on every subscription of t.
-func (s *Server) publishLocked(t *topic, msgs []*pubsubpb.PubsubMessage) []string {
+// now owns) and enqueues them on every subscription of t whose filter they
+// match. It fails, changing nothing, when the backlog bound has no room.
+func (s *Server) publishLocked(t *topic, msgs []*pubsubpb.PubsubMessage) ([]string, error) {
+	if err := s.checkRoomLocked(t, msgs); err != nil {
+		return nil, err
+	}
 	now := timestamppb.New(time.Now())
 	ids := make([]string, len(msgs))
 	for i, m := range msgs {
-		s.msgStats = append(s.msgStats, msgCounters{})
-		seq := uint64(len(s.msgStats))
+		seq := s.newCountersLocked()
 		m.MessageId = strconv.FormatUint(seq, 10)
 		m.PublishTime = now
 		ids[i] = m.MessageId
 		msg := &message{seq: seq, pb: m, size: int64(proto.Size(m))}
 		for _, sub := range t.subs {
 			sub.stats.Published++
-			s.enqueueNewLocked(&entry{msg: msg, sub: sub, heapIdx: -1})
+			e := &entry{msg: msg, sub: sub, heapIdx: -1}
+			s.holdLocked(sub, msg.held())
+			if f := sub.feat.filter; f != nil && !f.match(m.Attributes) {
+				sub.stats.Filtered++
+				s.settledLocked(e)
+				continue
+			}
+			s.enqueueNewLocked(e)
+		}
+		if t.feat.snaps != nil || t.pb.MessageRetentionDuration != nil {
+			s.retainPublishedLocked(t, msg)
 		}
 	}
 	for _, sub := range t.subs {
 		s.wakeSubLocked(sub)
 	}
-	return ids
+	return ids, nil
 }
 
 // enqueueNewLocked queues a newly published entry: ready, or behind the
@@ -86,7 +99,9 @@ func (s *Server) deliverLocked(e *entry, st *stream, deadline time.Duration, now
 	if e.attempts > 1 {
 		sub.stats.Redelivered++
 	}
-	s.msgStats[e.msg.seq-1].deliveries++
+	if c := s.countersLocked(e.msg.seq); c != nil {
+		c.deliveries++
+	}
 	if st != nil {
 		st.outMsgs++
 		st.outBytes += e.msg.size
@@ -101,7 +116,11 @@ func (s *Server) deliverLocked(e *entry, st *stream, deadline time.Duration, now
 			sub.stats.MaxOutstanding = st.outMsgs
 		}
 	}
-	return &pubsubpb.ReceivedMessage{AckId: e.ackID, Message: e.msg.pb, DeliveryAttempt: e.attempts}
+	rm := &pubsubpb.ReceivedMessage{AckId: e.ackID, Message: e.msg.pb, DeliveryAttempt: e.attempts}
+	if s.cfg.serviceAttempts && sub.pb.DeadLetterPolicy == nil {
+		rm.DeliveryAttempt = 0 // the service sets it only with a dead-letter policy
+	}
+	return rm
 }
 
 // releaseLocked ends the lease of an outstanding entry: the ack id dies, the
@@ -130,19 +149,11 @@ func (s *Server) ackLocked(sub *subscription, ackID string) bool {
 		return false
 	}
 	s.releaseLocked(e)
-	e.state = stateAcked
 	sub.stats.Acked++
-	s.msgStats[e.msg.seq-1].acks++
-	if key := e.msg.pb.OrderingKey; key != "" && sub.ordered() {
-		if q := sub.keys[key]; q != nil && q.len() > 0 {
-			next := q.popFront()
-			next.state = stateReady
-			sub.ready.pushBack(next)
-			s.wakeSubLocked(sub)
-		} else {
-			delete(sub.keys, key)
-		}
+	if c := s.countersLocked(e.msg.seq); c != nil {
+		c.acks++
 	}
+	s.settledLocked(e)
 	return true
 }
 
@@ -165,7 +176,7 @@ func (s *Server) modackLocked(sub *subscription, ackID string, secs int32, now t
 	if secs == 0 {
 		s.releaseLocked(e)
 		sub.stats.Nacked++
-		s.requeueLocked(e)
+		s.redeliverLocked(e, now)
 		return true
 	}
 	sub.stats.ModAcks++
@@ -190,7 +201,7 @@ func (s *Server) expireLocked(now time.Time) time.Duration {
 		}
 		s.releaseLocked(e)
 		e.sub.stats.Expired++
-		s.requeueLocked(e)
+		s.redeliverLocked(e, now)
 	}
 	return -1
 }
@@ -203,7 +214,11 @@ func (s *Server) expiryLoop() {
 	t.Stop()
 	for {
 		s.mu.Lock()
-		wait := s.expireLocked(time.Now())
+		now := time.Now()
+		wait := s.expireLocked(now)
+		if w := s.releaseDelayedLocked(now); w >= 0 && (wait < 0 || w < wait) {
+			wait = w
+		}
 		s.mu.Unlock()
 		if wait >= 0 {
 			t.Reset(wait)

@@ -22,11 +22,14 @@
 //     at max_outstanding_messages / max_outstanding_bytes (≤ 0: no limit).
 //   - Up to WithMaxMessagesPerResponse messages per response (default
 //     100). Work per message is O(log outstanding): queues, and one timer
-//     goroutine over a heap of ack deadlines; nothing scans all messages.
+//     goroutine over a heap of ack deadlines (and one of retry backoffs);
+//     nothing on the delivery path scans all messages (Seek, CreateSnapshot
+//     and DeleteSubscription go over one subscription's messages).
 //   - Every delivery gets a fresh ack id and DeliveryAttempt = number of
-//     deliveries so far, starting at 1 (the real service sets it only with
-//     a dead-letter policy). An expired deadline or a modack of 0 s (nack)
-//     makes the message ready again; ack ids that are not live are ignored,
+//     deliveries so far, starting at 1 (with WithServiceDeliveryAttempt,
+//     as the real service, only on subscriptions with a dead-letter
+//     policy). An expired deadline or a modack of 0 s (nack) makes the
+//     message ready again (after the retry policy's backoff, if any); ack ids that are not live are ignored,
 //     except on exactly-once subscriptions, where Acknowledge and
 //     ModifyAckDeadline fail with INVALID_ARGUMENT carrying an
 //     errdetails.ErrorInfo (reason ErrorInfoReason) whose metadata maps each
@@ -50,6 +53,28 @@
 //   - DialOptions (and so Dial and ClientConn) receive at most the 20 MiB
 //     that connect.Dial allows, so a test sees the limits a user's
 //     connection has.
+//   - The subscription features of the service, with its ranges and errors:
+//     dead-letter policy (5–100 attempts, INVALID_ARGUMENT outside; the
+//     topic must exist, NOT_FOUND otherwise): after that many failed
+//     deliveries the message is published to the dead-letter topic with
+//     the CloudPubSubDeadLetterSource* attributes (AttrDeadLetter…) and
+//     acknowledged on its subscription. Retry policy (backoffs 0–600 s):
+//     a nacked or expired message waits the minimum backoff, doubled for
+//     each earlier failure up to the maximum. Filters on attributes (see
+//     SubscriptionConfig.Filter; a bad one is INVALID_ARGUMENT naming the
+//     position; immutable): messages that do not match are acknowledged at
+//     once. retain_acked_messages and message_retention_duration (10 min–7
+//     days; unacknowledged messages older than that are dropped too), topic
+//     message_retention_duration (10 min–31 days), Seek to a time or a
+//     snapshot, and the snapshot calls.
+//   - Every other Topic or Subscription field that is set is refused with
+//     UNIMPLEMENTED naming it (push, BigQuery and Cloud Storage
+//     subscriptions, expiration after inactivity, schemas, KMS keys,
+//     ingestion, message transforms), never stored and ignored; labels and
+//     tags are kept.
+//   - WithMaxBacklogBytes bounds the memory messages take, retained and
+//     snapshot ones included: past it Publish fails with
+//     RESOURCE_EXHAUSTED, and nothing accepted is dropped.
 //
 // Tests read counters (SubscriptionStats, MessageStats, MethodStats,
 // Streams) and inject faults (KillStreams, KillStream, FailNext,

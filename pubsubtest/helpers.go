@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // SubscriptionConfig configures CreateSubscription.
@@ -17,6 +18,53 @@ type SubscriptionConfig struct {
 	AckDeadline               time.Duration
 	EnableMessageOrdering     bool
 	EnableExactlyOnceDelivery bool
+	// Filter is the subscription's filter on attributes ("" delivers
+	// every message), in the service's language, at most 256 bytes:
+	// attributes:KEY (has KEY), attributes.KEY = "v", attributes.KEY != "v"
+	// (true without KEY), hasPrefix(attributes.KEY, "p"), NOT or -, AND, OR
+	// (not mixed without parentheses), parentheses. A KEY of other
+	// characters than letters, digits, '_' and '-' is a string literal.
+	Filter string
+	// DeadLetterTopic (full name or short id; "" for none) receives a
+	// message after MaxDeliveryAttempts failed deliveries (0: 5).
+	DeadLetterTopic     string
+	MaxDeliveryAttempts int32
+	// MinBackoff and MaxBackoff make a retry policy when either is set
+	// (the other one then takes the service's default, 10 s or 600 s).
+	MinBackoff, MaxBackoff time.Duration
+	// RetainAckedMessages keeps acknowledged messages for Seek for
+	// Retention (0: 7 days), which also bounds unacknowledged ones.
+	RetainAckedMessages bool
+	Retention           time.Duration
+}
+
+// subscriptionPB is the subscription cfg describes.
+func (s *Server) subscriptionPB(cfg SubscriptionConfig) *pubsubpb.Subscription {
+	pb := &pubsubpb.Subscription{
+		Name:                      s.SubscriptionName(cfg.Name),
+		Topic:                     s.TopicName(cfg.Topic),
+		AckDeadlineSeconds:        int32((cfg.AckDeadline + time.Second - 1) / time.Second),
+		EnableMessageOrdering:     cfg.EnableMessageOrdering,
+		EnableExactlyOnceDelivery: cfg.EnableExactlyOnceDelivery,
+		Filter:                    cfg.Filter,
+		RetainAckedMessages:       cfg.RetainAckedMessages,
+	}
+	if cfg.DeadLetterTopic != "" {
+		pb.DeadLetterPolicy = &pubsubpb.DeadLetterPolicy{DeadLetterTopic: s.TopicName(cfg.DeadLetterTopic), MaxDeliveryAttempts: cfg.MaxDeliveryAttempts}
+	}
+	if cfg.MinBackoff != 0 || cfg.MaxBackoff != 0 {
+		pb.RetryPolicy = &pubsubpb.RetryPolicy{}
+		if cfg.MinBackoff != 0 {
+			pb.RetryPolicy.MinimumBackoff = durationpb.New(cfg.MinBackoff)
+		}
+		if cfg.MaxBackoff != 0 {
+			pb.RetryPolicy.MaximumBackoff = durationpb.New(cfg.MaxBackoff)
+		}
+	}
+	if cfg.Retention != 0 {
+		pb.MessageRetentionDuration = durationpb.New(cfg.Retention)
+	}
+	return pb
 }
 
 // Project is the project that short names are expanded with (see
@@ -53,13 +101,7 @@ func (s *Server) CreateTopic(ctx context.Context, name string) (string, error) {
 // CreateSubscription creates a subscription directly, without gRPC, and
 // returns its full name.
 func (s *Server) CreateSubscription(ctx context.Context, cfg SubscriptionConfig) (string, error) {
-	sub, err := s.Subscriber().CreateSubscription(ctx, &pubsubpb.Subscription{
-		Name:                      s.SubscriptionName(cfg.Name),
-		Topic:                     s.TopicName(cfg.Topic),
-		AckDeadlineSeconds:        int32((cfg.AckDeadline + time.Second - 1) / time.Second),
-		EnableMessageOrdering:     cfg.EnableMessageOrdering,
-		EnableExactlyOnceDelivery: cfg.EnableExactlyOnceDelivery,
-	})
+	sub, err := s.Subscriber().CreateSubscription(ctx, s.subscriptionPB(cfg))
 	if err != nil {
 		return "", err
 	}
@@ -96,7 +138,7 @@ func (s *Server) Publish(_ context.Context, topicName string, msgs ...*pubsubpb.
 	if t == nil {
 		return nil, notFound(topicName)
 	}
-	return s.publishLocked(t, own), nil
+	return s.publishLocked(t, own)
 }
 
 // Publisher returns the server as a pubsubpb.PublisherServer, to call its

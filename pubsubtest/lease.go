@@ -9,7 +9,7 @@ import (
 // message is one published message, shared read-only by every subscription
 // of its topic and by every response that carries it.
 type message struct {
-	seq  uint64 // numeric message id; index+1 into Server.msgStats
+	seq  uint64 // numeric message id, 1, 2, …; see Server.countersLocked
 	pb   *pubsubpb.PubsubMessage
 	size int64 // encoded size, counted against max_outstanding_bytes
 }

@@ -21,7 +21,10 @@ type config struct {
 	maxRecvMsgSize     int
 	maxAckRequestBytes int
 	heartbeatDelay     time.Duration
+	maxBacklogBytes    int64 // ≤ 0: no bound (see WithMaxBacklogBytes)
+	serviceAttempts    bool  // see WithServiceDeliveryAttempt
 	silentHeartbeats   bool
+	msgStatsLimit      int // ≤ 0: no limit (see WithMessageStatsLimit)
 }
 
 func defaultConfig() config {

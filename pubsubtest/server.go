@@ -27,7 +27,8 @@ type Server struct {
 	mu         sync.Mutex
 	topics     map[string]*topic
 	subs       map[string]*subscription
-	msgStats   []msgCounters // by message seq-1
+	msgStats   []msgCounters // by message seq-1-msgBase (see countersLocked)
+	msgBase    uint64        // counters of the messages up to this seq are forgotten
 	nextAck    uint64
 	ackBuf     []byte
 	nextStream int64
@@ -41,6 +42,7 @@ type Server struct {
 	bufLis     *bufconn.Listener // current in-memory listener
 	cc         *grpc.ClientConn  // made by ClientConn, closed by Close
 	addr       string
+	feat       serverFeatures // retry backoffs, snapshots, held bytes
 
 	expiryWake chan struct{} // a lease heap top moved earlier
 	done       chan struct{} // closed by Close

@@ -17,6 +17,16 @@ type SubStats struct {
 	Nacked      int64 // modacks with 0 seconds of a live ack id
 	ModAcks     int64 // deadline extensions (modacks with 1–600 s) of a live ack id
 	Expired     int64 // leases that reached their ack deadline
+	// DeadLettered counts messages forwarded to the dead-letter topic
+	// (and so acknowledged here) after max_delivery_attempts.
+	DeadLettered int64
+	// Discarded counts unacknowledged messages dropped, when their turn
+	// came, for being older than the subscription's
+	// message_retention_duration.
+	Discarded int64
+	// Filtered counts messages that did not match the subscription's
+	// filter: acknowledged at once, never delivered.
+	Filtered int64
 	// MaxOutstanding is the most messages ever outstanding at once on any
 	// one stream of the subscription.
 	MaxOutstanding int64
@@ -25,8 +35,14 @@ type SubStats struct {
 	// server-side flow control counts it (the encoded PubsubMessage).
 	Outstanding      int64
 	OutstandingBytes int64
-	// Backlog is the number of messages waiting to be delivered, now.
+	// Backlog is the number of messages waiting to be delivered, now
+	// (ready, behind their ordering key, or waiting out a retry backoff).
 	Backlog int64
+	// HeldBytes is what the messages the subscription holds count against
+	// the backlog bound (WithMaxBacklogBytes), now: their encoded size
+	// plus HeldOverhead each, unacknowledged ones and acknowledged ones it
+	// retains.
+	HeldBytes int64
 	// RejectedRequests counts requests refused with INVALID_ARGUMENT: a
 	// later StreamingPull request with initial-only fields, a bad ack
 	// deadline or modack, an ack or modack request over 512 KiB.
@@ -99,19 +115,21 @@ func (s *Server) SubscriptionStats(name string) SubStats {
 	for _, e := range sub.out {
 		st.OutstandingBytes += e.msg.size
 	}
-	st.Backlog = st.Published - st.Acked - st.Outstanding
+	st.Backlog = sub.backlogLocked()
+	st.HeldBytes = sub.feat.heldBytes
 	return st
 }
 
-// MessageStats returns the counters of a message by id; zero if unknown.
+// MessageStats returns the counters of a message by id; zero if unknown, or
+// forgotten (see WithMessageStatsLimit).
 func (s *Server) MessageStats(id string) MessageStats {
 	seq, err := strconv.ParseUint(id, 10, 64)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err != nil || seq == 0 || seq > uint64(len(s.msgStats)) {
+	c := s.countersLocked(seq)
+	if err != nil || c == nil {
 		return MessageStats{}
 	}
-	c := s.msgStats[seq-1]
 	return MessageStats{Deliveries: int64(c.deliveries), Acks: int64(c.acks)}
 }
 

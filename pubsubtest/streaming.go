@@ -346,8 +346,13 @@ func (s *Server) nextResponse(st *stream) (resp *pubsubpb.StreamingPullResponse,
 		msgs = make([]*pubsubpb.ReceivedMessage, 0, min(n, s.cfg.maxPerResponse))
 		now := time.Now()
 		budget := int64(s.cfg.maxResponseBytes)
+		stale := retentionCutoff(sub, now)
 		for sub.ready.len() > 0 && len(msgs) < s.cfg.maxPerResponse && st.admits(sub.ready.front().msg.size) {
 			e := sub.ready.front()
+			if s.dropStaleLocked(e, stale) {
+				sub.ready.popFront()
+				continue
+			}
 			size := e.msg.size + 32 // ack id and framing
 			if len(msgs) > 0 && size > budget {
 				break

@@ -56,7 +56,11 @@ func (s *rpcServer) Publish(_ context.Context, req *pubsubpb.PublishRequest) (*p
 	if t == nil {
 		return nil, notFound(req.GetTopic())
 	}
-	return &pubsubpb.PublishResponse{MessageIds: s.publishLocked(t, req.Messages)}, nil
+	ids, err := s.publishLocked(t, req.Messages)
+	if err != nil {
+		return nil, err
+	}
+	return &pubsubpb.PublishResponse{MessageIds: ids}, nil
 }
 
 func checkMessages(msgs []*pubsubpb.PubsubMessage) error {
@@ -211,8 +215,11 @@ func (s *rpcServer) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsu
 			resp := &pubsubpb.PullResponse{}
 			now := time.Now()
 			d := time.Duration(sub.pb.AckDeadlineSeconds) * time.Second
+			stale := retentionCutoff(sub, now)
 			for sub.ready.len() > 0 && len(resp.ReceivedMessages) < int(req.MaxMessages) {
-				resp.ReceivedMessages = append(resp.ReceivedMessages, s.deliverLocked(sub.ready.popFront(), nil, d, now))
+				if e := sub.ready.popFront(); !s.dropStaleLocked(e, stale) {
+					resp.ReceivedMessages = append(resp.ReceivedMessages, s.deliverLocked(e, nil, d, now))
+				}
 			}
 			s.mu.Unlock()
 			return resp, nil

@@ -63,7 +63,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitOK
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && args[0] == "help" {
-			return run(ctx, []string{args[1], "--help"}, stdin, stdout, stderr)
+			return run(ctx, append(append([]string(nil), args[1:]...), "--help"), stdin, stdout, stderr)
 		}
 		mainUsage(stdout)
 		return exitOK
@@ -71,6 +71,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, c := range commands() {
 		if c.name == args[0] {
 			return runCommand(ctx, c, args[1:], env)
+		}
+	}
+	for _, g := range groups() {
+		if g.name == args[0] {
+			return runGroup(ctx, g, args[1:], env)
 		}
 	}
 	fmt.Fprintf(stderr, "pubsubflow: unknown command %q\n\n", args[0])
@@ -83,6 +88,7 @@ func mainUsage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
+	groupsUsage(w)
 	fmt.Fprintf(w, "\nRun 'pubsubflow COMMAND --help' for a command's flags, 'pubsubflow --version'\n"+
 		"for the version. tail and publish use PUBSUB_EMULATOR_HOST when set, otherwise\n"+
 		"Pub/Sub with Application Default Credentials. Exit codes: 0 ok, 1 failure,\n"+

@@ -55,6 +55,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"emulator", "--kill-code", "OK"}, "not an error"},
 		{[]string{"emulator", "--latency", "Pull=soon"}, "bad duration"},
 		{[]string{"emulator", "--min-ack-deadline", "1h"}, "--min-ack-deadline 1h0m0s: want 0–600s"},
+		{[]string{"emulator", "--max-backlog-bytes", "-1"}, "--max-backlog-bytes -1: want ≥ 0"},
 	}
 	for _, b := range bad {
 		code, stdout, stderr := cli(t, "", b.args...)

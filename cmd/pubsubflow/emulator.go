@@ -29,7 +29,12 @@ strict in-process server pubsubtest, for any language's official client:
 
 Topics and subscriptions are created through the API, in any project. It
 prints its address, one line of counters per --stats-every, and stops
-cleanly on SIGINT or SIGTERM. Faults can be injected: streams killed every
+cleanly on SIGINT or SIGTERM. It holds at most --max-backlog-bytes of
+messages (unacknowledged, retained for Seek, or in snapshots, each copy
+counted with a bookkeeping allowance): past that, Publish fails with
+RESOURCE_EXHAUSTED and nothing already accepted is dropped. As the real
+service, it sets a message's delivery attempt only on subscriptions with a
+dead-letter policy. Faults can be injected: streams killed every
 --kill-streams-every with --kill-code; a method's next N calls failed
 (--fail Acknowledge=3:UNAVAILABLE); a method delayed (--latency
 Publish=200ms).`,
@@ -38,6 +43,7 @@ Publish=200ms).`,
 			fs.StringVar(&o.addr, "addr", "127.0.0.1:8085", "TCP address to listen on (port 0: any free port)")
 			fs.DurationVar(&o.minAckDeadline, "min-ack-deadline", 10*time.Second, "smallest ack deadline accepted (the real service: 10s)")
 			fs.IntVar(&o.perResponse, "max-messages-per-response", 100, "messages per StreamingPull response at most")
+			fs.Int64Var(&o.maxBacklogBytes, "max-backlog-bytes", defaultMaxBacklogBytes, "bound on the bytes of messages held; Publish fails with RESOURCE_EXHAUSTED past it (0: no bound)")
 			fs.DurationVar(&o.statsEvery, "stats-every", time.Minute, "interval of the counter lines (0: none)")
 			fs.DurationVar(&o.killEvery, "kill-streams-every", 0, "end every open StreamingPull stream this often (0: never)")
 			fs.Func("kill-code", "status code of killed streams (default UNAVAILABLE)", func(s string) error {
@@ -65,15 +71,22 @@ Publish=200ms).`,
 	}
 }
 
+// defaultMaxBacklogBytes is the emulator's default memory bound for
+// messages, 512 MiB: well under a development machine's memory, and far
+// more than a test's backlog.
+const defaultMaxBacklogBytes = 512 << 20
+
 type emulatorOptions struct {
 	addr           string
 	minAckDeadline time.Duration
 	perResponse    int
-	statsEvery     time.Duration
-	killEvery      time.Duration
-	killCode       codes.Code
-	fails          []failSpec
-	latencies      []latencySpec
+	// maxBacklogBytes bounds the server's memory for messages (0: none).
+	maxBacklogBytes int64
+	statsEvery      time.Duration
+	killEvery       time.Duration
+	killCode        codes.Code
+	fails           []failSpec
+	latencies       []latencySpec
 }
 
 type failSpec struct {
@@ -93,6 +106,8 @@ func (o *emulatorOptions) validate() error {
 		return usagef("--min-ack-deadline %v: want 0–600s", o.minAckDeadline)
 	case o.perResponse < 1:
 		return usagef("--max-messages-per-response %d: want ≥ 1", o.perResponse)
+	case o.maxBacklogBytes < 0:
+		return usagef("--max-backlog-bytes %d: want ≥ 0", o.maxBacklogBytes)
 	case o.statsEvery < 0:
 		return usagef("--stats-every %v: want ≥ 0", o.statsEvery)
 	case o.killEvery < 0:
@@ -184,6 +199,11 @@ func runEmulator(ctx context.Context, env cliEnv, o emulatorOptions) error {
 		pubsubtest.WithAddr(o.addr),
 		pubsubtest.WithMinAckDeadline(o.minAckDeadline),
 		pubsubtest.WithMaxMessagesPerResponse(o.perResponse),
+		pubsubtest.WithMaxBacklogBytes(o.maxBacklogBytes),
+		pubsubtest.WithServiceDeliveryAttempt(),
+		// Per-message counters of the last million messages only: without
+		// a limit they would grow with every message ever published.
+		pubsubtest.WithMessageStatsLimit(1<<20),
 	)
 	if err != nil {
 		return err
@@ -195,6 +215,9 @@ func runEmulator(ctx context.Context, env cliEnv, o emulatorOptions) error {
 		srv.SetLatency(l.method, l.d)
 	}
 	fmt.Fprintf(env.stdout, "pubsubflow emulator listening on %s\nexport PUBSUB_EMULATOR_HOST=%s\n", srv.Addr(), srv.Addr())
+	if o.maxBacklogBytes > 0 {
+		fmt.Fprintf(env.stdout, "backlog bound: %d bytes (--max-backlog-bytes)\n", o.maxBacklogBytes)
+	}
 	for _, f := range o.fails {
 		fmt.Fprintf(env.stdout, "fault: the next %d %s calls fail with %v\n", f.n, f.method, f.code)
 	}

@@ -16,7 +16,9 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 var listening = regexp.MustCompile(`listening on (\S+)`)
@@ -188,6 +190,64 @@ func TestEmulatorServesPublishAndTail(t *testing.T) {
 	}
 	cancel()
 	if code := <-done; code != exitOK || !strings.Contains(out.String(), "pubsubflow emulator: stopped") {
+		t.Fatalf("emulator exit %d:\n%s", code, out.String())
+	}
+}
+
+// The emulator's memory bound: with --max-backlog-bytes, Publish fails with
+// RESOURCE_EXHAUSTED once the unacknowledged messages reach it, the
+// emulator keeps serving, and every message accepted is delivered.
+func TestEmulatorBacklogBound(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"emulator", "--addr", "127.0.0.1:0", "--stats-every", "0", "--max-backlog-bytes", "20000"}, strings.NewReader(""), &out, &out)
+	}()
+	addr := waitListening(t, &out, func() bool { return len(done) > 0 })
+	if !strings.Contains(out.String(), "backlog bound: 20000 bytes") {
+		t.Errorf("the emulator does not say its bound:\n%s", out.String())
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pub, sub := pubsubpb.NewPublisherClient(conn), pubsubpb.NewSubscriberClient(conn)
+	topic, subName := "projects/p/topics/orders", "projects/p/subscriptions/billing"
+	if _, err := pub.CreateTopic(ctx, &pubsubpb.Topic{Name: topic}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sub.CreateSubscription(ctx, &pubsubpb.Subscription{Name: subName, Topic: topic}); err != nil {
+		t.Fatal(err)
+	}
+	accepted := map[string]bool{}
+	for len(accepted) <= 20 {
+		resp, err := pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: topic, Messages: []*pubsubpb.PubsubMessage{{Data: make([]byte, 1000)}}})
+		if status.Code(err) == codes.ResourceExhausted {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		accepted[resp.MessageIds[0]] = true
+	}
+	if len(accepted) == 0 || len(accepted) > 20 {
+		t.Fatalf("%d messages of 1000 bytes accepted under a bound of 20000 bytes", len(accepted))
+	}
+	resp, err := sub.Pull(ctx, &pubsubpb.PullRequest{Subscription: subName, MaxMessages: 100, ReturnImmediately: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range resp.ReceivedMessages {
+		delete(accepted, m.Message.MessageId)
+	}
+	if len(accepted) != 0 || len(resp.ReceivedMessages) == 0 {
+		t.Errorf("accepted but not delivered: %v", accepted)
+	}
+	cancel()
+	if code := <-done; code != exitOK {
 		t.Fatalf("emulator exit %d:\n%s", code, out.String())
 	}
 }

@@ -10,10 +10,13 @@
 //	pubsubflow tail projects/P/subscriptions/S --max 10
 //	echo hello | pubsubflow publish projects/P/topics/T
 //	pubsubflow bench --compare-naive --plot bench.svg
+//	pubsubflow topics create T; pubsubflow subscriptions create S --topic T
+//	pubsubflow subscriptions seek S --time -1h; pubsubflow snapshots list
 //
-// tail and publish connect to PUBSUB_EMULATOR_HOST when it is set, and
-// otherwise to Pub/Sub with Application Default Credentials. Exit codes:
-// 0 success, 1 runtime failure, 2 bad usage. Every command takes --help.
+// tail, publish and the topics, subscriptions and snapshots commands
+// connect to PUBSUB_EMULATOR_HOST when it is set, and otherwise to Pub/Sub
+// with Application Default Credentials. Exit codes: 0 success, 1 runtime
+// failure, 2 bad usage. Every command takes --help.
 package main
 
 import (

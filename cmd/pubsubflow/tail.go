@@ -33,12 +33,16 @@ and prints one JSON object per message: id, publish_time, attributes,
 ordering_key, delivery_attempt, and data as text (valid UTF-8) or
 data_base64. Without --ack the messages are held while tail runs (their
 leases extended, so each is printed once) and nacked when it stops, so the
-subscription keeps them; with --ack each is acked once printed.
+subscription keeps them; with --ack each is acked once printed; with --nack
+each is nacked once printed, so the subscription redelivers it (each nack
+is a failed delivery: after a subscription's --max-delivery-attempts the
+message goes to its dead-letter topic).
 It stops after --max messages, after --timeout, or on SIGINT/SIGTERM.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
 			var o tailOptions
 			o.ep.register(fs)
 			fs.BoolVar(&o.ack, "ack", false, "ack each message once printed (default: nack them all when tail stops)")
+			fs.BoolVar(&o.nack, "nack", false, "nack each message once printed: it is redelivered, and counts as a failed delivery")
 			fs.IntVar(&o.max, "max", 0, "stop after this many messages (0: no limit)")
 			fs.DurationVar(&o.timeout, "timeout", 0, "stop after this long (0: no limit)")
 			fs.BoolVar(&o.base64, "base64", false, "always print data as data_base64")
@@ -58,6 +62,7 @@ It stops after --max messages, after --timeout, or on SIGINT/SIGTERM.`,
 type tailOptions struct {
 	ep               endpointFlags
 	ack              bool
+	nack             bool
 	max              int
 	timeout          time.Duration
 	base64           bool
@@ -67,6 +72,8 @@ type tailOptions struct {
 
 func (o *tailOptions) validate() error {
 	switch {
+	case o.ack && o.nack:
+		return usagef("--ack and --nack: want at most one")
 	case o.max < 0:
 		return usagef("--max %d: want ≥ 0", o.max)
 	case o.timeout < 0:
@@ -117,7 +124,7 @@ func runTail(ctx context.Context, env cliEnv, name string, o tailOptions) error 
 	}
 	defer cancel()
 
-	t := &tailer{w: env.stdout, ack: o.ack, max: o.max, base64: o.base64, full: make(chan struct{})}
+	t := &tailer{w: env.stdout, ack: o.ack, nack: o.nack, max: o.max, base64: o.base64, full: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() { done <- pipeline.From(s.Source()).To(pipeline.ForEach(t.each)) }()
 	var runErr error
@@ -141,6 +148,7 @@ func runTail(ctx context.Context, env cliEnv, name string, o tailOptions) error 
 type tailer struct {
 	w      io.Writer
 	ack    bool
+	nack   bool
 	max    int
 	base64 bool
 
@@ -193,9 +201,12 @@ func (t *tailer) each(_ context.Context, m *pubsubflow.Message) error {
 		return fmt.Errorf("writing message %s: %w", m.ID, err)
 	}
 	t.printed++
-	if t.ack {
+	switch {
+	case t.ack:
 		m.Ack()
-	} else {
+	case t.nack:
+		m.Nack()
+	default:
 		t.held = append(t.held, m)
 	}
 	if t.max > 0 && t.printed == t.max {

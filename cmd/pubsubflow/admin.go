@@ -1,0 +1,381 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"github.com/pubsubflow/pubsubflow/internal/limits"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// The service's limits on the values the admin commands send, checked
+// before any call so that a wrong value is a usage error (exit 2) naming
+// its flag. The service checks them again.
+const (
+	// The service accepts ack deadlines of 10–600 s; pubsubflow emulator
+	// --min-ack-deadline can lower its minimum for tests, so the CLI lets
+	// the server judge anything from 1 s.
+	minAckDeadline = 1 * time.Second
+	maxAckDeadline = 600 * time.Second
+
+	minDeliveryAttempts     = 5
+	maxDeliveryAttempts     = 100
+	defaultDeliveryAttempts = 5 // what the service uses for 0
+
+	maxBackoff = 600 * time.Second // both retry backoffs: 0–600 s
+
+	maxFilterBytes = 256
+
+	minRetention      = 10 * time.Minute
+	maxSubRetention   = 7 * 24 * time.Hour  // a subscription's message retention
+	maxTopicRetention = 31 * 24 * time.Hour // a topic's message retention
+
+	// maxListPages bounds the pages a list command follows (of up to
+	// listPageSize each), so a server that keeps answering with a next
+	// page cannot keep a list running for ever.
+	maxListPages = 1000
+	listPageSize = 1000
+)
+
+// commandGroup is a command with verbs, such as "pubsubflow topics create".
+type commandGroup struct {
+	name    string
+	summary string
+	usage   string
+	verbs   []command // each named "GROUP VERB"
+}
+
+func groups() []commandGroup {
+	return []commandGroup{topicsGroup(), subscriptionsGroup(), snapshotsGroup()}
+}
+
+// groupsUsage lists the command groups in the CLI's usage.
+func groupsUsage(w io.Writer) {
+	fmt.Fprintf(w, "\nManaging resources (connect like tail and publish):\n")
+	for _, g := range groups() {
+		fmt.Fprintf(w, "  %-13s %s\n", g.name, g.summary)
+	}
+}
+
+// runGroup runs "pubsubflow GROUP VERB args…".
+func runGroup(ctx context.Context, g commandGroup, args []string, env cliEnv) int {
+	if len(args) == 0 {
+		fmt.Fprintf(env.stderr, "pubsubflow %s: missing command\n\n", g.name)
+		groupUsage(env.stderr, g)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 && args[0] == "help" {
+			return runGroup(ctx, g, []string{args[1], "--help"}, env)
+		}
+		groupUsage(env.stdout, g)
+		return exitOK
+	}
+	for _, v := range g.verbs {
+		if v.name == g.name+" "+args[0] {
+			return runCommand(ctx, v, args[1:], env)
+		}
+	}
+	fmt.Fprintf(env.stderr, "pubsubflow %s: unknown command %q\n\n", g.name, args[0])
+	groupUsage(env.stderr, g)
+	return exitUsage
+}
+
+func groupUsage(w io.Writer, g commandGroup) {
+	fmt.Fprintf(w, "%s\n\nCommands:\n", strings.TrimSpace(g.usage))
+	for _, v := range g.verbs {
+		fmt.Fprintf(w, "  %-7s %s\n", strings.TrimPrefix(v.name, g.name+" "), v.summary)
+	}
+	fmt.Fprintf(w, "\nRun 'pubsubflow %s COMMAND --help' for a command's flags.\n", g.name)
+}
+
+// adminUsageTail ends every admin command's usage: how it connects and
+// what it prints.
+const adminUsageTail = `
+
+Names are full (projects/P/topics/T) or bare ids with --project or
+$PUBSUB_PROJECT_ID. It connects to $PUBSUB_EMULATOR_HOST when set (pubsubflow
+emulator, Google's emulator), otherwise to Pub/Sub with Application Default
+Credentials; each call waits at most --connect-timeout. It prints a table,
+or with --json the API's JSON. Durations are written 90s, 1h30m or 7d.
+Exit codes: 0 ok, 1 the call failed (not found, already exists, refused by
+the service, unreachable), 2 bad usage.`
+
+// adminOptions are the flags every admin command has.
+type adminOptions struct {
+	ep   endpointFlags
+	json bool
+}
+
+func (o *adminOptions) register(fs *flag.FlagSet) {
+	o.ep.register(fs)
+	fs.BoolVar(&o.json, "json", false, "print JSON (the API's field names) instead of a table")
+}
+
+// resolve returns the full name of a resource of kind ("topics",
+// "subscriptions", "snapshots") under the command's project rules.
+func (o *adminOptions) resolve(kind, name string) (string, error) {
+	return resolveName(kind, name, o.ep.project)
+}
+
+// project returns the project of a list command: --project, else the
+// environment.
+func (o *adminOptions) project() (string, error) {
+	p := o.ep.project
+	if p == "" {
+		for _, v := range projectEnv {
+			if p = os.Getenv(v); p != "" {
+				break
+			}
+		}
+	}
+	if p == "" {
+		return "", usagef("no project is set: give --project or $%s", projectEnv[0])
+	}
+	if limits.CheckProjectID(p) != nil {
+		return "", usagef("bad project id %q (%s)", p, limits.ProjectIDRule)
+	}
+	return "projects/" + p, nil
+}
+
+// adminClient is one connection and the API clients over it.
+type adminClient struct {
+	conn *grpc.ClientConn
+	pub  pubsubpb.PublisherClient
+	sub  pubsubpb.SubscriberClient
+	ep   *endpointFlags
+	out  io.Writer
+	json bool
+}
+
+// connect checks the endpoint flags and dials; the caller closes the
+// client.
+func (o *adminOptions) connect(ctx context.Context, env cliEnv) (*adminClient, error) {
+	if err := o.ep.validate(); err != nil {
+		return nil, err
+	}
+	conn, err := o.ep.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &adminClient{
+		conn: conn,
+		pub:  pubsubpb.NewPublisherClient(conn),
+		sub:  pubsubpb.NewSubscriberClient(conn),
+		ep:   &o.ep,
+		out:  env.stdout,
+		json: o.json,
+	}, nil
+}
+
+func (a *adminClient) Close() error { return a.conn.Close() }
+
+// call runs one RPC with the --connect-timeout deadline. No retry: an
+// admin command is one step a person or a script repeats if it must, and
+// a create that timed out may have happened.
+func (a *adminClient) call(ctx context.Context, rpc func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, a.ep.check)
+	defer cancel()
+	return rpc(ctx)
+}
+
+// failed explains a failed call. action says what was tried ("creating
+// subscription S"); subject is the resource the call is about, whose
+// absence a NOT_FOUND means ("" when it may be another one: the service's
+// message names it).
+func (a *adminClient) failed(action, subject string, err error) error {
+	where := a.ep.describe()
+	switch status.Code(err) {
+	case codes.NotFound:
+		if subject != "" {
+			return fmt.Errorf("%s not found at %s: %w", subject, where, err)
+		}
+	case codes.AlreadyExists:
+		if subject != "" {
+			return fmt.Errorf("%s already exists at %s: %w", subject, where, err)
+		}
+	case codes.Unavailable:
+		return fmt.Errorf("%s: cannot reach %s: %w", action, where, err)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%s: no answer from %s within %v (--connect-timeout): %w", action, where, a.ep.check, err)
+	case codes.Canceled:
+		return fmt.Errorf("%s: %w", action, err)
+	}
+	return fmt.Errorf("%s at %s: %w", action, where, err)
+}
+
+// failedCreate explains a failed create of the resource created: a
+// NOT_FOUND is about another resource it refers to, which the service's
+// message names.
+func (a *adminClient) failedCreate(action, created string, err error) error {
+	if status.Code(err) == codes.AlreadyExists {
+		return a.failed(action, created, err)
+	}
+	return a.failed(action, "", err)
+}
+
+// printJSON prints one resource as indented JSON.
+func (a *adminClient) printJSON(m proto.Message) error {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", m.ProtoReflect().Descriptor().Name(), err)
+	}
+	return writeIndented(a.out, b)
+}
+
+// printJSONList prints resources as one indented JSON array.
+func printJSONList[M proto.Message](w io.Writer, items []M) error {
+	raw := make([]json.RawMessage, 0, len(items))
+	for _, m := range items {
+		b, err := protojson.Marshal(m)
+		if err != nil {
+			return fmt.Errorf("encoding %s: %w", m.ProtoReflect().Descriptor().Name(), err)
+		}
+		raw = append(raw, b)
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return err
+	}
+	return writeIndented(w, b)
+}
+
+// printJSONValue prints a plain value (the answer of delete and seek) as
+// indented JSON.
+func (a *adminClient) printJSONValue(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return writeIndented(a.out, b)
+}
+
+func writeIndented(w io.Writer, compact []byte) error {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, compact, "", "  "); err != nil {
+		return fmt.Errorf("formatting JSON: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// listAll follows a list call's pages (at most maxListPages) and returns
+// every item.
+func listAll[M any](ctx context.Context, a *adminClient, action string, page func(ctx context.Context, token string) ([]M, string, error)) ([]M, error) {
+	var all []M
+	token := ""
+	for range maxListPages {
+		var (
+			items []M
+			next  string
+		)
+		err := a.call(ctx, func(ctx context.Context) error {
+			var err error
+			items, next, err = page(ctx, token)
+			return err
+		})
+		if err != nil {
+			return nil, a.failed(action, "", err)
+		}
+		all = append(all, items...)
+		if next == "" {
+			return all, nil
+		}
+		if next == token {
+			return nil, fmt.Errorf("%s at %s: the server answered the same page token %q twice", action, a.ep.describe(), next)
+		}
+		token = next
+	}
+	return nil, fmt.Errorf("%s at %s: more than %d pages of %d", action, a.ep.describe(), maxListPages, listPageSize)
+}
+
+// durationValue is a flag holding a duration written as Go writes them
+// ("90s", "1h30m") or in whole days ("7d"); set reports whether it was
+// given.
+type durationValue struct {
+	d   time.Duration
+	set bool
+}
+
+func (v *durationValue) String() string {
+	if v == nil || !v.set {
+		return ""
+	}
+	return fmtDuration(v.d)
+}
+
+func (v *durationValue) Set(s string) error {
+	d, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	v.d, v.set = d, true
+	return nil
+}
+
+// parseDuration accepts Go durations and whole days ("7d").
+func parseDuration(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok && days != "" && !strings.ContainsAny(days, "hmsuµn.") {
+		var n int
+		if _, err := fmt.Sscanf(days, "%d", &n); err == nil && fmt.Sprint(n) == days && n >= 0 && n <= 10000 {
+			return time.Duration(n) * 24 * time.Hour, nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errors.New("want a duration such as 90s, 10m, 1h30m or 7d")
+	}
+	return d, nil
+}
+
+// fmtDuration writes d briefly: "7d", "1h", "10m", "1h30m", "12.5s".
+func fmtDuration(d time.Duration) string {
+	if d == 0 {
+		return "0s"
+	}
+	if d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// checkRange checks a duration flag against [lo, hi].
+func checkRange(flagName string, d, lo, hi time.Duration) error {
+	if d < lo || d > hi {
+		return usagef("--%s %s: want %s–%s", flagName, fmtDuration(d), fmtDuration(lo), fmtDuration(hi))
+	}
+	return nil
+}
+
+// shortName is name without its "projects/P/KIND/" prefix when P is the
+// listed project, so that a list's columns stay readable.
+func shortName(name, project string) string {
+	if rest, ok := strings.CutPrefix(name, project+"/"); ok {
+		if _, id, ok := strings.Cut(rest, "/"); ok {
+			return id
+		}
+	}
+	return name
+}

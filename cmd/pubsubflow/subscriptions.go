@@ -1,0 +1,408 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// The service's retry policy defaults, used when only one backoff is
+// given.
+const (
+	defaultMinBackoff = 10 * time.Second
+	defaultMaxBackoff = 600 * time.Second
+)
+
+func subscriptionsGroup() commandGroup {
+	return commandGroup{
+		name:    "subscriptions",
+		summary: "create, get, list, delete or seek subscriptions",
+		usage: `Usage: pubsubflow subscriptions COMMAND [flags] [SUBSCRIPTION]
+
+Manages subscriptions over the Pub/Sub API, on pubsubflow emulator, Google's
+emulator or Pub/Sub itself.`,
+		verbs: []command{subscriptionsCreateCommand(), subscriptionsGetCommand(), subscriptionsListCommand(),
+			subscriptionsDeleteCommand(), subscriptionsSeekCommand()},
+	}
+}
+
+// subscriptionFlags are the settings of subscriptions create.
+type subscriptionFlags struct {
+	topic          string
+	ackDeadline    durationValue
+	ordering       bool
+	exactlyOnce    bool
+	deadLetter     string
+	maxAttempts    int
+	minBackoff     durationValue
+	maxBackoff     durationValue
+	filter         string
+	retainAcked    bool
+	retention      durationValue
+	maxAttemptsSet bool
+}
+
+func (s *subscriptionFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.topic, "topic", "", "the `topic` to subscribe to (required)")
+	fs.Var(&s.ackDeadline, "ack-deadline", "how long a delivered message waits for its ack before it is redelivered: a `duration` of 10s–600s in whole seconds (pubsubflow emulator --min-ack-deadline can allow less; default: the service's, 10s)")
+	fs.BoolVar(&s.ordering, "ordering", false, "deliver messages with the same ordering key in publish order, one at a time")
+	fs.BoolVar(&s.exactlyOnce, "exactly-once", false, "exactly-once delivery: an acked message is not redelivered, and acks are confirmed")
+	fs.StringVar(&s.deadLetter, "dead-letter-topic", "", "the `topic` to publish a message to after --max-delivery-attempts failed deliveries (nacks or expired deadlines), and ack it; on Pub/Sub, the project's Pub/Sub service account must be allowed to publish to it and to ack on this subscription")
+	fs.Func("max-delivery-attempts", "the `number` of deliveries of a message before it goes to the dead-letter topic, 5–100 (default 5; needs --dead-letter-topic)", func(v string) error {
+		n, err := parseIntFlag(v)
+		s.maxAttempts, s.maxAttemptsSet = n, true
+		return err
+	})
+	fs.Var(&s.minBackoff, "min-backoff", "after a nack or an expired deadline, wait at least this `duration` before redelivering, 0s–600s; the wait doubles per attempt up to --max-backoff (default: redeliver at once; with only --max-backoff, 10s)")
+	fs.Var(&s.maxBackoff, "max-backoff", "the longest wait before a redelivery, a `duration` of 0s–600s (default with --min-backoff: 10m)")
+	fs.StringVar(&s.filter, "filter", "", `deliver only messages whose attributes match, e.g. 'attributes.kind = "order" AND NOT attributes:test' (at most 256 bytes; fixed once created). Messages that do not match are acked without delivery`)
+	fs.BoolVar(&s.retainAcked, "retain-acked", false, "keep acked messages for --retention, so that seek to an earlier time replays them")
+	fs.Var(&s.retention, "retention", "how long unacked (and with --retain-acked, acked) messages are kept, a `duration` of 10m–7d (default: the service's, 7d)")
+}
+
+// build checks the flags and returns the subscription to create.
+func (s *subscriptionFlags) build(o *adminOptions, name string) (*pubsubpb.Subscription, error) {
+	if s.topic == "" {
+		return nil, usagef("missing --topic: the topic to subscribe to")
+	}
+	topic, err := o.resolve("topics", s.topic)
+	if err != nil {
+		return nil, err
+	}
+	sub := &pubsubpb.Subscription{
+		Name:                      name,
+		Topic:                     topic,
+		EnableMessageOrdering:     s.ordering,
+		EnableExactlyOnceDelivery: s.exactlyOnce,
+		Filter:                    s.filter,
+		RetainAckedMessages:       s.retainAcked,
+	}
+	if s.ackDeadline.set {
+		d := s.ackDeadline.d
+		if err := checkRange("ack-deadline", d, minAckDeadline, maxAckDeadline); err != nil {
+			return nil, err
+		}
+		if d%time.Second != 0 {
+			return nil, usagef("--ack-deadline %v: want whole seconds", d)
+		}
+		sub.AckDeadlineSeconds = int32(d / time.Second)
+	}
+	switch {
+	case s.deadLetter != "":
+		dl, err := o.resolve("topics", s.deadLetter)
+		if err != nil {
+			return nil, err
+		}
+		n := defaultDeliveryAttempts
+		if s.maxAttemptsSet {
+			n = s.maxAttempts
+		}
+		if n < minDeliveryAttempts || n > maxDeliveryAttempts {
+			return nil, usagef("--max-delivery-attempts %d: want %d–%d", n, minDeliveryAttempts, maxDeliveryAttempts)
+		}
+		sub.DeadLetterPolicy = &pubsubpb.DeadLetterPolicy{DeadLetterTopic: dl, MaxDeliveryAttempts: int32(n)}
+	case s.maxAttemptsSet:
+		return nil, usagef("--max-delivery-attempts needs --dead-letter-topic")
+	}
+	if s.minBackoff.set || s.maxBackoff.set {
+		lo, hi := defaultMinBackoff, defaultMaxBackoff
+		if s.minBackoff.set {
+			lo = s.minBackoff.d
+			if err := checkRange("min-backoff", lo, 0, maxBackoff); err != nil {
+				return nil, err
+			}
+		}
+		if s.maxBackoff.set {
+			hi = s.maxBackoff.d
+			if err := checkRange("max-backoff", hi, 0, maxBackoff); err != nil {
+				return nil, err
+			}
+		}
+		if lo > hi {
+			return nil, usagef("--min-backoff %s is above --max-backoff %s", fmtDuration(lo), fmtDuration(hi))
+		}
+		sub.RetryPolicy = &pubsubpb.RetryPolicy{MinimumBackoff: durationpb.New(lo), MaximumBackoff: durationpb.New(hi)}
+	}
+	if len(s.filter) > maxFilterBytes {
+		return nil, usagef("--filter is %d bytes: want at most %d", len(s.filter), maxFilterBytes)
+	}
+	if !utf8.ValidString(s.filter) {
+		return nil, usagef("--filter is not valid UTF-8")
+	}
+	if s.retention.set {
+		if err := checkRange("retention", s.retention.d, minRetention, maxSubRetention); err != nil {
+			return nil, err
+		}
+		sub.MessageRetentionDuration = durationpb.New(s.retention.d)
+	}
+	return sub, nil
+}
+
+func subscriptionsCreateCommand() command {
+	return command{
+		name:    "subscriptions create",
+		summary: "create a subscription",
+		usage: `Usage: pubsubflow subscriptions create [flags] SUBSCRIPTION --topic TOPIC
+
+Creates SUBSCRIPTION on TOPIC and prints it. It receives the messages
+published after it was created. A subscription that exists already, or a
+topic or dead-letter topic that does not, is an error (exit 1).
+
+A dead-letter topic takes the messages that failed --max-delivery-attempts
+times: give it a subscription of its own before messages fail, since a topic
+with no subscription drops what it receives.` + adminUsageTail,
+		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
+			var o adminOptions
+			o.register(fs)
+			var s subscriptionFlags
+			s.register(fs)
+			return func(ctx context.Context, env cliEnv, args []string) error {
+				if err := wantArgs(args, 1, "SUBSCRIPTION"); err != nil {
+					return err
+				}
+				name, err := o.resolve("subscriptions", args[0])
+				if err != nil {
+					return err
+				}
+				req, err := s.build(&o, name)
+				if err != nil {
+					return err
+				}
+				a, err := o.connect(ctx, env)
+				if err != nil {
+					return err
+				}
+				defer a.Close()
+				var sub *pubsubpb.Subscription
+				if err := a.call(ctx, func(ctx context.Context) (err error) {
+					sub, err = a.sub.CreateSubscription(ctx, req)
+					return err
+				}); err != nil {
+					// NOT_FOUND here is about the topic or the dead-letter
+					// topic; the service's message names which.
+					return a.failedCreate("creating subscription "+name, "subscription "+name, err)
+				}
+				return a.printSubscription(sub)
+			}
+		},
+	}
+}
+
+func subscriptionsGetCommand() command {
+	return command{
+		name:    "subscriptions get",
+		summary: "print a subscription",
+		usage: `Usage: pubsubflow subscriptions get [flags] SUBSCRIPTION
+
+Prints SUBSCRIPTION's settings.` + adminUsageTail,
+		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
+			var o adminOptions
+			o.register(fs)
+			return func(ctx context.Context, env cliEnv, args []string) error {
+				if err := wantArgs(args, 1, "SUBSCRIPTION"); err != nil {
+					return err
+				}
+				name, err := o.resolve("subscriptions", args[0])
+				if err != nil {
+					return err
+				}
+				a, err := o.connect(ctx, env)
+				if err != nil {
+					return err
+				}
+				defer a.Close()
+				var sub *pubsubpb.Subscription
+				if err := a.call(ctx, func(ctx context.Context) (err error) {
+					sub, err = a.sub.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
+					return err
+				}); err != nil {
+					return a.failed("getting subscription "+name, "subscription "+name, err)
+				}
+				return a.printSubscription(sub)
+			}
+		},
+	}
+}
+
+func subscriptionsListCommand() command {
+	return command{
+		name:    "subscriptions list",
+		summary: "list a project's subscriptions",
+		usage: `Usage: pubsubflow subscriptions list [flags]
+
+Lists the subscriptions of the project (--project, else $PUBSUB_PROJECT_ID)
+with their topic, ack deadline and the settings beyond the defaults.` + adminUsageTail,
+		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
+			var o adminOptions
+			o.register(fs)
+			return func(ctx context.Context, env cliEnv, args []string) error {
+				if err := wantArgs(args, 0, "no arguments"); err != nil {
+					return err
+				}
+				project, err := o.project()
+				if err != nil {
+					return err
+				}
+				a, err := o.connect(ctx, env)
+				if err != nil {
+					return err
+				}
+				defer a.Close()
+				subs, err := listAll(ctx, a, "listing the subscriptions of "+project, func(ctx context.Context, token string) ([]*pubsubpb.Subscription, string, error) {
+					r, err := a.sub.ListSubscriptions(ctx, &pubsubpb.ListSubscriptionsRequest{Project: project, PageSize: listPageSize, PageToken: token})
+					return r.GetSubscriptions(), r.GetNextPageToken(), err
+				})
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return printJSONList(a.out, subs)
+				}
+				return writeSubscriptionTable(a.out, project, subs)
+			}
+		},
+	}
+}
+
+func subscriptionsDeleteCommand() command {
+	return command{
+		name:    "subscriptions delete",
+		summary: "delete a subscription",
+		usage: `Usage: pubsubflow subscriptions delete [flags] SUBSCRIPTION
+
+Deletes SUBSCRIPTION and the messages it kept; its open streams end.` + adminUsageTail,
+		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
+			var o adminOptions
+			o.register(fs)
+			return func(ctx context.Context, env cliEnv, args []string) error {
+				if err := wantArgs(args, 1, "SUBSCRIPTION"); err != nil {
+					return err
+				}
+				name, err := o.resolve("subscriptions", args[0])
+				if err != nil {
+					return err
+				}
+				a, err := o.connect(ctx, env)
+				if err != nil {
+					return err
+				}
+				defer a.Close()
+				if err := a.call(ctx, func(ctx context.Context) error {
+					_, err := a.sub.DeleteSubscription(ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: name})
+					return err
+				}); err != nil {
+					return a.failed("deleting subscription "+name, "subscription "+name, err)
+				}
+				return a.printDeleted("subscription", name)
+			}
+		},
+	}
+}
+
+func subscriptionsSeekCommand() command {
+	return command{
+		name:    "subscriptions seek",
+		summary: "replay or skip messages: seek to a time or a snapshot",
+		usage: `Usage: pubsubflow subscriptions seek [flags] SUBSCRIPTION (--time T | --snapshot S)
+
+With --time, messages published before T count as acked and those published
+after it as unacked: an earlier time replays the acked messages the
+subscription kept (--retain-acked, or the topic's --retention), and
+"--time now" skips the whole backlog. With --snapshot, the subscription's
+acks become those of the snapshot (see pubsubflow snapshots create).` + adminUsageTail,
+		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
+			var o adminOptions
+			o.register(fs)
+			var at, snapshot string
+			fs.StringVar(&at, "time", "", `seek to this time: RFC 3339 (2026-01-02T15:04:05Z), "now", or a duration ago ("-1h")`)
+			fs.StringVar(&snapshot, "snapshot", "", "seek to this snapshot (of the subscription's topic)")
+			return func(ctx context.Context, env cliEnv, args []string) error {
+				if err := wantArgs(args, 1, "SUBSCRIPTION"); err != nil {
+					return err
+				}
+				name, err := o.resolve("subscriptions", args[0])
+				if err != nil {
+					return err
+				}
+				req := &pubsubpb.SeekRequest{Subscription: name}
+				result := map[string]string{"subscription": name}
+				switch {
+				case (at == "") == (snapshot == ""):
+					return usagef("want one of --time or --snapshot")
+				case at != "":
+					t, err := parseSeekTime(at, time.Now())
+					if err != nil {
+						return err
+					}
+					req.Target = &pubsubpb.SeekRequest_Time{Time: timestamppb.New(t)}
+					result["time"] = t.UTC().Format(time.RFC3339Nano)
+				default:
+					snap, err := o.resolve("snapshots", snapshot)
+					if err != nil {
+						return err
+					}
+					req.Target = &pubsubpb.SeekRequest_Snapshot{Snapshot: snap}
+					result["snapshot"] = snap
+				}
+				a, err := o.connect(ctx, env)
+				if err != nil {
+					return err
+				}
+				defer a.Close()
+				if err := a.call(ctx, func(ctx context.Context) error {
+					_, err := a.sub.Seek(ctx, req)
+					return err
+				}); err != nil {
+					return a.failed("seeking subscription "+name, "", err)
+				}
+				if a.json {
+					return a.printJSONValue(result)
+				}
+				var t table
+				t.row("subscription", name)
+				if req.GetSnapshot() != "" {
+					t.row("sought to snapshot", req.GetSnapshot())
+				} else {
+					t.row("sought to time", result["time"])
+				}
+				return t.write(a.out)
+			}
+		},
+	}
+}
+
+// parseIntFlag reads an integer flag value.
+func parseIntFlag(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%q: want an integer", v)
+	}
+	return n, nil
+}
+
+// parseSeekTime reads --time: RFC 3339, "now", or "-DURATION" before now.
+func parseSeekTime(s string, now time.Time) (time.Time, error) {
+	if s == "now" {
+		return now, nil
+	}
+	if ago, ok := strings.CutPrefix(s, "-"); ok {
+		d, err := parseDuration(ago)
+		if err != nil {
+			return time.Time{}, usagef("--time %q: %v", s, err)
+		}
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, usagef(`--time %q: want RFC 3339 (2026-01-02T15:04:05Z), "now", or a duration ago such as -1h`, s)
+	}
+	return t, nil
+}

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"flag"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+func topicsGroup() commandGroup {
+	return commandGroup{
+		name:    "topics",
+		summary: "create, get, list or delete topics",
+		usage: `Usage: pubsubflow topics COMMAND [flags] [TOPIC]
+
+Manages topics over the Pub/Sub API, on pubsubflow emulator, Google's
+emulator or Pub/Sub itself.`,
+		verbs: []command{topicsCreateCommand(), topicsGetCommand(), topicsListCommand(), topicsDeleteCommand()},
+	}
+}
+
+func topicsCreateCommand() command {
+	return command{
+		name:    "topics create",
+		summary: "create a topic",
+		usage: `Usage: pubsubflow topics create [flags] TOPIC
+
+Creates TOPIC and prints it. A topic that exists already is an error
+(exit 1). Messages published to a topic with no subscription are lost:
+create the subscriptions before publishing.` + adminUsageTail,
+		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
+			var o adminOptions
+			o.register(fs)
+			var retention durationValue
+			fs.Var(&retention, "retention", "keep published messages this `duration` (10m–31d), acked or not, so subscriptions can seek back (default: the service's, none)")
+			return func(ctx context.Context, env cliEnv, args []string) error {
+				if err := wantArgs(args, 1, "TOPIC"); err != nil {
+					return err
+				}
+				name, err := o.resolve("topics", args[0])
+				if err != nil {
+					return err
+				}
+				req := &pubsubpb.Topic{Name: name}
+				if retention.set {
+					if err := checkRange("retention", retention.d, minRetention, maxTopicRetention); err != nil {
+						return err
+					}
+					req.MessageRetentionDuration = durationpb.New(retention.d)
+				}
+				a, err := o.connect(ctx, env)
+				if err != nil {
+					return err
+				}
+				defer a.Close()
+				var t *pubsubpb.Topic
+				if err := a.call(ctx, func(ctx context.Context) (err error) {
+					t, err = a.pub.CreateTopic(ctx, req)
+					return err
+				}); err != nil {
+					return a.failed("creating topic "+name, "topic "+name, err)
+				}
+				return a.printTopic(t)
+			}
+		},
+	}
+}
+
+func topicsGetCommand() command {
+	return command{
+		name:    "topics get",
+		summary: "print a topic",
+		usage: `Usage: pubsubflow topics get [flags] TOPIC
+
+Prints TOPIC's settings.` + adminUsageTail,
+		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
+			var o adminOptions
+			o.register(fs)
+			return func(ctx context.Context, env cliEnv, args []string) error {
+				if err := wantArgs(args, 1, "TOPIC"); err != nil {
+					return err
+				}
+				name, err := o.resolve("topics", args[0])
+				if err != nil {
+					return err
+				}
+				a, err := o.connect(ctx, env)
+				if err != nil {
+					return err
+				}
+				defer a.Close()
+				var t *pubsubpb.Topic
+				if err := a.call(ctx, func(ctx context.Context) (err error) {
+					t, err = a.pub.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: name})
+					return err
+				}); err != nil {
+					return a.failed("getting topic "+name, "topic "+name, err)
+				}
+				return a.printTopic(t)
+			}
+		},
+	}
+}
+
+func topicsListCommand() command {
+	return command{
+		name:    "topics list",
+		summary: "list a project's topics",
+		usage: `Usage: pubsubflow topics list [flags]
+
+Lists the topics of the project (--project, else $PUBSUB_PROJECT_ID).` + adminUsageTail,
+		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
+			var o adminOptions
+			o.register(fs)
+			return func(ctx context.Context, env cliEnv, args []string) error {
+				if err := wantArgs(args, 0, "no arguments"); err != nil {
+					return err
+				}
+				project, err := o.project()
+				if err != nil {
+					return err
+				}
+				a, err := o.connect(ctx, env)
+				if err != nil {
+					return err
+				}
+				defer a.Close()
+				topics, err := listAll(ctx, a, "listing the topics of "+project, func(ctx context.Context, token string) ([]*pubsubpb.Topic, string, error) {
+					r, err := a.pub.ListTopics(ctx, &pubsubpb.ListTopicsRequest{Project: project, PageSize: listPageSize, PageToken: token})
+					return r.GetTopics(), r.GetNextPageToken(), err
+				})
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return printJSONList(a.out, topics)
+				}
+				return writeTopicTable(a.out, project, topics)
+			}
+		},
+	}
+}
+
+func topicsDeleteCommand() command {
+	return command{
+		name:    "topics delete",
+		summary: "delete a topic",
+		usage: `Usage: pubsubflow topics delete [flags] TOPIC
+
+Deletes TOPIC. Its subscriptions remain, detached from any topic (their
+topic reads "_deleted-topic_"), until they are deleted too.` + adminUsageTail,
+		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
+			var o adminOptions
+			o.register(fs)
+			return func(ctx context.Context, env cliEnv, args []string) error {
+				if err := wantArgs(args, 1, "TOPIC"); err != nil {
+					return err
+				}
+				name, err := o.resolve("topics", args[0])
+				if err != nil {
+					return err
+				}
+				a, err := o.connect(ctx, env)
+				if err != nil {
+					return err
+				}
+				defer a.Close()
+				if err := a.call(ctx, func(ctx context.Context) error {
+					_, err := a.pub.DeleteTopic(ctx, &pubsubpb.DeleteTopicRequest{Topic: name})
+					return err
+				}); err != nil {
+					return a.failed("deleting topic "+name, "topic "+name, err)
+				}
+				return a.printDeleted("topic", name)
+			}
+		},
+	}
+}

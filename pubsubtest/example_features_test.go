@@ -1,0 +1,112 @@
+package pubsubtest_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
+	"google.golang.org/grpc/status"
+)
+
+// A subscription with a dead-letter policy: after 5 failed deliveries
+// (here nacks) the message goes to the dead-letter topic, with the
+// attributes the service adds, and is acknowledged on its subscription.
+func ExampleSubscriptionConfig_deadLetter() {
+	ctx := context.Background()
+	srv, err := pubsubtest.NewServer(pubsubtest.WithServiceDeliveryAttempt())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	srv.CreateTopic(ctx, "orders")
+	srv.CreateTopic(ctx, "orders-dead")
+	srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "dead", Topic: "orders-dead"})
+	sub, err := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{
+		Name: "orders-sub", Topic: "orders", DeadLetterTopic: "orders-dead", MaxDeliveryAttempts: 5,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv.Publish(ctx, "orders", &pubsubpb.PubsubMessage{Data: []byte("bad order")})
+
+	client := pubsubpb.NewSubscriberClient(srv.ClientConn())
+	for {
+		resp, _ := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 1, ReturnImmediately: true})
+		if len(resp.ReceivedMessages) == 0 {
+			break
+		}
+		m := resp.ReceivedMessages[0]
+		fmt.Println("attempt", m.DeliveryAttempt)
+		client.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: []string{m.AckId}, AckDeadlineSeconds: 0})
+	}
+	resp, _ := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: srv.SubscriptionName("dead"), MaxMessages: 1, ReturnImmediately: true})
+	m := resp.ReceivedMessages[0].Message
+	fmt.Println(string(m.Data), m.Attributes[pubsubtest.AttrDeadLetterDeliveryCount], m.Attributes[pubsubtest.AttrDeadLetterSubscription])
+	// Output:
+	// attempt 1
+	// attempt 2
+	// attempt 3
+	// attempt 4
+	// attempt 5
+	// bad order 5 orders-sub
+}
+
+// A filtered subscription receives only the messages that match; the others
+// are acknowledged at once. A filter that does not parse is refused with
+// the position of the fault.
+func ExampleSubscriptionConfig_filter() {
+	ctx := context.Background()
+	srv, err := pubsubtest.NewServer()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	srv.CreateTopic(ctx, "events")
+	_, err = srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "bad", Topic: "events", Filter: `attributes.kind = eu`})
+	fmt.Println(status.Convert(err).Message())
+	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{
+		Name: "eu-orders", Topic: "events", Filter: `attributes.kind = "order" AND hasPrefix(attributes.region, "eu-")`,
+	})
+	srv.Publish(ctx, "events",
+		&pubsubpb.PubsubMessage{Data: []byte("1"), Attributes: map[string]string{"kind": "order", "region": "eu-west1"}},
+		&pubsubpb.PubsubMessage{Data: []byte("2"), Attributes: map[string]string{"kind": "order", "region": "us-east1"}},
+		&pubsubpb.PubsubMessage{Data: []byte("3"), Attributes: map[string]string{"kind": "refund", "region": "eu-west1"}},
+	)
+	resp, _ := pubsubpb.NewSubscriberClient(srv.ClientConn()).Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 10, ReturnImmediately: true})
+	for _, m := range resp.ReceivedMessages {
+		fmt.Println("received", string(m.Message.Data))
+	}
+	fmt.Println("filtered out", srv.SubscriptionStats(sub).Filtered)
+	// Output:
+	// Invalid filter "attributes.kind = eu": expected a string literal, found "eu" at position 19.
+	// received 1
+	// filtered out 2
+}
+
+// A bounded server refuses a Publish that would hold more than the bound,
+// and accepts again once messages are acknowledged.
+func ExampleWithMaxBacklogBytes() {
+	ctx := context.Background()
+	srv, err := pubsubtest.NewServer(pubsubtest.WithMaxBacklogBytes(4 << 10))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	srv.CreateTopic(ctx, "topic")
+	srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic"})
+	accepted := 0
+	for {
+		_, err := srv.Publish(ctx, "topic", &pubsubpb.PubsubMessage{Data: make([]byte, 1000)})
+		if err != nil {
+			fmt.Println(status.Code(err))
+			break
+		}
+		accepted++
+	}
+	fmt.Println("accepted", accepted, "held", srv.SubscriptionStats("sub").HeldBytes)
+	// Output:
+	// ResourceExhausted
+	// accepted 3 held 3540
+}

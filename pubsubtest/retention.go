@@ -1,0 +1,108 @@
+package pubsubtest
+
+import "time"
+
+// subRetention is how long sub keeps messages from their publication.
+func (sub *subscription) retention() time.Duration {
+	if d := sub.pb.GetMessageRetentionDuration(); d != nil {
+		return d.AsDuration()
+	}
+	return DefaultSubRetention
+}
+
+// pruneRetainedLocked drops the retained acknowledged messages of sub
+// published before its retention window. They are kept in order of
+// acknowledgement, which is near publish order: one published long ago
+// but acknowledged late may outlive its window until those before it go
+// (Seek looks at publish times, so it never replays it).
+func (s *Server) pruneRetainedLocked(sub *subscription, now time.Time) {
+	r := &sub.feat.retained
+	cutoff := now.Add(-sub.retention())
+	for r.len() > 0 && r.front().msg.publishTime().Before(cutoff) {
+		e := r.popFront()
+		e.state = stateGone
+		s.unholdLocked(sub, e.msg.held())
+	}
+}
+
+// dropRetainedLocked forgets every retained acknowledged message of sub.
+func (s *Server) dropRetainedLocked(sub *subscription) {
+	r := &sub.feat.retained
+	for r.len() > 0 {
+		e := r.popFront()
+		e.state = stateGone
+		s.unholdLocked(sub, e.msg.held())
+	}
+}
+
+// retainPublishedLocked keeps a message just published to t in t's
+// retention log (when t retains messages) and in every snapshot of t.
+func (s *Server) retainPublishedLocked(t *topic, m *message) {
+	now := time.Now()
+	if d := t.pb.GetMessageRetentionDuration(); d != nil {
+		t.feat.log.pushBack(m)
+		t.feat.logBytes += m.held()
+		s.feat.heldBytes += m.held()
+		s.pruneTopicLogLocked(t, now.Add(-d.AsDuration()))
+	}
+	for sn := range t.feat.snaps {
+		sn.after = append(sn.after, m)
+		sn.bytes += m.held()
+		s.feat.heldBytes += m.held()
+	}
+}
+
+// pruneTopicLogLocked drops the messages of t's log published before cutoff.
+func (s *Server) pruneTopicLogLocked(t *topic, cutoff time.Time) {
+	l := &t.feat.log
+	for l.len() > 0 && l.front().publishTime().Before(cutoff) {
+		m := l.popFront()
+		t.feat.logBytes -= m.held()
+		s.feat.heldBytes -= m.held()
+	}
+}
+
+// dropTopicLogLocked forgets t's log (retention removed, or t deleted).
+func (s *Server) dropTopicLogLocked(t *topic) {
+	s.feat.heldBytes -= t.feat.logBytes
+	t.feat.log = ring[*message]{}
+	t.feat.logBytes = 0
+}
+
+// cutoff is a publish time before which messages are past a
+// subscription's retention, kept as the timestamp's fields so that the
+// check per delivered message is two integer comparisons.
+type cutoff struct {
+	sec  int64
+	nsec int32
+}
+
+func retentionCutoff(sub *subscription, now time.Time) cutoff {
+	c := now.Add(-sub.retention())
+	return cutoff{sec: c.Unix(), nsec: int32(c.Nanosecond())}
+}
+
+// dropStaleLocked drops a ready entry taken from the ready queue if its
+// message was published before c: the service keeps an unacknowledged
+// message only for the subscription's message_retention_duration. It
+// reports whether it dropped it.
+func (s *Server) dropStaleLocked(e *entry, c cutoff) bool {
+	pt := e.msg.pb.PublishTime
+	if pt.GetSeconds() > c.sec || pt.GetSeconds() == c.sec && pt.GetNanos() >= c.nsec {
+		return false
+	}
+	sub := e.sub
+	sub.stats.Discarded++
+	e.state = stateGone
+	s.unholdLocked(sub, e.msg.held())
+	if key := e.msg.pb.OrderingKey; key != "" && sub.ordered() {
+		if q := sub.keys[key]; q != nil && q.len() > 0 {
+			next := q.popFront()
+			next.state = stateReady
+			sub.ready.pushBack(next)
+		} else {
+			delete(sub.keys, key)
+		}
+	}
+	return true
+}
