@@ -518,3 +518,46 @@ func TestTraceAbandonedHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTraceExactlyOnceAckFails: an exactly-once ack the server refuses for
+// good ends the message's subscribe span with an error status, and the ack
+// span records the failed RPC.
+func TestTraceExactlyOnceAckFails(t *testing.T) {
+	sp := newSpans(t)
+	e := newEnvSub(t, pubsubtest.SubscriptionConfig{EnableExactlyOnceDelivery: true})
+	e.publish(t, 1, nil)
+	s := e.subscriber(t, SubscriberConfig{TracerProvider: sp.tp})
+	rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var ackErr error
+	if err := s.Run(rctx, 1, func(ctx context.Context, m *Message) error {
+		e.srv.FailNextAckIDs(1, pubsubtest.ReasonInvalidAckID)
+		m.Ack()
+		ackErr = m.Result().Wait(ctx)
+		cancel()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ackErr == nil {
+		t.Fatal("the injected ack failure did not reach the Result")
+	}
+	subs := sp.named("sub subscribe")
+	if len(subs) == 0 {
+		t.Fatal("no subscribe span")
+	}
+	if first := subs[0]; first.Status.Code != codes.Error {
+		t.Errorf("refused exactly-once ack: subscribe span status %v, want Error", first.Status)
+	}
+	failedRPC := false
+	for _, a := range sp.named("sub ack") {
+		failedRPC = failedRPC || a.Status.Code == codes.Error
+	}
+	if !failedRPC {
+		t.Error("no ack span with an error status")
+	}
+	sp.checkAllEnded(t)
+}
