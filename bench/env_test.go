@@ -11,7 +11,7 @@ import (
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
-// env is one pubsubtest server with topic "t" and subscription "s".
+// env is one pubsubtest server with topic "topic" and subscription "sub".
 type env struct {
 	srv   *pubsubtest.Server
 	topic string

@@ -23,7 +23,7 @@ import (
 const feedEnv = "PUBSUBFLOW_BENCH_FEED"
 
 // serveFeed is the child process of BenchmarkThroughput: a pubsubtest
-// server with topic "t" and subscription "s", prefilled with LOW + 10,000
+// server with topic "topic" and subscription "sub", prefilled with LOW + 10,000
 // messages of PAYLOAD bytes. It prints "ADDR <address> <subscription>
 // <project>" once ready and then obeys its standard input, a line at a
 // time: "GO" starts the feeder, which keeps the backlog above LOW until
@@ -45,8 +45,8 @@ func serveFeed() int {
 	e := &env{srv: srv}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if e.topic, err = srv.CreateTopic(ctx, "t"); err == nil {
-		e.sub, err = srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "s", Topic: "t", AckDeadline: 60 * time.Second})
+	if e.topic, err = srv.CreateTopic(ctx, "topic"); err == nil {
+		e.sub, err = srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic", AckDeadline: 60 * time.Second})
 	}
 	f := &feeder{e: e, total: total, payload: payload, low: low, chunk: 10000}
 	if err == nil {

@@ -35,7 +35,7 @@ const (
 )
 
 // serveBacklog is the child process of BenchmarkMemoryBacklog: a pubsubtest
-// server with topic "t" and subscription "s" holding the backlog. It prints
+// server with topic "topic" and subscription "sub" holding the backlog. It prints
 // "ADDR <address> <subscription>" once ready, serves until its standard
 // input closes, then prints the subscription's counters as
 // "STATS <acked> <redelivered> <expired>" and exits. Keeping the server in
