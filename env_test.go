@@ -25,7 +25,7 @@ func newEnv(t testing.TB, opts ...pubsubtest.Option) *env {
 
 func newEnvSub(t testing.TB, sc pubsubtest.SubscriptionConfig, opts ...pubsubtest.Option) *env {
 	t.Helper()
-	srv, err := pubsubtest.NewServer(opts...)
+	srv, err := pubsubtest.NewServer(append([]pubsubtest.Option{pubsubtest.WithDeliveryAttemptAlways()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -151,7 +151,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, sc pubsubtest.SubscriptionConfig, opts ...pubsubtest.Option) *fixture {
 	t.Helper()
-	srv, err := pubsubtest.NewServer(append([]pubsubtest.Option{pubsubtest.WithBufconn()}, opts...)...)
+	srv, err := pubsubtest.NewServer(append([]pubsubtest.Option{pubsubtest.WithBufconn(), pubsubtest.WithDeliveryAttemptAlways()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ type env struct {
 
 func newEnv(t testing.TB, opts ...pubsubtest.Option) *env {
 	t.Helper()
-	srv, err := pubsubtest.NewServer(append([]pubsubtest.Option{pubsubtest.WithBufconn()}, opts...)...)
+	srv, err := pubsubtest.NewServer(append([]pubsubtest.Option{pubsubtest.WithBufconn(), pubsubtest.WithDeliveryAttemptAlways()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func drawMachineConfig(t *rapid.T) machineConfig {
 }
 
 func newMachine(t *rapid.T, mc machineConfig) *machine {
-	srv, err := pubsubtest.NewServer(pubsubtest.WithBufconn(), pubsubtest.WithRecordStreamRequests(),
+	srv, err := pubsubtest.NewServer(pubsubtest.WithBufconn(), pubsubtest.WithRecordStreamRequests(), pubsubtest.WithDeliveryAttemptAlways(),
 		pubsubtest.WithMaxMessagesPerResponse(mc.MaxPerResponse))
 	if err != nil {
 		t.Fatal(err)

@@ -19,11 +19,11 @@ import (
 // room. n ≤ 0 (the default) means no bound.
 func WithMaxBacklogBytes(n int64) Option { return func(c *config) { c.maxBacklogBytes = n } }
 
-// WithServiceDeliveryAttempt sets ReceivedMessage.delivery_attempt only on
-// subscriptions with a dead-letter policy, as the real service does.
-// Without it every delivery carries its attempt number (1, 2, …), which
-// tests of redelivery find convenient.
-func WithServiceDeliveryAttempt() Option { return func(c *config) { c.serviceAttempts = true } }
+// WithDeliveryAttemptAlways sets ReceivedMessage.delivery_attempt (1, 2, …)
+// on every delivery, which tests of redelivery find convenient. Without it
+// the server does as the service does: it sets the attempt only on
+// subscriptions with a dead-letter policy (0 otherwise).
+func WithDeliveryAttemptAlways() Option { return func(c *config) { c.alwaysAttempts = true } }
 
 // checkRoomLocked refuses msgs when holding them on every holder of t would
 // pass the backlog bound. A message that a subscription's filter drops is

@@ -79,7 +79,7 @@ func TestGoogleClientDeadLetterPolicyValidation(t *testing.T) {
 }
 
 func TestGoogleClientDeadLetter(t *testing.T) {
-	srv, err := NewServer(WithServiceDeliveryAttempt())
+	srv, err := NewServer()
 	if err != nil {
 		t.Fatal(err)
 	}

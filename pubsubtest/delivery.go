@@ -117,7 +117,7 @@ func (s *Server) deliverLocked(e *entry, st *stream, deadline time.Duration, now
 		}
 	}
 	rm := &pubsubpb.ReceivedMessage{AckId: e.ackID, Message: e.msg.pb, DeliveryAttempt: e.attempts}
-	if s.cfg.serviceAttempts && sub.pb.DeadLetterPolicy == nil {
+	if !s.cfg.alwaysAttempts && sub.pb.DeadLetterPolicy == nil {
 		rm.DeliveryAttempt = 0 // the service sets it only with a dead-letter policy
 	}
 	return rm

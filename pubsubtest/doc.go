@@ -25,10 +25,10 @@
 //     goroutine over a heap of ack deadlines (and one of retry backoffs);
 //     nothing on the delivery path scans all messages (Seek, CreateSnapshot
 //     and DeleteSubscription go over one subscription's messages).
-//   - Every delivery gets a fresh ack id and DeliveryAttempt = number of
-//     deliveries so far, starting at 1 (with WithServiceDeliveryAttempt,
-//     as the real service, only on subscriptions with a dead-letter
-//     policy). An expired deadline or a modack of 0 s (nack) makes the
+//   - Every delivery gets a fresh ack id. DeliveryAttempt (the number of
+//     deliveries so far, from 1) is set as the service sets it: only on
+//     subscriptions with a dead-letter policy (WithDeliveryAttemptAlways
+//     sets it on every delivery). An expired deadline or a modack of 0 s (nack) makes the
 //     message ready again (after the retry policy's backoff, if any); ack ids that are not live are ignored,
 //     except on exactly-once subscriptions, where Acknowledge and
 //     ModifyAckDeadline fail with INVALID_ARGUMENT carrying an

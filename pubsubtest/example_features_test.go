@@ -15,7 +15,7 @@ import (
 // attributes the service adds, and is acknowledged on its subscription.
 func ExampleSubscriptionConfig_deadLetter() {
 	ctx := context.Background()
-	srv, err := pubsubtest.NewServer(pubsubtest.WithServiceDeliveryAttempt())
+	srv, err := pubsubtest.NewServer()
 	if err != nil {
 		log.Fatal(err)
 	}

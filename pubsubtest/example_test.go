@@ -43,7 +43,7 @@ func ExampleNewServer() {
 		log.Fatal(err)
 	}
 	m := resp.ReceivedMessages[0]
-	fmt.Println(string(m.Message.Data), m.DeliveryAttempt)
+	fmt.Println(string(m.Message.Data), m.DeliveryAttempt) // 0: the service sets it only with a dead-letter policy
 
 	if _, err := client.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: sub, AckIds: []string{m.AckId}}); err != nil {
 		log.Fatal(err)
@@ -51,7 +51,7 @@ func ExampleNewServer() {
 	st := srv.SubscriptionStats(sub)
 	fmt.Println(st.Delivered, st.Acked, st.Backlog)
 	// Output:
-	// hello 1
+	// hello 0
 	// 1 1 0
 }
 

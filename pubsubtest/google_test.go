@@ -167,7 +167,7 @@ func holdThenExpire(rs *pubsub.ReceiveSettings) {
 func TestGoogleClientRedeliveryVirtualTime(t *testing.T) {
 	realStart := time.Now()
 	synctest.Test(t, func(t *testing.T) {
-		srv, err := NewServer(WithBufconn(), WithHeartbeatDelay(time.Millisecond))
+		srv, err := NewServer(WithBufconn(), WithHeartbeatDelay(time.Millisecond), WithDeliveryAttemptAlways())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +214,7 @@ func TestGoogleClientRedeliveryVirtualTime(t *testing.T) {
 
 func TestGoogleClientLeaseExtensionVirtualTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, err := NewServer(WithBufconn(), WithHeartbeatDelay(time.Millisecond))
+		srv, err := NewServer(WithBufconn(), WithHeartbeatDelay(time.Millisecond), WithDeliveryAttemptAlways())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,7 +248,7 @@ func TestGoogleClientLeaseExtensionVirtualTime(t *testing.T) {
 
 func TestGoogleClientExactlyOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, err := NewServer(WithBufconn(), WithHeartbeatDelay(time.Millisecond))
+		srv, err := NewServer(WithBufconn(), WithHeartbeatDelay(time.Millisecond), WithDeliveryAttemptAlways())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,7 +315,7 @@ func mustSetup(t testing.TB, srv *Server, cfg SubscriptionConfig) {
 
 func TestGoogleClientReconnectsAfterKill(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, err := NewServer(WithBufconn(), WithHeartbeatDelay(time.Millisecond))
+		srv, err := NewServer(WithBufconn(), WithHeartbeatDelay(time.Millisecond), WithDeliveryAttemptAlways())
 		if err != nil {
 			t.Fatal(err)
 		}

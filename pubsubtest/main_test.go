@@ -33,7 +33,7 @@ type fixture struct {
 
 func newFixture(t testing.TB, cfg SubscriptionConfig, opts ...Option) *fixture {
 	t.Helper()
-	srv, err := NewServer(opts...)
+	srv, err := NewServer(append([]Option{WithDeliveryAttemptAlways()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ type config struct {
 	maxAckRequestBytes int
 	heartbeatDelay     time.Duration
 	maxBacklogBytes    int64 // ≤ 0: no bound (see WithMaxBacklogBytes)
-	serviceAttempts    bool  // see WithServiceDeliveryAttempt
+	alwaysAttempts     bool  // see WithDeliveryAttemptAlways
 	silentHeartbeats   bool
 	msgStatsLimit      int // ≤ 0: no limit (see WithMessageStatsLimit)
 }

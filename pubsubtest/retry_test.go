@@ -116,7 +116,7 @@ func TestGoogleClientRetryBackoffVirtualTime(t *testing.T) {
 // the backoff is also applied after an expired ack deadline.
 func TestRetryBackoffExact(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, err := NewServer(WithBufconn())
+		srv, err := NewServer(WithBufconn(), WithDeliveryAttemptAlways())
 		if err != nil {
 			t.Fatal(err)
 		}

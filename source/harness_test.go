@@ -26,7 +26,7 @@ type harness struct {
 
 func newHarness(t *testing.T, sc pubsubtest.SubscriptionConfig, opts ...pubsubtest.Option) *harness {
 	t.Helper()
-	srv, err := pubsubtest.NewServer(append([]pubsubtest.Option{pubsubtest.WithBufconn()}, opts...)...)
+	srv, err := pubsubtest.NewServer(append([]pubsubtest.Option{pubsubtest.WithBufconn(), pubsubtest.WithDeliveryAttemptAlways()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -200,7 +200,6 @@ func runEmulator(ctx context.Context, env cliEnv, o emulatorOptions) error {
 		pubsubtest.WithMinAckDeadline(o.minAckDeadline),
 		pubsubtest.WithMaxMessagesPerResponse(o.perResponse),
 		pubsubtest.WithMaxBacklogBytes(o.maxBacklogBytes),
-		pubsubtest.WithServiceDeliveryAttempt(),
 		// Per-message counters of the last million messages only: without
 		// a limit they would grow with every message ever published.
 		pubsubtest.WithMessageStatsLimit(1<<20),

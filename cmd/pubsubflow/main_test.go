@@ -74,7 +74,7 @@ type testServer struct {
 
 func newTestServer(t testing.TB, sc pubsubtest.SubscriptionConfig) *testServer {
 	t.Helper()
-	srv, err := pubsubtest.NewServer()
+	srv, err := pubsubtest.NewServer(pubsubtest.WithDeliveryAttemptAlways())
 	if err != nil {
 		t.Fatal(err)
 	}
