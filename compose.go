@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/sink"
@@ -166,6 +168,9 @@ func (s *Subscriber) markHanded(run uint64, m *Message) {
 // each response the moment it is decoded: bind the settle path, lease,
 // count. No message waits anywhere before all three are done.
 func (s *Subscriber) receipt(stream int, ms []*Message) {
+	if s.tracing != nil {
+		s.tracing.received(ms)
+	}
 	for _, m := range ms {
 		m.Bind(s)
 		if m.DeliveryAttempt > 1 {
@@ -233,10 +238,17 @@ func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Messag
 			}
 			s.markHanded(1, m)
 		}
+		var span trace.Span
+		if s.tracing != nil {
+			ctx, span = s.tracing.startProcess(ctx, m)
+		}
 		s.c.inHandler.Add(1)
 		err := s.safeHandle(ctx, handler, m)
 		s.c.inHandler.Add(-1)
 		sink.Apply(m, err, s.policy)
+		if span != nil {
+			s.tracing.endProcess(m, span, err)
+		}
 		return m, nil
 	}
 	opt := operators.Options[*Message, *Message]{Emit: emit}

@@ -8,6 +8,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow/connect"
@@ -115,6 +116,14 @@ type SubscriberConfig struct {
 	Logger *slog.Logger
 	// MeterProvider receives OpenTelemetry metrics (default: none, free).
 	MeterProvider metric.MeterProvider
+	// TracerProvider, if set, traces every message as Google's clients do
+	// (the README's Tracing section): a "<subscription> subscribe" span
+	// per message, child of the publisher's trace context from its
+	// attributes; "<subscription> process" around the handler, carried by
+	// the handler's ctx; "ack", "nack" and "modack" RPC spans linked to
+	// the messages they settle. Default none: nothing is traced or
+	// allocated for tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // ValidateSubscription checks a subscription name by the service's rules:

@@ -16,4 +16,10 @@
 //
 // Two clocks never share a goroutine: tracking happens on receipt, in
 // microseconds; processing takes as long as it takes.
+//
+// With SubscriberConfig.TracerProvider set, every message is traced as
+// Google's clients trace it (their "googclient_" trace context in the
+// message's attributes, subscribe, process, ack, nack and modack spans),
+// so a trace started by any official client's publisher continues through
+// your handler, whose ctx carries the process span.
 package pubsubflow

@@ -65,6 +65,9 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()
 	errs := []error{s.acks.Close(fctx), s.ext.Close()}
+	if s.tracing != nil {
+		s.tracing.close()
+	}
 	s.closeParts()
 	return errors.Join(errs...)
 }

@@ -51,6 +51,7 @@ type Subscriber struct {
 	settler  *sink.Settler
 	policy   sink.Policy
 	tel      *telemetry
+	tracing  *subTracer // nil unless TracerProvider is set
 	c        counters
 	ordered  bool
 	detected bool // the subscription orders by key (NewSubscriber asked)
@@ -148,6 +149,12 @@ func (s *Subscriber) build(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pubsubflow: telemetry: %w", err)
 	}
+	var acksTracer ack.Tracer
+	var leaseTracer lease.Tracer
+	if s.cfg.TracerProvider != nil {
+		s.tracing = newSubTracer(s.cfg.TracerProvider, s.sub)
+		acksTracer, leaseTracer = s.tracing, s.tracing
+	}
 	s.fc = flow.NewFlowControl(clientLimit(s.cfg.MaxOutstandingMessages), clientLimit(s.cfg.MaxOutstandingBytes))
 	maxExt := s.cfg.MaxExtension
 	if maxExt == Unlimited {
@@ -158,6 +165,7 @@ func (s *Subscriber) build(ctx context.Context) error {
 		StreamAckDeadline: s.cfg.StreamAckDeadline,
 		MaxExtension:      maxExt,
 		Events:            s.onLeaseEvent,
+		Tracer:            leaseTracer,
 		Logger:            s.cfg.Logger,
 	})
 	if err != nil {
@@ -167,6 +175,7 @@ func (s *Subscriber) build(ctx context.Context) error {
 		FlushInterval: s.cfg.AckFlushInterval,
 		Flow:          s.fc,
 		OnAcked:       s.acked,
+		Tracer:        acksTracer,
 		Events:        s.tel.onEvent,
 		Logger:        s.cfg.Logger,
 	})
@@ -247,6 +256,9 @@ func (s *Subscriber) ClientID() string { return s.src.ClientID() }
 // the outcome and hands the message to the sink's settler, which releases
 // the flow permit and the lease and sends the ack or nack.
 func (s *Subscriber) Settle(m *Message, o Outcome, d time.Duration) {
+	if s.tracing != nil {
+		s.tracing.settled(m, o)
+	}
 	s.settler.Settle(m, o, d)
 	switch o {
 	case message.Ack:

@@ -72,6 +72,8 @@ type Config struct {
 	// cannot let it lapse. It runs on the acknowledger's goroutines, after
 	// its lock is released, and must not block.
 	OnAcked func(ackIDs []string)
+	// Tracer, if set, traces every RPC attempt (see Tracer). Nil: none.
+	Tracer Tracer
 	// Events receives Ack, Nack (counts the server accepted), Retry and
 	// AckFailed events. Nil: none.
 	Events event.Func

@@ -19,8 +19,9 @@ type request struct {
 	results []*message.Result // parallel to ids when key.eo
 	start   time.Time         // first attempt: the retry deadline counts from here
 	attempt int
-	due     time.Time // next attempt, while waiting to be retried
-	err     error     // last failure
+	due     time.Time     // next attempt, while waiting to be retried
+	err     error         // last failure
+	trace   func(Attempt) // ends the attempt's span when Config.Tracer is set
 }
 
 // dispatchLocked starts every RPC that is due and has a free slot: retries
@@ -113,6 +114,9 @@ func (a *Acknowledger) startLocked(r *request) {
 func (a *Acknowledger) run(r *request) {
 	defer a.wg.Done()
 	r.attempt++
+	if a.cfg.Tracer != nil {
+		r.trace = a.cfg.Tracer.StartRPC(r.key.op(), r.key.seconds, r.ids)
+	}
 	a.complete(r, a.call(r))
 }
 
@@ -186,11 +190,13 @@ func (a *Acknowledger) complete(r *request, err error) {
 	var evs []event.Event
 	var retry *request
 	var final []string // ack ids whose fate is now final (for OnAcked)
+	var o outcome
+	exhausted := false
 	switch {
 	case err != nil && aborted:
 		a.failAll(r, ErrClosed, err)
 	default:
-		o := a.classify(r, err)
+		o = a.classify(r, err)
 		a.resolveOK(r, o, err == nil)
 		if o.ok > 0 {
 			switch {
@@ -218,6 +224,7 @@ func (a *Acknowledger) complete(r *request, err error) {
 				a.log.Warn("pubsubflow: ack retries exhausted", "subscription", a.sub, "count", len(retry.ids), "err", err)
 				retry = nil
 				final = r.ids
+				exhausted = true
 			} else {
 				retry.due = now.Add(delay)
 				final = without(r.ids, o.retry)
@@ -225,6 +232,10 @@ func (a *Acknowledger) complete(r *request, err error) {
 				a.log.Debug("pubsubflow: ack retry", "subscription", a.sub, "count", len(retry.ids), "delay", delay, "err", err)
 			}
 		}
+	}
+
+	if r.trace != nil {
+		r.trace(traceAttempt(len(r.ids), err, err != nil && aborted, exhausted, o))
 	}
 
 	finished := len(r.ids)

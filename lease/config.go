@@ -78,6 +78,8 @@ type Config struct {
 	CloseTimeout time.Duration
 	// Events receives Extend, Expired, ReceiptModackFail and Retry events.
 	Events event.Func
+	// Tracer, if set, traces every modack attempt (see Tracer). Nil: none.
+	Tracer Tracer
 	// Logger receives warnings about failed RPCs (nil: discard).
 	Logger *slog.Logger
 }

@@ -53,6 +53,7 @@ func (e *Extender) run(j job) {
 	backoff := backoffInitial
 	for {
 		sentAt := time.Now()
+		endTrace := e.startTrace(j)
 		ctx, cancel := context.WithTimeout(e.rpcCtx, attemptTimeout)
 		_, err := e.client.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{
 			Subscription:       j.sub,
@@ -60,6 +61,9 @@ func (e *Extender) run(j job) {
 			AckDeadlineSeconds: j.secs,
 		})
 		cancel()
+		if endTrace != nil {
+			endTrace(err)
+		}
 		if err != nil && e.rpcCtx.Err() != nil {
 			e.abandon(j) // Close cancelled the call: not the server's verdict
 			return

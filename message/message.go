@@ -75,6 +75,7 @@ type Message struct {
 	settler Settler
 	result  *Result
 	handed  atomic.Uint64 // 0: not handed off; else the hand-off's owner
+	trace   *Trace        // nil unless the subscriber traces
 }
 
 // FromReceived builds a Message from a StreamingPull response element.

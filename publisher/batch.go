@@ -20,7 +20,8 @@ type batch struct {
 	done      chan struct{}
 	ids       []string
 	err       error
-	msgErrs   []error // per message, when single messages failed (then err is nil)
+	msgErrs   []error      // per message, when single messages failed (then err is nil)
+	spans     []*tracedMsg // the messages' spans, when tracing
 }
 
 // keyState is the batching state of one ordering key. The unordered

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pubsubflow/pubsubflow/event"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
@@ -74,6 +76,13 @@ type Config struct {
 	// Logger receives retries (debug) and failures (warn); nil logs
 	// nothing.
 	Logger *slog.Logger
+	// TracerProvider, if set, traces every message as Google's clients
+	// do: a "<topic> create" span per message, whose W3C trace context is
+	// sent in the message's attributes ("googclient_traceparent") when it
+	// is valid, and a "<topic> publish" span per Publish RPC linked to the
+	// messages it carries. Nil (the default): nothing is traced or
+	// allocated for tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // FlowConfig bounds the messages and bytes that were published and whose

@@ -47,6 +47,8 @@ type Publisher struct {
 	closeErr  error
 
 	stats counters
+
+	tracing *pubTracer // nil unless Config.TracerProvider is set
 }
 
 type counters struct {
@@ -103,6 +105,9 @@ func NewFromClient(client pubsubpb.PublisherClient, topic string, cfg Config) (*
 		timerWake:  make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 	}
+	if cfg.TracerProvider != nil {
+		p.tracing = newPubTracer(cfg.TracerProvider, topic)
+	}
 	p.batchLimit = min(cfg.MaxBytes, MaxRequestBytes-p.topicBytes)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.wg.Add(1)
@@ -133,6 +138,14 @@ func (p *Publisher) Topic() string { return p.topic }
 // InvalidMessageError) fails at once, before it is queued: it is never
 // retried and never fails another message.
 func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
+	if p.tracing != nil {
+		return p.publishTraced(ctx, m)
+	}
+	return p.add(ctx, m, nil)
+}
+
+// add is Publish; tm holds the message's spans when tracing (else nil).
+func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg) *Result {
 	index := p.stats.calls.Add(1) - 1
 	if m == nil {
 		return failed(ErrNilMessage)
@@ -142,6 +155,9 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
 	}
 	if v := limits.CheckMessage(m.Data, m.Attributes, m.OrderingKey); v != nil {
 		return failed(&InvalidMessageError{Index: index, OrderingKey: m.OrderingKey, Limit: v.Limit, Field: v.Field, Detail: v.Detail})
+	}
+	if tm != nil {
+		m = tm.inject(ctx, m) // after the check: the googclient_ keys are ours
 	}
 	pm, size, reqBytes := m.toProto()
 	if p.topicBytes+reqBytes > MaxRequestBytes {
@@ -156,7 +172,14 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
 			return failed(err)
 		}
 	}
-	if err := p.flow.acquire(ctx, size); err != nil {
+	if tm != nil {
+		tm.flowControl(ctx)
+	}
+	err := p.flow.acquire(ctx, size)
+	if tm != nil {
+		tm.admitted(ctx, err)
+	}
+	if err != nil {
 		return failed(err)
 	}
 	p.mu.Lock()
@@ -166,7 +189,7 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
 		p.flow.release(1, size)
 		return failed(err)
 	}
-	r := p.addLocked(ks, pm, size, reqBytes)
+	r := p.addLocked(ks, pm, size, reqBytes, tm)
 	p.mu.Unlock()
 	return r
 }
@@ -205,7 +228,7 @@ func (p *Publisher) keyLocked(key string) (*keyState, error) {
 
 // addLocked appends a message to the open batch of ks, closing batches on
 // the count and byte thresholds.
-func (p *Publisher) addLocked(ks *keyState, pm *pubsubpb.PubsubMessage, size, reqBytes int) *Result {
+func (p *Publisher) addLocked(ks *keyState, pm *pubsubpb.PubsubMessage, size, reqBytes int, tm *tracedMsg) *Result {
 	b := ks.open
 	if b != nil && b.bytes+reqBytes > p.batchLimit {
 		p.sealLocked(b) // m would take it over the limit: m opens the next one
@@ -216,6 +239,9 @@ func (p *Publisher) addLocked(ks *keyState, pm *pubsubpb.PubsubMessage, size, re
 	}
 	r := &Result{done: b.done, b: b, i: len(b.msgs)}
 	b.msgs = append(b.msgs, pm)
+	if tm != nil {
+		b.spans = append(b.spans, tm)
+	}
 	b.n++
 	b.bytes += reqBytes
 	b.flowBytes += size

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pubsubflow/pubsubflow/event"
@@ -25,7 +26,14 @@ func (p *Publisher) sendLoop() {
 		}
 		b := p.ready.Pop()
 		p.mu.Unlock()
+		var span trace.Span
+		if b.spans != nil {
+			span = p.tracing.startPublish(b)
+		}
 		ids, msgErrs, err := p.publish(b)
+		if span != nil {
+			p.tracing.endPublish(span, b, ids, msgErrs, err)
+		}
 		p.complete(b, ids, msgErrs, err)
 	}
 }
@@ -196,6 +204,9 @@ func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error)
 		p.stats.failed.Add(int64(count))
 		for _, q := range paused {
 			close(q.done)
+			if q.spans != nil {
+				endCreates(q, nil, nil, perr)
+			}
 		}
 		p.cfg.Events.Emit(event.Event{Kind: EventPaused, Count: count, Err: perr})
 		p.cfg.Logger.Warn("publisher: ordering key paused", "topic", p.topic, "key", perr.Key, "failed_behind", count, "err", err)

@@ -37,7 +37,13 @@ redelivered, again and again. A fast handler hides the bug: what waits
 unleased must wait longer than the deadline.
 
 --plot FILE.svg (or .png) draws outstanding, buffered, processing,
-redeliveries and acks over time, one panel per run.`,
+redeliveries and acks over time, one panel per run.
+
+--trace FILE traces the runs with OpenTelemetry (our publisher and
+Subscriber; the naive shape is not traced) and writes every span to FILE
+as one JSON object per line: name, trace_id, span_id, parent_span_id,
+kind, start, end, status, attributes, events, links. No collector is
+needed; jq reads it.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
 			o := benchOptions{s: demoScenario()}
 			o.s.progress = progressLines
@@ -48,6 +54,7 @@ redeliveries and acks over time, one panel per run.`,
 			fs.StringVar(&o.plot, "plot", "", "write a plot of each run over time to this .svg or .png file")
 			fs.StringVar(&o.subscription, "subscription", "", "consume this subscription instead of the embedded server's")
 			fs.StringVar(&o.topic, "topic", "", "with --subscription: publish each run's messages to this topic first")
+			fs.StringVar(&o.trace, "trace", "", "trace the runs (publisher and subscriber) and write every span to this file as JSON lines")
 			return func(ctx context.Context, env cliEnv, args []string) error {
 				if err := wantArgs(args, 0, "no arguments"); err != nil {
 					return err
@@ -65,6 +72,7 @@ type benchOptions struct {
 	plot         string
 	subscription string
 	topic        string
+	trace        string
 }
 
 func (o *benchOptions) validate() error {
@@ -114,6 +122,18 @@ func runBench(ctx context.Context, env cliEnv, o benchOptions) error {
 				return err
 			}
 		}
+	}
+	if o.trace != "" {
+		tp, shutdown, err := openTraceFile(o.trace)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := shutdown(); err != nil {
+				fmt.Fprintf(env.stderr, "bench: writing %s: %v\n", o.trace, err)
+			}
+		}()
+		o.s.tracer = tp
 	}
 	shapes := []string{shapeOurs}
 	if o.compareNaive {
@@ -198,7 +218,7 @@ func benchEmbedded(ctx context.Context, env cliEnv, s scenario, shape string) (r
 		return runResult{}, err
 	}
 	defer conn.Close()
-	if err := publishBacklog(ctx, conn, e.topic, s.messages, s.size); err != nil {
+	if err := publishBacklog(ctx, conn, e.topic, s.messages, s.size, s.tracer); err != nil {
 		return runResult{}, err
 	}
 	return consume(ctx, env, s, shape, conn, e.srv, e.sub, m)
@@ -219,7 +239,7 @@ func benchReal(ctx context.Context, env cliEnv, o benchOptions, s scenario, sub,
 		return runResult{}, err
 	}
 	if topic != "" {
-		if err := publishBacklog(ctx, conn, topic, s.messages, s.size); err != nil {
+		if err := publishBacklog(ctx, conn, topic, s.messages, s.size, s.tracer); err != nil {
 			return runResult{}, err
 		}
 	}

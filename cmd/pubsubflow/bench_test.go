@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -112,5 +113,55 @@ func TestBenchOnSubscription(t *testing.T) {
 	code, _, stderr = cli(t, "", append([]string{"bench", "--subscription", "projects/test-project/subscriptions/no-such-sub"}, s.endpoint()...)...)
 	if code != exitFailure || !strings.Contains(stderr, "not found") {
 		t.Errorf("missing subscription: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// bench --trace writes every span as a JSON line: each message's
+// subscribe span is a child of the create span our publisher made for it,
+// in the same trace, and its process span a child of the subscribe span.
+func TestBenchTrace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "spans.json")
+	code, stdout, stderr := cli(t, "", "bench", "--messages", "50", "--handler-delay", "1ms", "--parallelism", "4", "--progress", "none", "--trace", path)
+	if code != exitOK {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type span struct {
+		Name     string `json:"name"`
+		TraceID  string `json:"trace_id"`
+		SpanID   string `json:"span_id"`
+		ParentID string `json:"parent_span_id"`
+	}
+	byID := map[string]span{}
+	var subscribes, processes []span
+	for line := range strings.Lines(string(data)) {
+		var s span
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		byID[s.SpanID] = s
+		switch {
+		case strings.HasSuffix(s.Name, " subscribe"):
+			subscribes = append(subscribes, s)
+		case strings.HasSuffix(s.Name, " process"):
+			processes = append(processes, s)
+		}
+	}
+	if len(subscribes) < 50 || len(processes) < 50 {
+		t.Fatalf("%d subscribe and %d process spans, want ≥ 50 each", len(subscribes), len(processes))
+	}
+	for _, s := range subscribes {
+		p, ok := byID[s.ParentID]
+		if !ok || !strings.HasSuffix(p.Name, " create") || p.TraceID != s.TraceID {
+			t.Fatalf("subscribe span %+v is not a child of a create span", s)
+		}
+	}
+	for _, s := range processes {
+		if p := byID[s.ParentID]; !strings.HasSuffix(p.Name, " subscribe") {
+			t.Fatalf("process span %+v is not a child of a subscribe span", s)
+		}
 	}
 }

@@ -40,6 +40,7 @@ func newOurs(ctx context.Context, conn grpc.ClientConnInterface, sub string, s s
 		MaxOutstandingMessages: s.maxOutstanding,
 		Streams:                s.streams,
 		OnShutdown:             pubsubflow.Nack,
+		TracerProvider:         s.tracer,
 	}
 	su, err := pubsubflow.NewSubscriber(ctx, sub, cfg)
 	if err != nil {

@@ -58,7 +58,7 @@ func runDemo(ctx context.Context, env cliEnv, s scenario) error {
 
 	fmt.Fprintf(env.stdout, "pubsubflow demo: embedded Pub/Sub server on %s\n", e.srv.Addr())
 	pubStart := time.Now()
-	if err := publishBacklog(ctx, conn, e.topic, s.messages, s.size); err != nil {
+	if err := publishBacklog(ctx, conn, e.topic, s.messages, s.size, s.tracer); err != nil {
 		return err
 	}
 	fmt.Fprintf(env.stdout, "published a backlog of %d messages in %s\n", s.messages, seconds(time.Since(pubStart)))

@@ -10,6 +10,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pubsubflow/pubsubflow/publisher"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
@@ -27,6 +29,7 @@ type scenario struct {
 	progressEvery  time.Duration
 	timeout        time.Duration
 	inMemory       bool
+	tracer         trace.TracerProvider // bench --trace; nil: none
 }
 
 // demoScenario is the default of demo and bench: the library's default
@@ -137,8 +140,8 @@ func (e *embedded) close() error { return e.srv.Close() }
 
 // publishBacklog publishes n messages of size bytes through our batching
 // publisher and waits for every id.
-func publishBacklog(ctx context.Context, conn grpc.ClientConnInterface, topic string, n, size int) error {
-	pub, err := publisher.New(conn, topic, publisher.Config{MaxMessages: 1000})
+func publishBacklog(ctx context.Context, conn grpc.ClientConnInterface, topic string, n, size int, tp trace.TracerProvider) error {
+	pub, err := publisher.New(conn, topic, publisher.Config{MaxMessages: 1000, TracerProvider: tp})
 	if err != nil {
 		return err
 	}

@@ -33,8 +33,14 @@ const (
 	// MaxProjectIDLength bounds the project part of a resource name
 	// (domain-scoped ids such as "example.com:proj" included).
 	MaxProjectIDLength = 100
-	// ReservedPrefix may not start a resource id or an attribute key.
+	// ReservedPrefix may not start a resource id or an attribute key,
+	// except ClientAttributePrefix.
 	ReservedPrefix = "goog"
+	// ClientAttributePrefix starts the attribute keys Google's client
+	// libraries set themselves (googclient_traceparent, the trace context
+	// of their OpenTelemetry tracing, and ours; googclient_deliveryattempt)
+	// and the service accepts.
+	ClientAttributePrefix = "googclient_"
 
 	// MaxReceiveMessageBytes is the receive limit our dials set (a gRPC
 	// client's default is 4 MiB): a StreamingPull response carries up to a
@@ -55,7 +61,7 @@ var Table = []Limit{
 	{"message data", "≤ 10,000,000 bytes"},
 	{"publish request", "≤ 10,000,000 bytes encoded, ≤ 1,000 messages"},
 	{"attributes per message", "≤ 100"},
-	{"attribute key", "1–256 bytes of UTF-8, not starting with \"goog\""},
+	{"attribute key", "1–256 bytes of UTF-8, not starting with \"goog\" (\"googclient_\" is allowed)"},
 	{"attribute value", "≤ 1,024 bytes of UTF-8"},
 	{"ordering key", "≤ 1,024 bytes of UTF-8"},
 	{"message", "data or at least one attribute"},

@@ -35,6 +35,7 @@ func TestCheckMessage(t *testing.T) {
 		{"value of 2000 bytes", nil, map[string]string{"k": strings.Repeat("v", 2000)}, "", "attribute value size"},
 		{"multibyte value over in bytes", nil, map[string]string{"k": strings.Repeat("é", 513)}, "", "attribute value size"},
 		{"goog key", nil, map[string]string{"googfoo": "v"}, "", "reserved attribute key"},
+		{"googclient_ key (Google's clients' trace context)", nil, map[string]string{"googclient_traceparent": "v"}, "", ""},
 		{"empty key", []byte("x"), map[string]string{"": "v"}, "", "attribute key"},
 		{"invalid UTF-8 key", nil, map[string]string{bad: "v"}, "", "UTF-8"},
 		{"invalid UTF-8 value", nil, map[string]string{"k": bad}, "", "UTF-8"},

@@ -103,7 +103,7 @@ func checkAttribute(k, val string) *Violation {
 	case !utf8.ValidString(k):
 		return &Violation{Limit: "UTF-8", Field: field, Detail: "key is not valid UTF-8",
 			service: "The attribute key in the request is not valid UTF-8."}
-	case strings.HasPrefix(k, ReservedPrefix):
+	case strings.HasPrefix(k, ReservedPrefix) && !strings.HasPrefix(k, ClientAttributePrefix):
 		return &Violation{Limit: "reserved attribute key", Field: field, Detail: "keys starting with \"goog\" are reserved",
 			service: fmt.Sprintf("The attribute %q in the request has a key that starts with the reserved prefix \"goog\".", k)}
 	case len(val) > MaxAttributeValueBytes:

@@ -1,0 +1,37 @@
+package message
+
+import (
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Trace is the span state of a received message whose subscriber traces
+// (SubscriberConfig.TracerProvider); a subscriber that does not trace
+// never makes one, so its messages carry a nil pointer and nothing else.
+type Trace struct {
+	// Subscribe is the message's "<subscription> subscribe" span: a child
+	// of the trace context its publisher put in its attributes, open from
+	// receipt until the server confirmed its ack or nack, or it expired.
+	Subscribe trace.Span
+	// Process is the "<subscription> process" span around its handler
+	// while the handler runs (nil before and after).
+	Process atomic.Pointer[trace.Span]
+
+	ended atomic.Bool
+}
+
+// End reports whether this call is the first to end the message's
+// subscribe span (the settle path, the RPC that confirms it and the
+// subscriber's Close may race to end it; only one may).
+func (t *Trace) End() bool { return t.ended.CompareAndSwap(false, true) }
+
+// Ended reports whether End was called.
+func (t *Trace) Ended() bool { return t.ended.Load() }
+
+// Trace returns the message's span state, or nil when its subscriber does
+// not trace.
+func (m *Message) Trace() *Trace { return m.trace }
+
+// SetTrace attaches span state (by the subscriber, on receipt).
+func (m *Message) SetTrace(t *Trace) { m.trace = t }

@@ -1,0 +1,189 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// pstestTopic starts Google's fake server with topic t, over real gRPC.
+func pstestTopic(t *testing.T) (*pstest.Server, *grpc.ClientConn, string) {
+	t.Helper()
+	srv := pstest.NewServer()
+	t.Cleanup(func() { _ = srv.Close() })
+	conn, err := grpc.NewClient(srv.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	const topic = "projects/p/topics/topic"
+	if _, err := pubsubpb.NewPublisherClient(conn).CreateTopic(context.Background(), &pubsubpb.Topic{Name: topic}); err != nil {
+		t.Fatal(err)
+	}
+	return srv, conn, topic
+}
+
+func spansNamed(exp *tracetest.InMemoryExporter, name string) []tracetest.SpanStub {
+	var out []tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.Name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// TestTraceSpans: each message gets a create span (child of the caller's
+// span, with its message id) whose context travels in the message's
+// googclient_traceparent attribute; flow-control and batching spans sit
+// under it; the publish span is linked both ways to the messages it
+// carried; the caller's attributes are left alone.
+func TestTraceSpans(t *testing.T) {
+	srv, conn, topic := pstestTopic(t)
+	exp := tracetest.NewInMemoryExporter()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	p, err := New(conn, topic, Config{TracerProvider: tp, MaxMessages: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, parent := tp.Tracer("app").Start(context.Background(), "app")
+	attrs := map[string]string{"k": "v"}
+	const n = 4
+	ids := map[string]bool{}
+	var rs []*Result
+	for range n {
+		rs = append(rs, p.Publish(ctx, &Message{Data: []byte("x"), Attributes: attrs}))
+	}
+	for _, r := range rs {
+		ids[mustGet(t, r)] = true
+	}
+	parent.End()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(attrs) != 1 {
+		t.Fatalf("the caller's attributes were modified: %v", attrs)
+	}
+
+	creates := spansNamed(exp, "topic create")
+	if len(creates) != n {
+		t.Fatalf("%d create spans, want %d", len(creates), n)
+	}
+	byID := map[trace.SpanID]tracetest.SpanStub{}
+	for _, s := range creates {
+		byID[s.SpanContext.SpanID()] = s
+		if s.Parent.SpanID() != parent.SpanContext().SpanID() {
+			t.Error("create span is not a child of the caller's span")
+		}
+		if s.SpanKind != trace.SpanKindProducer {
+			t.Errorf("create span kind %v", s.SpanKind)
+		}
+		var id string
+		for _, kv := range s.Attributes {
+			if kv.Key == semconv.MessagingMessageIDKey {
+				id = kv.Value.AsString()
+			}
+		}
+		if !ids[id] {
+			t.Errorf("create span message id %q is not a published id", id)
+		}
+		if len(s.Links) != 1 {
+			t.Errorf("create span has %d links, want 1 (its publish span)", len(s.Links))
+		}
+	}
+	for _, name := range []string{"publisher flow control", "publisher batching"} {
+		ss := spansNamed(exp, name)
+		if len(ss) != n {
+			t.Fatalf("%d %q spans, want %d", len(ss), name, n)
+		}
+		for _, s := range ss {
+			if _, ok := byID[s.Parent.SpanID()]; !ok {
+				t.Errorf("%q span is not a child of a create span", name)
+			}
+		}
+	}
+	pubs := spansNamed(exp, "topic publish")
+	if len(pubs) != n/2 {
+		t.Fatalf("%d publish spans, want %d (batches of 2)", len(pubs), n/2)
+	}
+	for _, s := range pubs {
+		if len(s.Links) != 2 {
+			t.Errorf("publish span links %d messages, want 2", len(s.Links))
+		}
+		for _, l := range s.Links {
+			c, ok := byID[l.SpanContext.SpanID()]
+			if !ok || c.Links[0].SpanContext.SpanID() != s.SpanContext.SpanID() {
+				t.Error("publish span and create span are not linked both ways")
+			}
+		}
+	}
+	// On the wire: each message carries its create span's context.
+	for _, m := range srv.Messages() {
+		tp := m.Attributes["googclient_traceparent"]
+		found := false
+		for id, s := range byID {
+			found = found || tp == "00-"+s.SpanContext.TraceID().String()+"-"+id.String()+"-01"
+		}
+		if !found || m.Attributes["k"] != "v" {
+			t.Errorf("message attributes %v: no traceparent of a create span", m.Attributes)
+		}
+	}
+	if len(rec.Started()) != len(rec.Ended()) {
+		t.Errorf("%d spans started, %d ended", len(rec.Started()), len(rec.Ended()))
+	}
+}
+
+// TestTraceNoValidSpanNoInjection: with a provider whose spans carry no
+// valid context (the no-op provider) and no span in the caller's context,
+// nothing is added to the message.
+func TestTraceNoValidSpanNoInjection(t *testing.T) {
+	srv, conn, topic := pstestTopic(t)
+	p, err := New(conn, topic, Config{TracerProvider: noop.NewTracerProvider()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustGet(t, p.Publish(context.Background(), &Message{Data: []byte("x")}))
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range srv.Messages() {
+		if len(m.Attributes) != 0 {
+			t.Errorf("attributes %v, want none", m.Attributes)
+		}
+	}
+}
+
+// TestTraceRefusedMessage: a message Publish refuses ends its create span
+// at once with an error status.
+func TestTraceRefusedMessage(t *testing.T) {
+	_, conn, topic := pstestTopic(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	p, err := New(conn, topic, Config{TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	_, err = p.Publish(context.Background(), &Message{Data: []byte("x"), OrderingKey: "k"}).Get(context.Background())
+	if !errors.Is(err, ErrOrderingDisabled) {
+		t.Fatalf("err %v, want ErrOrderingDisabled", err)
+	}
+	cs := spansNamed(exp, "topic create")
+	if len(cs) != 1 || cs[0].Status.Code != codes.Error {
+		t.Fatalf("create spans %+v, want one with an error status", cs)
+	}
+}
