@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pubsubflow/pubsubflow/ack"
+	"github.com/pubsubflow/pubsubflow/internal/carrier"
 	"github.com/pubsubflow/pubsubflow/message"
 )
 
@@ -39,26 +40,7 @@ const (
 // ("googclient_traceparent", …), so a trace crosses between them and
 // pubsubflow in both directions. Use it with propagation.TraceContext to
 // read the publisher's context from a message yourself.
-type MessageCarrier map[string]string
-
-const carrierPrefix = "googclient_"
-
-// Get returns the value of the prefixed key.
-func (c MessageCarrier) Get(key string) string { return c[carrierPrefix+key] }
-
-// Set sets the prefixed key.
-func (c MessageCarrier) Set(key, value string) { c[carrierPrefix+key] = value }
-
-// Keys lists the carrier's keys without their prefix.
-func (c MessageCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		if rest, ok := strings.CutPrefix(k, carrierPrefix); ok {
-			keys = append(keys, rest)
-		}
-	}
-	return keys
-}
+type MessageCarrier = carrier.Carrier
 
 // subTracer is a Subscriber's tracing; the Subscriber holds nil when
 // SubscriberConfig.TracerProvider is unset, and every hook is behind that

@@ -415,8 +415,11 @@ func TestTraceExpiry(t *testing.T) {
 		e.publish(t, 1, nil)
 		s := e.subscriber(t, SubscriberConfig{TracerProvider: sp.tp, StreamAckDeadline: 10 * time.Second, MaxExtension: 20 * time.Second})
 		ctx, cancel := context.WithCancel(context.Background())
-		done := runAsync(ctx, s, 1, func(ctx context.Context, m *Message) error {
-			time.Sleep(time.Minute)
+		done := runAsync(ctx, s, 1, func(hctx context.Context, m *Message) error {
+			select { // past MaxExtension (a redelivery may start before Run drains)
+			case <-time.After(time.Minute):
+			case <-hctx.Done():
+			}
 			cancel()
 			return nil
 		})

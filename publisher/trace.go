@@ -10,29 +10,12 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pubsubflow/pubsubflow/internal/carrier"
 )
 
 // TracerName is the instrumentation name of the Publisher's tracer.
 const TracerName = "github.com/pubsubflow/pubsubflow/publisher"
-
-// carrierPrefix is the attribute prefix under which Google's clients carry
-// the W3C trace context ("googclient_traceparent", …).
-const carrierPrefix = "googclient_"
-
-// carrier writes the trace context into a message's attributes.
-type carrier map[string]string
-
-func (c carrier) Get(key string) string { return c[carrierPrefix+key] }
-func (c carrier) Set(key, value string) { c[carrierPrefix+key] = value }
-func (c carrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		if rest, ok := strings.CutPrefix(k, carrierPrefix); ok {
-			keys = append(keys, rest)
-		}
-	}
-	return keys
-}
 
 // pubTracer is a Publisher's tracing; the Publisher holds nil when
 // Config.TracerProvider is unset.
@@ -78,7 +61,7 @@ func (tm *tracedMsg) inject(ctx context.Context, m *Message) *Message {
 	if mc.Attributes == nil {
 		mc.Attributes = make(map[string]string, 1)
 	}
-	propagation.TraceContext{}.Inject(ctx, carrier(mc.Attributes))
+	propagation.TraceContext{}.Inject(ctx, carrier.Carrier(mc.Attributes))
 	return &mc
 }
 
