@@ -11,8 +11,14 @@ import (
 // unlimited) and hands them downstream on demand. While the budget is spent
 // it does not receive, so the backpressure reaches the stream and, through
 // the HTTP/2 window, the server. Outstanding() therefore counts every
-// message received and not yet settled, however slow downstream is (the
-// seed's bug 3 counted only what downstream had taken).
+// message received and not yet settled, however slow downstream is (a
+// gate that counted on push would count only what downstream had taken).
+//
+// The same counting is also a receipt step (Receive), which a source runs
+// where it decodes a response, and the Gate is then also the source's
+// Budget (Open, Closed, Room, Wake): streams read only while there is room
+// and ask the server only for the room that is left. That is how a
+// Subscriber composes it, and how a hand-built chain should.
 //
 // Permits are returned by the settle path (FlowControl.ReleaseMessage), not
 // by the gate. A message settled while buffered (its lease expired, say) is
