@@ -85,18 +85,24 @@ func serveFeed() int {
 	return 0
 }
 
-// feedServer is the parent's handle on the child process; it is a target.
-type feedServer struct {
+// childServer is the parent's handle on a child process serving a
+// subscription (serveFeed, serveBacklog); it is a target. The child prints
+// "ADDR <address> <subscription> <project>" once ready, reads commands a
+// line at a time, answers "STATS <acked> <redelivered> <expired>" to WAIT
+// and when its input closes, then exits.
+type childServer struct {
 	cmd               *exec.Cmd
 	stdin             io.WriteCloser
 	out               *bufio.Scanner
 	addr, sub, projID string
 }
 
-func startFeedServer(tb testing.TB, total, payload, low int) *feedServer {
+// startChild re-runs this test binary with env (NAME=VALUE) set, which
+// makes TestMain serve instead of testing.
+func startChild(tb testing.TB, env string) *childServer {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%d:%d", feedEnv, total, payload, low))
+	cmd.Env = append(os.Environ(), env)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -109,7 +115,7 @@ func startFeedServer(tb testing.TB, total, payload, low int) *feedServer {
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	s := &feedServer{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
+	s := &childServer{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
 	tb.Cleanup(func() {
 		_ = s.stdin.Close()
 		_ = s.cmd.Wait()
@@ -120,29 +126,46 @@ func startFeedServer(tb testing.TB, total, payload, low int) *feedServer {
 			return s
 		}
 	}
-	tb.Fatalf("bench feed server did not start: %v", s.out.Err())
+	tb.Fatalf("bench server did not start: %v", s.out.Err())
 	return nil
 }
 
-func (s *feedServer) send(tb testing.TB, line string) {
+func (s *childServer) send(tb testing.TB, line string) {
 	if _, err := io.WriteString(s.stdin, line+"\n"); err != nil {
 		tb.Fatal(err)
 	}
 }
 
-// waitAcked waits until the server has every ack and returns its counters.
-func (s *feedServer) waitAcked(tb testing.TB) (acked, redelivered, expired int64) {
-	s.send(tb, "WAIT")
+// stats reads the child's next STATS line.
+func (s *childServer) stats(tb testing.TB) (acked, redelivered, expired int64) {
 	for s.out.Scan() {
 		if _, err := fmt.Sscanf(s.out.Text(), "STATS %d %d %d", &acked, &redelivered, &expired); err == nil {
 			return acked, redelivered, expired
 		}
 	}
-	tb.Fatalf("bench feed server: no STATS: %v", s.out.Err())
+	tb.Fatalf("bench server: no STATS: %v", s.out.Err())
 	return 0, 0, 0
 }
 
-func (s *feedServer) dial(tb testing.TB) *grpc.ClientConn {
+// waitAcked waits until the feed server has every ack and returns its
+// counters.
+func (s *childServer) waitAcked(tb testing.TB) (acked, redelivered, expired int64) {
+	s.send(tb, "WAIT")
+	return s.stats(tb)
+}
+
+// stop closes the child's input and returns its final counters.
+func (s *childServer) stop(tb testing.TB) (acked, redelivered, expired int64) {
+	tb.Helper()
+	_ = s.stdin.Close()
+	acked, redelivered, expired = s.stats(tb)
+	if err := s.cmd.Wait(); err != nil {
+		tb.Errorf("bench server: %v", err)
+	}
+	return acked, redelivered, expired
+}
+
+func (s *childServer) dial(tb testing.TB) *grpc.ClientConn {
 	tb.Helper()
 	cc, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -151,5 +174,5 @@ func (s *feedServer) dial(tb testing.TB) *grpc.ClientConn {
 	return cc
 }
 
-func (s *feedServer) subscription() string { return s.sub }
-func (s *feedServer) project() string      { return s.projID }
+func (s *childServer) subscription() string { return s.sub }
+func (s *childServer) project() string      { return s.projID }

@@ -1,22 +1,17 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/pubsubflow/pubsubflow"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
@@ -36,7 +31,7 @@ const (
 
 // serveBacklog is the child process of BenchmarkMemoryBacklog: a pubsubtest
 // server with topic "topic" and subscription "sub" holding the backlog. It prints
-// "ADDR <address> <subscription>" once ready, serves until its standard
+// "ADDR <address> <subscription> <project>" once ready, serves until its standard
 // input closes, then prints the subscription's counters as
 // "STATS <acked> <redelivered> <expired>" and exits. Keeping the server in
 // another process keeps its backlog out of the heap being measured.
@@ -64,75 +59,11 @@ func serveBacklog() int {
 		fmt.Fprintln(os.Stderr, "bench server:", err)
 		return 1
 	}
-	fmt.Printf("ADDR %s %s\n", srv.Addr(), e.sub)
+	fmt.Printf("ADDR %s %s %s\n", srv.Addr(), e.sub, srv.Project())
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	st := e.stats()
 	fmt.Printf("STATS %d %d %d\n", st.Acked, st.Redelivered, st.Expired)
 	return 0
-}
-
-// backlogServer is the parent's handle on the child process.
-type backlogServer struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Scanner
-	addr  string
-	sub   string
-}
-
-func startBacklogServer(tb testing.TB, backlog, payload int) *backlogServer {
-	tb.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%d", serverEnv, backlog, payload))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	s := &backlogServer{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
-	tb.Cleanup(func() {
-		_ = s.stdin.Close()
-		_ = s.cmd.Wait()
-	})
-	for s.out.Scan() {
-		if f := strings.Fields(s.out.Text()); len(f) == 3 && f[0] == "ADDR" {
-			s.addr, s.sub = f[1], f[2]
-			return s
-		}
-	}
-	tb.Fatalf("bench server did not start: %v", s.out.Err())
-	return nil
-}
-
-// stop closes the child's input and returns its final counters.
-func (s *backlogServer) stop(tb testing.TB) (acked, redelivered, expired int64) {
-	tb.Helper()
-	_ = s.stdin.Close()
-	for s.out.Scan() {
-		if _, err := fmt.Sscanf(s.out.Text(), "STATS %d %d %d", &acked, &redelivered, &expired); err == nil {
-			break
-		}
-	}
-	if err := s.cmd.Wait(); err != nil {
-		tb.Errorf("bench server: %v", err)
-	}
-	return acked, redelivered, expired
-}
-
-func (s *backlogServer) dial(tb testing.TB) *grpc.ClientConn {
-	tb.Helper()
-	cc, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return cc
 }
 
 // BenchmarkMemoryBacklog consumes b.N messages (at most 1,000,000) of a
@@ -147,7 +78,7 @@ func BenchmarkMemoryBacklog(b *testing.B) {
 	for _, name := range []string{"ours", "google"} {
 		b.Run("client="+name, func(b *testing.B) {
 			n := min(b.N, memBacklog)
-			srv := startBacklogServer(b, memBacklog, memPayload)
+			srv := startChild(b, fmt.Sprintf("%s=%d:%d", serverEnv, memBacklog, memPayload))
 			runtime.GC()
 			base := HeapBytes()
 			ctx, cancel := context.WithCancel(context.Background())
@@ -194,7 +125,7 @@ func BenchmarkMemoryBacklog(b *testing.B) {
 
 // memOurs runs our Subscriber with its default limits (1,000 messages,
 // 100 MiB) until ctx is done.
-func memOurs(ctx context.Context, tb testing.TB, srv *backlogServer, handled func()) error {
+func memOurs(ctx context.Context, tb testing.TB, srv *childServer, handled func()) error {
 	cc := srv.dial(tb)
 	defer cc.Close()
 	s, err := pubsubflow.NewSubscriber(context.Background(), srv.sub, pubsubflow.SubscriberConfig{Conn: cc})
@@ -209,8 +140,8 @@ func memOurs(ctx context.Context, tb testing.TB, srv *backlogServer, handled fun
 
 // memGoogle runs Google's client with its default limits (1,000
 // messages, 1e9 bytes) until ctx is done.
-func memGoogle(ctx context.Context, tb testing.TB, srv *backlogServer, handled func()) error {
-	c, err := pubsub.NewClient(context.Background(), "test-project", option.WithGRPCConn(srv.dial(tb)))
+func memGoogle(ctx context.Context, tb testing.TB, srv *childServer, handled func()) error {
+	c, err := pubsub.NewClient(context.Background(), srv.project(), option.WithGRPCConn(srv.dial(tb)))
 	if err != nil {
 		return err
 	}

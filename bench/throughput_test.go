@@ -39,7 +39,7 @@ func BenchmarkThroughput(b *testing.B) {
 }
 
 func benchThroughput(b *testing.B, c client, payload int, s settings) {
-	srv := startFeedServer(b, b.N, payload, 2*s.outstanding+10000)
+	srv := startChild(b, fmt.Sprintf("%s=%d:%d:%d", feedEnv, b.N, payload, 2*s.outstanding+10000))
 	runtime.GC()
 
 	ctx, cancel := context.WithCancel(context.Background())
