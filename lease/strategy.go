@@ -125,20 +125,28 @@ type adaptivePolicy struct {
 	counts   [histBuckets]int64
 	total    int64
 	current  time.Duration
+	stale    bool // records since current was computed (computed when asked: record is per ack)
 }
 
 func (p *adaptivePolicy) clamp(d time.Duration) time.Duration {
 	return min(max(d, p.min), p.max)
 }
 
-func (p *adaptivePolicy) deadline() time.Duration { return p.current }
-func (p *adaptivePolicy) interval() time.Duration { return p.current / 4 }
+func (p *adaptivePolicy) deadline() time.Duration {
+	if p.stale {
+		p.stale = false
+		p.current = p.clamp(time.Duration(p.percentile(0.99)) * time.Second)
+	}
+	return p.current
+}
+
+func (p *adaptivePolicy) interval() time.Duration { return p.deadline() / 4 }
 
 func (p *adaptivePolicy) record(latency time.Duration) {
 	b := min(int64(ceilSeconds(max(latency, 0))/time.Second), histBuckets-1)
 	p.counts[b]++
 	p.total++
-	p.current = p.clamp(time.Duration(p.percentile(0.99)) * time.Second)
+	p.stale = true
 }
 
 // percentile returns the smallest bucket (seconds) at or below which at
