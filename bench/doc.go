@@ -9,7 +9,7 @@
 // The benchmarks live in this package's tests; BENCHMARKS.md at the
 // repository root has the commands, the machine and the measured tables:
 //
-//	go test -run '^$' -bench 'Throughput/' -benchtime 100000x -count 6 ./bench/
+//	go test -run '^$' -bench 'Throughput$' -benchtime 100000x -count 6 ./bench/
 //	go test -run '^$' -bench SlowConsumer -benchtime 1x ./bench/
 //	go test -run '^$' -bench MemoryBacklog -benchtime 1000000x -timeout 30m ./bench/
 //

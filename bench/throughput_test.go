@@ -23,7 +23,7 @@ import (
 // cpu-ns/msg (user + system time per message); allocs/op and B/op;
 // peak-heap-B (largest sample of heap object bytes, taken every 2 ms).
 //
-//	go test -run '^$' -bench 'Throughput/' -benchtime 100000x -count 6 ./bench/ | tee throughput.txt
+//	go test -run '^$' -bench 'Throughput$' -benchtime 100000x -count 6 ./bench/ | tee throughput.txt
 //	benchstat -col /client throughput.txt
 func BenchmarkThroughput(b *testing.B) {
 	for _, payload := range []int{64, 1024} {
