@@ -69,6 +69,11 @@ func (fc *FlowControl) Receive(stream int, ms []*message.Message) {
 // only once at least half its share is free, so that a reconnect while
 // messages are held does not leave a stream with a tiny grant for its whole
 // life.
+//
+// One gap remains: a message settled with NoOp or NackAfter, or dropped
+// past its maximum extension, leaves the client's count at once, while the
+// server counts it until its deadline passes; a stream opened meanwhile may
+// be granted that room. Acks and immediate nacks are covered by pending.
 func (fc *FlowControl) OpenLane(stream int, shareMsgs, shareBytes, pending int64) (msgs, bytes int64, ok bool) {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
