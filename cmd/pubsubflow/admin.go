@@ -152,6 +152,24 @@ func (o *adminOptions) project() (string, error) {
 	return "projects/" + p, nil
 }
 
+// one checks that args is exactly one name (what the usage calls it) and
+// resolves it as a resource of kind ("topics", "subscriptions", …).
+func (o *adminOptions) one(args []string, kind, what string) (string, error) {
+	if err := wantArgs(args, 1, what); err != nil {
+		return "", err
+	}
+	return o.resolve(kind, args[0])
+}
+
+// adminCall runs one RPC that returns a value, bounded like call.
+func adminCall[T any](ctx context.Context, a *adminClient, rpc func(context.Context) (T, error)) (v T, err error) {
+	err = a.call(ctx, func(ctx context.Context) (err error) {
+		v, err = rpc(ctx)
+		return err
+	})
+	return v, err
+}
+
 // adminClient is one connection and the API clients over it.
 type adminClient struct {
 	conn *grpc.ClientConn

@@ -36,10 +36,7 @@ the oldest unacked message).` + adminUsageTail,
 			var subscription string
 			fs.StringVar(&subscription, "subscription", "", "the `subscription` whose acks the snapshot keeps (required)")
 			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 1, "SNAPSHOT"); err != nil {
-					return err
-				}
-				name, err := o.resolve("snapshots", args[0])
+				name, err := o.one(args, "snapshots", "SNAPSHOT")
 				if err != nil {
 					return err
 				}
@@ -55,11 +52,10 @@ the oldest unacked message).` + adminUsageTail,
 					return err
 				}
 				defer a.Close()
-				var snap *pubsubpb.Snapshot
-				if err := a.call(ctx, func(ctx context.Context) (err error) {
-					snap, err = a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: name, Subscription: sub})
-					return err
-				}); err != nil {
+				snap, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Snapshot, error) {
+					return a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: name, Subscription: sub})
+				})
+				if err != nil {
 					return a.failedCreate("creating snapshot "+name+" of "+sub, "snapshot "+name, err)
 				}
 				return a.printSnapshot(snap)
@@ -119,10 +115,7 @@ Deletes SNAPSHOT.` + adminUsageTail,
 			var o adminOptions
 			o.register(fs)
 			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 1, "SNAPSHOT"); err != nil {
-					return err
-				}
-				name, err := o.resolve("snapshots", args[0])
+				name, err := o.one(args, "snapshots", "SNAPSHOT")
 				if err != nil {
 					return err
 				}

@@ -165,10 +165,7 @@ with no subscription drops what it receives.` + adminUsageTail,
 			var s subscriptionFlags
 			s.register(fs)
 			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 1, "SUBSCRIPTION"); err != nil {
-					return err
-				}
-				name, err := o.resolve("subscriptions", args[0])
+				name, err := o.one(args, "subscriptions", "SUBSCRIPTION")
 				if err != nil {
 					return err
 				}
@@ -181,11 +178,10 @@ with no subscription drops what it receives.` + adminUsageTail,
 					return err
 				}
 				defer a.Close()
-				var sub *pubsubpb.Subscription
-				if err := a.call(ctx, func(ctx context.Context) (err error) {
-					sub, err = a.sub.CreateSubscription(ctx, req)
-					return err
-				}); err != nil {
+				sub, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Subscription, error) {
+					return a.sub.CreateSubscription(ctx, req)
+				})
+				if err != nil {
 					// NOT_FOUND here is about the topic or the dead-letter
 					// topic; the service's message names which.
 					return a.failedCreate("creating subscription "+name, "subscription "+name, err)
@@ -207,10 +203,7 @@ Prints SUBSCRIPTION's settings.` + adminUsageTail,
 			var o adminOptions
 			o.register(fs)
 			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 1, "SUBSCRIPTION"); err != nil {
-					return err
-				}
-				name, err := o.resolve("subscriptions", args[0])
+				name, err := o.one(args, "subscriptions", "SUBSCRIPTION")
 				if err != nil {
 					return err
 				}
@@ -219,11 +212,10 @@ Prints SUBSCRIPTION's settings.` + adminUsageTail,
 					return err
 				}
 				defer a.Close()
-				var sub *pubsubpb.Subscription
-				if err := a.call(ctx, func(ctx context.Context) (err error) {
-					sub, err = a.sub.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
-					return err
-				}); err != nil {
+				sub, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Subscription, error) {
+					return a.sub.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
+				})
+				if err != nil {
 					return a.failed("getting subscription "+name, "subscription "+name, err)
 				}
 				return a.printSubscription(sub)
@@ -283,10 +275,7 @@ Deletes SUBSCRIPTION and the messages it kept; its open streams end.` + adminUsa
 			var o adminOptions
 			o.register(fs)
 			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 1, "SUBSCRIPTION"); err != nil {
-					return err
-				}
-				name, err := o.resolve("subscriptions", args[0])
+				name, err := o.one(args, "subscriptions", "SUBSCRIPTION")
 				if err != nil {
 					return err
 				}
@@ -325,10 +314,7 @@ acks become those of the snapshot (see pubsubflow snapshots create).` + adminUsa
 			fs.StringVar(&at, "time", "", `seek to this time: RFC 3339 (2026-01-02T15:04:05Z), "now", or a duration ago ("-1h")`)
 			fs.StringVar(&snapshot, "snapshot", "", "seek to this snapshot (of the subscription's topic)")
 			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 1, "SUBSCRIPTION"); err != nil {
-					return err
-				}
-				name, err := o.resolve("subscriptions", args[0])
+				name, err := o.one(args, "subscriptions", "SUBSCRIPTION")
 				if err != nil {
 					return err
 				}

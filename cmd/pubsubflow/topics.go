@@ -35,10 +35,7 @@ create the subscriptions before publishing.` + adminUsageTail,
 			var retention durationValue
 			fs.Var(&retention, "retention", "keep published messages this `duration` (10m–31d), acked or not, so subscriptions can seek back (default: the service's, none)")
 			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 1, "TOPIC"); err != nil {
-					return err
-				}
-				name, err := o.resolve("topics", args[0])
+				name, err := o.one(args, "topics", "TOPIC")
 				if err != nil {
 					return err
 				}
@@ -54,11 +51,10 @@ create the subscriptions before publishing.` + adminUsageTail,
 					return err
 				}
 				defer a.Close()
-				var t *pubsubpb.Topic
-				if err := a.call(ctx, func(ctx context.Context) (err error) {
-					t, err = a.pub.CreateTopic(ctx, req)
-					return err
-				}); err != nil {
+				t, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Topic, error) {
+					return a.pub.CreateTopic(ctx, req)
+				})
+				if err != nil {
 					return a.failed("creating topic "+name, "topic "+name, err)
 				}
 				return a.printTopic(t)
@@ -78,10 +74,7 @@ Prints TOPIC's settings.` + adminUsageTail,
 			var o adminOptions
 			o.register(fs)
 			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 1, "TOPIC"); err != nil {
-					return err
-				}
-				name, err := o.resolve("topics", args[0])
+				name, err := o.one(args, "topics", "TOPIC")
 				if err != nil {
 					return err
 				}
@@ -90,11 +83,10 @@ Prints TOPIC's settings.` + adminUsageTail,
 					return err
 				}
 				defer a.Close()
-				var t *pubsubpb.Topic
-				if err := a.call(ctx, func(ctx context.Context) (err error) {
-					t, err = a.pub.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: name})
-					return err
-				}); err != nil {
+				t, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Topic, error) {
+					return a.pub.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: name})
+				})
+				if err != nil {
 					return a.failed("getting topic "+name, "topic "+name, err)
 				}
 				return a.printTopic(t)
@@ -154,10 +146,7 @@ topic reads "_deleted-topic_"), until they are deleted too.` + adminUsageTail,
 			var o adminOptions
 			o.register(fs)
 			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 1, "TOPIC"); err != nil {
-					return err
-				}
-				name, err := o.resolve("topics", args[0])
+				name, err := o.one(args, "topics", "TOPIC")
 				if err != nil {
 					return err
 				}
