@@ -146,11 +146,20 @@ func TestTraceJoinsGooglePublisher(t *testing.T) {
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	err := s.Run(rctx, 2, func(ctx context.Context, m *Message) error {
-		// Hold the messages until their receipt modacks reached the
-		// server, so each subscribe span records one.
-		for deadline := time.Now().Add(10 * time.Second); e.srv.SubscriptionStats(e.sub).ModAcks < n; {
+		// Hold the messages until their receipt modacks have returned to
+		// the client (their spans ended, after the events were added), so
+		// each subscribe span records one.
+		receipted := func() (n int) {
+			for _, md := range sp.named("sub modack") {
+				if v, _ := attr(md, attrReceiptModack); v.AsBool() {
+					n += len(md.Links)
+				}
+			}
+			return n
+		}
+		for deadline := time.Now().Add(10 * time.Second); receipted() < n; {
 			if time.Now().After(deadline) {
-				t.Error("receipt modacks never reached the server")
+				t.Error("receipt modacks never returned")
 				break
 			}
 			time.Sleep(time.Millisecond)
