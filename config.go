@@ -13,8 +13,8 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/connect"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
-	"github.com/pubsubflow/pubsubflow/lease"
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/source"
 )
 

@@ -1,6 +1,6 @@
 package pubsubflow
 
-import "github.com/pubsubflow/pubsubflow/message"
+import "github.com/pubsubflow/pubsubflow/internal/message"
 
 // Message is one received message; see message.Message. Handlers settle it
 // with Ack, Nack, NackAfter or NoOp (the first outcome wins), or leave it to

@@ -11,7 +11,7 @@ import (
 	"github.com/reugn/go-streams"
 	gsflow "github.com/reugn/go-streams/flow"
 
-	"github.com/pubsubflow/pubsubflow/lease"
+	"github.com/pubsubflow/pubsubflow/internal/lease"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"

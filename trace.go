@@ -12,9 +12,9 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/pubsubflow/pubsubflow/ack"
+	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/carrier"
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // TracerName is the instrumentation name of pubsubflow's tracers.

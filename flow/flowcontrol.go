@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // FlowControl is a subscriber's client-side flow-control budget: at most

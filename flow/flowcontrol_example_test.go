@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/pubsubflow/pubsubflow/flow"
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 func ExampleNewFlowControl() {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 func newMsg(id int, size int) *message.Message {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/stage"
 	"pgregory.net/rapid"
 )

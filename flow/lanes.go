@@ -1,6 +1,6 @@
 package flow
 
-import "github.com/pubsubflow/pubsubflow/message"
+import "github.com/pubsubflow/pubsubflow/internal/message"
 
 // noLane marks a permit taken by a standalone gate, not by a stream's
 // receipt step.

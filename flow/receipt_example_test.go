@@ -8,10 +8,10 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
-	"github.com/pubsubflow/pubsubflow/ack"
+	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/flow"
-	"github.com/pubsubflow/pubsubflow/lease"
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"

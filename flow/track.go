@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
-	"github.com/pubsubflow/pubsubflow/lease"
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 

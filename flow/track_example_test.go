@@ -12,8 +12,8 @@ import (
 	gsflow "github.com/reugn/go-streams/flow"
 
 	"github.com/pubsubflow/pubsubflow/flow"
-	"github.com/pubsubflow/pubsubflow/lease"
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"

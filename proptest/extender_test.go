@@ -16,8 +16,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
-	"github.com/pubsubflow/pubsubflow/lease"
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/pubsubflow/pubsubflow"
-	"github.com/pubsubflow/pubsubflow/lease"
+	"github.com/pubsubflow/pubsubflow/internal/lease"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 )
 

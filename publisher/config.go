@@ -8,7 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/pubsubflow/pubsubflow/event"
+	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 

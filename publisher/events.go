@@ -1,6 +1,6 @@
 package publisher
 
-import "github.com/pubsubflow/pubsubflow/event"
+import "github.com/pubsubflow/pubsubflow/internal/event"
 
 // Event kinds the Publisher reports through Config.Events, besides
 // event.Retry (a batch is retried after Delay; Err is the failure).

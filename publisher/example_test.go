@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/publisher"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 )
 

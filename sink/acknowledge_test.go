@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 

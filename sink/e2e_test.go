@@ -6,7 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/ack"
+	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"google.golang.org/grpc/codes"
 )

@@ -1,7 +1,7 @@
 package sink
 
 import (
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/publisher"
 	"github.com/pubsubflow/pubsubflow/stage"
 )

@@ -3,9 +3,9 @@ package sink
 import (
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/ack"
+	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/flow"
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // Leases is what the settle path needs from the lease manager:

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/event"
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/event"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // Defaults applied to the zero values of Config.

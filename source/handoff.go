@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // handoff is the queue between the streams and the consumer. Streams push

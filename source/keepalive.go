@@ -8,7 +8,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
-	"github.com/pubsubflow/pubsubflow/event"
+	"github.com/pubsubflow/pubsubflow/internal/event"
 )
 
 // errHeartbeatTimeout is the cause with which the watchdog cancels a

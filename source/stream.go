@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/connect"
-	"github.com/pubsubflow/pubsubflow/event"
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/event"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // errStreamDone cancels a stream's context once its receiver has returned.

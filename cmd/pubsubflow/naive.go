@@ -11,9 +11,9 @@ import (
 	gsflow "github.com/reugn/go-streams/flow"
 	"google.golang.org/grpc"
 
-	"github.com/pubsubflow/pubsubflow/ack"
-	"github.com/pubsubflow/pubsubflow/lease"
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/ack"
+	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/sink"

@@ -2,7 +2,7 @@ package ack
 
 import (
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // kind is the RPC an ack id goes out with; each has its own in-flight

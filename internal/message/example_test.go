@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 type printSettler struct{}

@@ -1,6 +1,6 @@
 package lease
 
-import "github.com/pubsubflow/pubsubflow/message"
+import "github.com/pubsubflow/pubsubflow/internal/message"
 
 // Tracer traces the extender's ModifyAckDeadline RPCs (the subscriber's
 // OpenTelemetry tracing implements it). Nil, the default, costs one nil

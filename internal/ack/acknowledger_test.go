@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

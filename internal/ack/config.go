@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/event"
+	"github.com/pubsubflow/pubsubflow/internal/event"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/pubsubflow/pubsubflow/event"
+	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
 )
 

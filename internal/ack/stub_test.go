@@ -5,7 +5,7 @@ import (
 	"sync"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"github.com/pubsubflow/pubsubflow/event"
+	"github.com/pubsubflow/pubsubflow/internal/event"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"

@@ -4,9 +4,9 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/event"
+	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
-	"github.com/pubsubflow/pubsubflow/message"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // loop is the extender's one scheduling goroutine: it flushes receipt

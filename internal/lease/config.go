@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/event"
+	"github.com/pubsubflow/pubsubflow/internal/event"
 )
 
 // Defaults of Config's zero fields.
