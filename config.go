@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow/connect"
-	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/source"
 )
