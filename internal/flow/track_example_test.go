@@ -11,7 +11,7 @@ import (
 	"github.com/reugn/go-streams"
 	gsflow "github.com/reugn/go-streams/flow"
 
-	"github.com/pubsubflow/pubsubflow/flow"
+	"github.com/pubsubflow/pubsubflow/internal/flow"
 	"github.com/pubsubflow/pubsubflow/internal/lease"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/operators"
