@@ -9,9 +9,9 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pubsubflow/pubsubflow/internal/sink"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
-	"github.com/pubsubflow/pubsubflow/sink"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/pubsubflow/pubsubflow/internal/lease"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/source"
+	"github.com/pubsubflow/pubsubflow/internal/source"
 )
 
 // Unlimited, as MaxOutstandingMessages or MaxOutstandingBytes, turns that

@@ -19,8 +19,8 @@ import (
 	"github.com/pubsubflow/pubsubflow/internal/flow"
 	"github.com/pubsubflow/pubsubflow/internal/lease"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/sink"
-	"github.com/pubsubflow/pubsubflow/source"
+	"github.com/pubsubflow/pubsubflow/internal/sink"
+	"github.com/pubsubflow/pubsubflow/internal/source"
 )
 
 // ErrClosed is returned by Run and Source on a subscriber that was closed.

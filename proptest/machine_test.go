@@ -17,9 +17,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/pubsubflow/pubsubflow"
+	"github.com/pubsubflow/pubsubflow/internal/source"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
-	"github.com/pubsubflow/pubsubflow/source"
 )
 
 // machineChecks is the CI default of TestSubscriberMachine's cases; each

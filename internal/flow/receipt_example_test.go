@@ -12,11 +12,11 @@ import (
 	"github.com/pubsubflow/pubsubflow/internal/flow"
 	"github.com/pubsubflow/pubsubflow/internal/lease"
 	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/internal/sink"
+	"github.com/pubsubflow/pubsubflow/internal/source"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
-	"github.com/pubsubflow/pubsubflow/sink"
-	"github.com/pubsubflow/pubsubflow/source"
 )
 
 // A chain built by hand from source.Subscribe, EagerTrack and FlowGate gets

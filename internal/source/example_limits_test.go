@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/pubsubflow/pubsubflow/source"
+	"github.com/pubsubflow/pubsubflow/internal/source"
 )
 
 // An endpoint that never answers ends the Source after ReconnectTimeout
