@@ -268,18 +268,10 @@ func orderingKey(m *Message) string {
 	return m.OrderingKey
 }
 
-// PanicError is the handler failure recorded for a panicking handler.
-type PanicError struct {
-	Value any
-	Stack []byte
-}
-
-func (e *PanicError) Error() string { return fmt.Sprintf("pubsubflow: handler panicked: %v", e.Value) }
-
 func (s *Subscriber) safeHandle(ctx context.Context, h Handler, m *Message) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = &PanicError{Value: p, Stack: debug.Stack()}
+			err = &operators.PanicError{Value: p, Stack: debug.Stack()}
 			s.c.setErr(err)
 			if s.cfg.Logger != nil {
 				s.cfg.Logger.Error("pubsubflow: handler panicked; message nacked",

@@ -3,6 +3,7 @@ package pubsubflow
 import (
 	"errors"
 	"fmt"
+	gax "github.com/googleapis/gax-go/v2"
 	"log/slog"
 	"time"
 
@@ -12,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow/connect"
-	"github.com/pubsubflow/pubsubflow/internal/lease"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/internal/source"
@@ -22,22 +22,17 @@ import (
 // flow-control dimension off.
 const Unlimited = -1
 
-// Defaults, from the reference documents and Google's clients.
+// Defaults of SubscriberConfig's subscriber-side fields; the stream-side
+// defaults are the source's, so both agree.
 const (
-	DefaultStreamAckDeadline      = 60 * time.Second
-	DefaultMaxOutstandingMessages = 1000
-	DefaultMaxOutstandingBytes    = 100 << 20
-	DefaultHeartbeatInterval      = 30 * time.Second
-	DefaultHeartbeatTimeout       = 15 * time.Second
-	DefaultMaxExtension           = 60 * time.Minute
-	DefaultAckFlushInterval       = 100 * time.Millisecond
-	DefaultShutdownNackDelay      = 5 * time.Second
-	DefaultDrainTimeout           = 30 * time.Second
-	DefaultReconnectTimeout       = source.DefaultReconnectTimeout
+	defaultMaxExtension      = 60 * time.Minute
+	defaultAckFlushInterval  = 100 * time.Millisecond
+	defaultShutdownNackDelay = 5 * time.Second
+	defaultDrainTimeout      = 30 * time.Second
 
-	// MinHeartbeatInterval bounds HeartbeatInterval from below: each
+	// minHeartbeatInterval bounds HeartbeatInterval from below: each
 	// heartbeat is a request on every stream, and the service answers each.
-	MinHeartbeatInterval = time.Second
+	minHeartbeatInterval = time.Second
 )
 
 // SubscriberConfig configures a Subscriber. The zero value means the
@@ -71,14 +66,17 @@ type SubscriberConfig struct {
 	// timeout with an interval set below 15 s is lowered to the interval.
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
-	// Backoff and Classify replace the reconnect policy (default randomized
-	// exponential 100 ms–60 s; source.DefaultClassifier).
-	Backoff  source.Backoff
-	Classify source.Classifier
+	// Backoff is the delay between reconnects: gax-go's exponential
+	// backoff with full jitter, each delay at least Initial (zero Initial:
+	// 100 ms; zero Max: 60 s). Reconnect decides which stream failures are
+	// reconnected (true) and which end Run (false); nil means
+	// DefaultReconnect.
+	Backoff   gax.Backoff
+	Reconnect func(StreamFailure) bool
 	// ReconnectTimeout bounds how long the streams may keep failing to
 	// connect (an endpoint that never answers, a network that is down)
 	// without one healthy stream: then Run, and pipelines from Source, end
-	// with a *source.UnreachableError carrying the last status. Until then
+	// with an *UnreachableError carrying the last status. Until then
 	// every attempt shows in Stats().Reconnects, Stats().LastError and the
 	// Logger. Default 2 min; Unlimited retries until the context ends.
 	ReconnectTimeout time.Duration
@@ -86,7 +84,7 @@ type SubscriberConfig struct {
 	// Lease chooses the deadline strategy (default adaptive: p99 of
 	// receipt→ack latency, clamped to 10–600 s). MaxExtension (default 60
 	// min; Unlimited for none) bounds how long one message is held.
-	Lease        lease.Strategy
+	Lease        LeaseStrategy
 	MaxExtension time.Duration
 
 	// AckFlushInterval is the longest an ack waits to be batched (default
@@ -191,13 +189,13 @@ func (c *SubscriberConfig) Validate() error {
 	if c.Streams < 0 || c.Streams > 64 {
 		add(fieldError("Streams", "%d: want 1–64 (0 = default 1)", c.Streams))
 	}
-	add(positiveRange("HeartbeatInterval", c.HeartbeatInterval, MinHeartbeatInterval, 10*time.Minute))
+	add(positiveRange("HeartbeatInterval", c.HeartbeatInterval, minHeartbeatInterval, 10*time.Minute))
 	add(positiveRange("HeartbeatTimeout", c.HeartbeatTimeout, time.Millisecond, 10*time.Minute))
 	if c.HeartbeatInterval > 0 && c.HeartbeatTimeout > c.HeartbeatInterval {
 		add(fieldError("HeartbeatTimeout", "%v exceeds HeartbeatInterval %v: the answer to one heartbeat would be awaited past the next", c.HeartbeatTimeout, c.HeartbeatInterval))
 	}
 	if c.ReconnectTimeout < 0 && c.ReconnectTimeout != Unlimited {
-		add(fieldError("ReconnectTimeout", "%v: want ≥ 0 (0 = default %v) or Unlimited", c.ReconnectTimeout, DefaultReconnectTimeout))
+		add(fieldError("ReconnectTimeout", "%v: want ≥ 0 (0 = default %v) or Unlimited", c.ReconnectTimeout, source.DefaultReconnectTimeout))
 	}
 	if c.MaxExtension < 0 && c.MaxExtension != Unlimited {
 		add(fieldError("MaxExtension", "%v: want ≥ 0 or Unlimited", c.MaxExtension))
@@ -227,19 +225,19 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 			*d = v
 		}
 	}
-	def(&c.StreamAckDeadline, DefaultStreamAckDeadline)
-	def(&c.HeartbeatInterval, DefaultHeartbeatInterval)
-	def(&c.HeartbeatTimeout, min(DefaultHeartbeatTimeout, c.HeartbeatInterval))
-	def(&c.ReconnectTimeout, DefaultReconnectTimeout)
-	def(&c.MaxExtension, DefaultMaxExtension)
-	def(&c.AckFlushInterval, DefaultAckFlushInterval)
-	def(&c.ShutdownNackDelay, DefaultShutdownNackDelay)
-	def(&c.DrainTimeout, DefaultDrainTimeout)
+	def(&c.StreamAckDeadline, source.DefaultStreamAckDeadline)
+	def(&c.HeartbeatInterval, source.DefaultHeartbeatInterval)
+	def(&c.HeartbeatTimeout, min(source.DefaultHeartbeatTimeout, c.HeartbeatInterval))
+	def(&c.ReconnectTimeout, source.DefaultReconnectTimeout)
+	def(&c.MaxExtension, defaultMaxExtension)
+	def(&c.AckFlushInterval, defaultAckFlushInterval)
+	def(&c.ShutdownNackDelay, defaultShutdownNackDelay)
+	def(&c.DrainTimeout, defaultDrainTimeout)
 	if c.MaxOutstandingMessages == 0 {
-		c.MaxOutstandingMessages = DefaultMaxOutstandingMessages
+		c.MaxOutstandingMessages = source.DefaultMaxOutstandingMessages
 	}
 	if c.MaxOutstandingBytes == 0 {
-		c.MaxOutstandingBytes = DefaultMaxOutstandingBytes
+		c.MaxOutstandingBytes = source.DefaultMaxOutstandingBytes
 	}
 	if c.Streams == 0 {
 		c.Streams = 1

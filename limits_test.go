@@ -3,6 +3,7 @@ package pubsubflow
 import (
 	"context"
 	"errors"
+	"github.com/pubsubflow/pubsubflow/internal/source"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +65,7 @@ func TestHeartbeatDefaultsFollowInterval(t *testing.T) {
 	if d.HeartbeatTimeout != 5*time.Second || d.ReconnectTimeout != Unlimited {
 		t.Fatalf("defaults %v / %v, want 5s / Unlimited", d.HeartbeatTimeout, d.ReconnectTimeout)
 	}
-	if d := (SubscriberConfig{}).withDefaults(); d.HeartbeatTimeout != DefaultHeartbeatTimeout || d.ReconnectTimeout != DefaultReconnectTimeout {
+	if d := (SubscriberConfig{}).withDefaults(); d.HeartbeatTimeout != source.DefaultHeartbeatTimeout || d.ReconnectTimeout != source.DefaultReconnectTimeout {
 		t.Fatalf("zero config defaults %v / %v", d.HeartbeatTimeout, d.ReconnectTimeout)
 	}
 }

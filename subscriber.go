@@ -197,7 +197,7 @@ func (s *Subscriber) build(ctx context.Context) error {
 		HeartbeatInterval:      s.cfg.HeartbeatInterval,
 		HeartbeatTimeout:       s.cfg.HeartbeatTimeout,
 		Backoff:                s.cfg.Backoff,
-		Classify:               s.cfg.Classify,
+		Classify:               s.cfg.Reconnect,
 		ReconnectTimeout:       reconnectTimeout(s.cfg.ReconnectTimeout),
 		Receipt:                s.receipt,
 		Budget:                 s.gate,

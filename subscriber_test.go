@@ -237,7 +237,7 @@ func TestPanickingHandlerNacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := s.Stats()
-	var pe *PanicError
+	var pe *operators.PanicError
 	if !panicked.Load() || st.Nacked < 1 || !errors.As(st.LastError, &pe) {
 		t.Fatalf("panicked %v, stats %+v", panicked.Load(), st)
 	}

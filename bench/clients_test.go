@@ -23,7 +23,7 @@ type settings struct {
 
 // byteBudget is the max outstanding bytes every client gets: ours's
 // default (Google's default is 1e9).
-const byteBudget = pubsubflow.DefaultMaxOutstandingBytes
+const byteBudget = 100 << 20 // SubscriberConfig.MaxOutstandingBytes' default
 
 // ourParallelism is the number of handler workers our Subscriber runs.
 // Google's client runs one goroutine per outstanding message instead.

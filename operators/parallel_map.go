@@ -45,13 +45,16 @@ type Options[T, R any] struct {
 	Emit func(r R) bool
 }
 
-// PanicError is the error for an element whose function panicked.
+// PanicError is the error for an element whose function panicked: a
+// ParallelMap function, or a Subscriber's handler (the message is then
+// nacked and the subscriber goes on). Value is what was passed to panic,
+// Stack the panicking goroutine's stack.
 type PanicError struct {
 	Value any
 	Stack []byte
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("operators: function panicked: %v", e.Value) }
+func (e *PanicError) Error() string { return fmt.Sprintf("pubsubflow: panicked: %v", e.Value) }
 
 // ParallelMap returns a flow that applies f to each element with n fixed
 // worker goroutines (n < 1 is treated as 1).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	gax "github.com/googleapis/gax-go/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +18,6 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/pubsubflow/pubsubflow"
-	"github.com/pubsubflow/pubsubflow/internal/source"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
@@ -165,8 +165,8 @@ func newMachine(t *rapid.T, mc machineConfig) *machine {
 		HeartbeatInterval:      mc.Heartbeat,
 		DrainTimeout:           mc.Drain,
 		OnShutdown:             pubsubflow.Nack,
-		// Deterministic delays keep a failing case reproducible.
-		Backoff: source.Exponential(100*time.Millisecond, 5*time.Second),
+		// Short reconnect delays keep a case within its time.
+		Backoff: gax.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second},
 	}
 	m.led = newLedger(pubsubpb.NewSubscriberClient(srv.ClientConn()))
 	cfg := m.cfg

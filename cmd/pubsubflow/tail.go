@@ -47,7 +47,7 @@ It stops after --max messages, after --timeout, or on SIGINT/SIGTERM.`,
 			fs.DurationVar(&o.timeout, "timeout", 0, "stop after this long (0: no limit)")
 			fs.BoolVar(&o.base64, "base64", false, "always print data as data_base64")
 			fs.Int64Var(&o.maxOutstanding, "max-outstanding", 1000, "messages held at once (without --ack, the most tail shows)")
-			fs.DurationVar(&o.reconnectTimeout, "reconnect-timeout", pubsubflow.DefaultReconnectTimeout,
+			fs.DurationVar(&o.reconnectTimeout, "reconnect-timeout", 2*time.Minute, // SubscriberConfig.ReconnectTimeout's default
 				"fail when no stream has succeeded for this long (an unreachable endpoint); 0: retry until stopped")
 			return func(ctx context.Context, env cliEnv, args []string) error {
 				if err := wantArgs(args, 1, "SUBSCRIPTION"); err != nil {

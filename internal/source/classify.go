@@ -10,25 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/internal/limits"
+	"github.com/pubsubflow/pubsubflow/internal/retry"
 )
-
-// Action is a Classifier's verdict on a stream failure.
-type Action int
-
-const (
-	// Retry reopens the stream after the next Backoff delay.
-	Retry Action = iota
-	// Terminate ends the source with the failure.
-	Terminate
-)
-
-// String returns "retry" or "terminate".
-func (a Action) String() string {
-	if a == Retry {
-		return "retry"
-	}
-	return "terminate"
-}
 
 // Failure describes why a stream ended, for a Classifier.
 type Failure struct {
@@ -45,41 +28,38 @@ type Failure struct {
 	Previous error
 }
 
-// Classifier decides whether a failed stream is reopened or ends the
-// source. It is called on the failing stream's goroutine.
-type Classifier func(f Failure) Action
+// Classifier decides whether a failed stream is reopened (true) or ends
+// the source (false). It is called on the failing stream's goroutine.
+type Classifier func(f Failure) bool
 
-// DefaultClassifier is the documented restart policy:
+// DefaultClassifier is the documented restart policy. It reopens the
+// stream (true) for:
 //
-//   - Retry: DEADLINE_EXCEEDED (also a heartbeat timeout), UNAVAILABLE,
-//     INTERNAL, RESOURCE_EXHAUSTED, ABORTED, UNKNOWN, and a stream the
-//     server closed without a status (io.EOF, or OK).
-//   - Retry once: UNAUTHENTICATED, since the token may have expired or been
+//   - the transient codes every RPC of the library retries (internal/retry:
+//     UNAVAILABLE, DEADLINE_EXCEEDED — also a heartbeat timeout —,
+//     INTERNAL, RESOURCE_EXHAUSTED, ABORTED, UNKNOWN, and CANCELLED by the
+//     server: the source's own cancellation ends it before it asks), and a
+//     stream the server closed without a status (io.EOF, or OK);
+//   - UNAUTHENTICATED once, since the token may have expired or been
 //     revoked in flight; connections made by connect.Dial drop their cached
 //     token when a call fails with UNAUTHENTICATED, so the retry carries a
 //     fresh one. UNAUTHENTICATED right after UNAUTHENTICATED is terminal.
-//   - Terminate: a received message larger than the connection's own
-//     receive limit (RESOURCE_EXHAUSTED raised by the client, see
-//     ReceiveTooLargeError): every retry would receive the same message.
-//   - Terminate: everything else, notably NOT_FOUND, PERMISSION_DENIED,
-//     INVALID_ARGUMENT and FAILED_PRECONDITION, which a retry cannot fix.
-func DefaultClassifier(f Failure) Action {
-	if errors.Is(f.Err, io.EOF) {
-		return Retry
+//
+// It ends the source (false) for a received message larger than the
+// connection's own receive limit (RESOURCE_EXHAUSTED raised by the client,
+// see ReceiveTooLargeError: every retry would receive the same message),
+// and for everything else, notably NOT_FOUND, PERMISSION_DENIED,
+// INVALID_ARGUMENT and FAILED_PRECONDITION, which a retry cannot fix.
+func DefaultClassifier(f Failure) bool {
+	switch {
+	case errors.Is(f.Err, io.EOF) || f.Code == codes.OK:
+		return true
+	case IsReceiveTooLarge(f.Err):
+		return false
+	case f.Code == codes.Unauthenticated:
+		return status.Code(f.Previous) != codes.Unauthenticated
 	}
-	if IsReceiveTooLarge(f.Err) {
-		return Terminate
-	}
-	switch f.Code {
-	case codes.OK, codes.DeadlineExceeded, codes.Unavailable, codes.Internal,
-		codes.ResourceExhausted, codes.Aborted, codes.Unknown:
-		return Retry
-	case codes.Unauthenticated:
-		if status.Code(f.Previous) != codes.Unauthenticated {
-			return Retry
-		}
-	}
-	return Terminate
+	return retry.TransientCode(f.Code)
 }
 
 // failure builds the Failure of err after attempt consecutive failures,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	gax "github.com/googleapis/gax-go/v2"
 	"log/slog"
 	"strings"
 	"time"
@@ -70,10 +71,11 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 
-	// Backoff is the reconnect delay policy; nil means
-	// RandomizedExponential(100 ms, 60 s). Each stream runs its own
-	// sequence, reset after a healthy stream.
-	Backoff Backoff
+	// Backoff is the reconnect delay policy (gax-go's exponential backoff
+	// with full jitter, each delay at least Initial). Zero Initial means
+	// 100 ms, zero Max 60 s. Each stream runs its own sequence, reset after
+	// a healthy stream.
+	Backoff gax.Backoff
 
 	// Classify decides whether a stream failure is retried; nil means
 	// DefaultClassifier.
@@ -192,9 +194,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReconnectTimeout == 0 {
 		c.ReconnectTimeout = DefaultReconnectTimeout
-	}
-	if c.Backoff == nil {
-		c.Backoff = RandomizedExponential(DefaultBackoffMin, DefaultBackoffMax)
 	}
 	if c.Classify == nil {
 		c.Classify = DefaultClassifier

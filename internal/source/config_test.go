@@ -50,7 +50,7 @@ func TestDefaults(t *testing.T) {
 	c := Config{Subscription: testSub}.withDefaults()
 	if c.StreamAckDeadline != 60*time.Second || c.MaxOutstandingMessages != 1000 || c.MaxOutstandingBytes != 100<<20 ||
 		c.Streams != 1 || c.HeartbeatInterval != 30*time.Second || c.HeartbeatTimeout != 15*time.Second ||
-		c.Backoff == nil || c.Classify == nil || c.Logger == nil {
+		c.Classify == nil || c.Logger == nil {
 		t.Fatalf("defaults = %+v", c)
 	}
 }

@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"errors"
+	gax "github.com/googleapis/gax-go/v2"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -199,7 +200,7 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 		var rec recorder
 		src, err := Subscribe(h.client, Config{
 			Subscription: h.sub,
-			Backoff:      Exponential(100*time.Millisecond, time.Minute),
+			Backoff:      gax.Backoff{Initial: 100 * time.Millisecond, Max: time.Minute},
 			Events:       rec.record,
 		})
 		if err != nil {
@@ -221,13 +222,15 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 		for _, r := range rec.of(event.Reconnect) {
 			delays = append(delays, r.Delay)
 		}
-		want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 100 * time.Millisecond}
-		if len(delays) != len(want) {
-			t.Fatalf("delays %v, want %v", delays, want)
+		// Each delay is drawn from (0, cap] (raised to 100 ms), cap doubling
+		// from 100 ms per consecutive failure; the healthy stream resets it.
+		caps := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 100 * time.Millisecond}
+		if len(delays) != len(caps) {
+			t.Fatalf("delays %v, want %d", delays, len(caps))
 		}
-		for i := range want {
-			if delays[i] != want[i] {
-				t.Fatalf("delays %v, want %v", delays, want)
+		for i, c := range caps {
+			if delays[i] < 100*time.Millisecond || delays[i] > c {
+				t.Fatalf("delay %d = %v, want within [100ms, %v] (all: %v)", i, delays[i], c, delays)
 			}
 		}
 		if n := len(rec.of(event.ConnectFailed)) + len(rec.of(event.Disconnect)); n != 5 {
@@ -303,13 +306,13 @@ func TestUnauthenticatedRetriedOnce(t *testing.T) {
 	})
 }
 
-// TestStopBackoffEndsOnFirstFailure: with the Stop policy even a retryable
-// failure ends the source, with its code.
-func TestStopBackoffEndsOnFirstFailure(t *testing.T) {
+// TestNeverReconnectEndsOnFirstFailure: with a classifier that never
+// reconnects even a retryable failure ends the source, with its code.
+func TestNeverReconnectEndsOnFirstFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, pubsubtest.SubscriptionConfig{})
 		h.srv.FailNext("StreamingPull", 1, codes.Unavailable)
-		src, err := Subscribe(h.client, Config{Subscription: h.sub, Backoff: Stop()})
+		src, err := Subscribe(h.client, Config{Subscription: h.sub, Classify: func(Failure) bool { return false }})
 		if err != nil {
 			t.Fatal(err)
 		}

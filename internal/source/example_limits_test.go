@@ -35,5 +35,5 @@ func ExampleIsReceiveTooLarge() {
 	err := status.Error(codes.ResourceExhausted, "grpc: received message larger than max (9437300 vs. 4194304)")
 	f := source.Failure{Err: err, Code: status.Code(err), Attempt: 1}
 	fmt.Println(source.IsReceiveTooLarge(err), source.DefaultClassifier(f))
-	// Output: true terminate
+	// Output: true false
 }

@@ -75,23 +75,10 @@ func ExampleConfig_Validate() {
 	// Output: pubsubflow/source: Subscription "orders" is not of the form projects/P/subscriptions/S
 }
 
-func ExampleExponential() {
-	d := source.Exponential(source.DefaultBackoffMin, source.DefaultBackoffMax).Start()
-	for range 4 {
-		v, _ := d.Next()
-		fmt.Println(v)
-	}
-	// Output:
-	// 100ms
-	// 200ms
-	// 400ms
-	// 800ms
-}
-
 func ExampleDefaultClassifier() {
 	fmt.Println(source.DefaultClassifier(source.Failure{Code: codes.Unavailable, Attempt: 3}))
 	fmt.Println(source.DefaultClassifier(source.Failure{Code: codes.NotFound, Attempt: 1}))
 	// Output:
-	// retry
-	// terminate
+	// true
+	// false
 }

@@ -24,7 +24,7 @@ var errStreamDone = errors.New("pubsubflow/source: stream done")
 // waits a backoff delay and opens the next, or ends the source. It returns
 // nil when ctx is done (a shutdown is not a failure).
 func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
-	delays := s.cfg.Backoff.Start()
+	delays := newDelays(s.cfg.Backoff)
 	gu := newGiveUp(s.cfg.ReconnectTimeout)
 	attempt := 0
 	var prev error // the previous failure in this run of failures
@@ -44,21 +44,18 @@ func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
 			return nil
 		}
 		if healthy {
-			delays.Reset()
+			delays.reset()
 			attempt, prev = 0, nil
 		}
 		attempt++
-		if s.cfg.Classify(failure(err, attempt, prev)) == Terminate {
+		if !s.cfg.Classify(failure(err, attempt, prev)) {
 			return s.terminal(i, err)
 		}
 		if gerr := gu.failed(healthy, err); gerr != nil {
 			return s.terminal(i, gerr)
 		}
 		prev = err
-		d, ok := delays.Next()
-		if !ok {
-			return s.terminal(i, err)
-		}
+		d := delays.next()
 		s.emit(event.Event{Kind: event.Reconnect, Stream: i, Delay: d, Err: err})
 		s.cfg.Logger.Debug("pubsubflow: stream reconnects", "subscription", s.cfg.Subscription, "stream", i, "delay", d, "err", err)
 		if !wait(ctx, d) {

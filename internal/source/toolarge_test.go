@@ -16,13 +16,13 @@ import (
 func TestReceiveTooLargeIsTerminal(t *testing.T) {
 	for _, c := range []struct {
 		err  error
-		want Action
+		want bool
 	}{
-		{status.Error(codes.ResourceExhausted, "grpc: received message larger than max (9437300 vs. 4194304)"), Terminate},
-		{status.Error(codes.ResourceExhausted, "grpc: received message after decompression larger than max 4194304"), Terminate},
-		{status.Error(codes.ResourceExhausted, "grpc: message after decompression larger than max (5 vs. 4)"), Terminate},
-		{status.Error(codes.ResourceExhausted, "Quota exceeded for quota metric 'Subscriber throughput'"), Retry},
-		{status.Error(codes.Internal, "grpc: received message larger than max (1 vs. 0)"), Retry},
+		{status.Error(codes.ResourceExhausted, "grpc: received message larger than max (9437300 vs. 4194304)"), false},
+		{status.Error(codes.ResourceExhausted, "grpc: received message after decompression larger than max 4194304"), false},
+		{status.Error(codes.ResourceExhausted, "grpc: message after decompression larger than max (5 vs. 4)"), false},
+		{status.Error(codes.ResourceExhausted, "Quota exceeded for quota metric 'Subscriber throughput'"), true},
+		{status.Error(codes.Internal, "grpc: received message larger than max (1 vs. 0)"), true},
 	} {
 		if got := DefaultClassifier(failure(c.err, 1, nil)); got != c.want {
 			t.Errorf("%v: %v, want %v", c.err, got, c.want)

@@ -55,7 +55,7 @@ func TestThroughputOursAndGoogle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), throughputTimeout)
 	defer cancel()
 	sub := e.google.Subscriber(subGoogle)
-	sub.ReceiveSettings.MaxOutstandingMessages = pubsubflow.DefaultMaxOutstandingMessages
+	sub.ReceiveSettings.MaxOutstandingMessages = 1000 // as ours by default
 	sub.ReceiveSettings.NumGoroutines = 1
 	start = time.Now()
 	if err := sub.Receive(ctx, func(_ context.Context, m *pubsub.Message) {
