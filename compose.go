@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"runtime/debug"
 	"time"
 
@@ -126,7 +127,7 @@ func ignoreCanceled(err error) error {
 // outcome already taken: cancelling a pipeline abandons its work.
 func (s *Subscriber) nackStranded(run uint64) {
 	for _, m := range s.ext.Leased() {
-		if m.HandedOffBy() == run && !m.Settled() {
+		if message.HandedOffBy(m) == run && !m.Settled() {
 			m.Nack()
 		}
 	}
@@ -144,7 +145,7 @@ func (s *Subscriber) handOff(ctx context.Context, ms []*Message) []*Message {
 		switch {
 		case m.Settled():
 		case s.draining.Load():
-			m.Settle(s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
+			message.Settle(m, s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
 		default:
 			if r != nil && r.mark {
 				s.markHanded(r.id, m)
@@ -159,7 +160,7 @@ func (s *Subscriber) handOff(ctx context.Context, ms []*Message) []*Message {
 // markHanded records that m left the subscriber's buffers for processing;
 // marked before it goes, as the receiver may settle it at once.
 func (s *Subscriber) markHanded(run uint64, m *Message) {
-	if m.MarkHandedOffBy(run) {
+	if message.MarkHandedOffBy(m, run) {
 		s.c.handed.Add(1)
 	}
 }
@@ -172,7 +173,7 @@ func (s *Subscriber) receipt(stream int, ms []*Message) {
 		s.tracing.received(ms)
 	}
 	for _, m := range ms {
-		m.Bind(s)
+		message.Bind(m, (*settlePath)(s))
 		if m.DeliveryAttempt > 1 {
 			s.c.redelivered.Add(1)
 		}
@@ -190,7 +191,7 @@ func (s *Subscriber) unsentOne(m *Message) { s.unsent([]*Message{m}) }
 func (s *Subscriber) unsent(ms []*Message) {
 	for _, m := range ms {
 		if s.draining.Load() {
-			m.Settle(s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
+			message.Settle(m, s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
 		} else {
 			m.Nack()
 		}
@@ -231,9 +232,9 @@ func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Messag
 		if m.Settled() {
 			return m, nil
 		}
-		if !m.HandedOff() {
+		if !message.HandedOff(m) {
 			if s.draining.Load() {
-				m.Settle(s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
+				message.Settle(m, s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
 				return m, nil
 			}
 			s.markHanded(1, m)

@@ -17,3 +17,9 @@ const (
 	NackAfter = message.NackAfter
 	NoOp      = message.NoOp
 )
+
+// AckResult is the server's confirmation of an ack or nack on an
+// exactly-once subscription, from Message.Result: Wait returns nil once
+// the server confirmed it, or the reason it failed (for example an ack id
+// that expired before the ack reached the server).
+type AckResult = message.Result

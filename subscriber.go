@@ -252,10 +252,16 @@ func (s *Subscriber) detectOrdering(ctx context.Context) (bool, error) {
 // ClientID is the id sent on every stream of this subscriber.
 func (s *Subscriber) ClientID() string { return s.src.ClientID() }
 
-// Settle is the subscriber's one settle path (message.Settler): it counts
-// the outcome and hands the message to the sink's settler, which releases
-// the flow permit and the lease and sends the ack or nack.
-func (s *Subscriber) Settle(m *Message, o Outcome, d time.Duration) {
+// settlePath is the Subscriber seen as its messages' one settle path
+// (message.Settler); a distinct type keeps Settle out of the Subscriber's
+// API, where a user calling it would bypass the message's first-outcome
+// rule.
+type settlePath Subscriber
+
+// Settle counts the outcome and hands the message to the sink's settler,
+// which releases the flow permit and the lease and sends the ack or nack.
+func (p *settlePath) Settle(m *Message, o Outcome, d time.Duration) {
+	s := (*Subscriber)(p)
 	if s.tracing != nil {
 		s.tracing.settled(m, o)
 	}
@@ -272,7 +278,7 @@ func (s *Subscriber) Settle(m *Message, o Outcome, d time.Duration) {
 		s.c.expired.Add(1)
 	}
 	s.c.settled.Add(1)
-	if m.HandedOff() {
+	if message.HandedOff(m) {
 		s.c.settledHanded.Add(1)
 	}
 	if s.draining.Load() {

@@ -98,7 +98,7 @@ func (t *subTracer) received(ms []*Message) {
 		// consumer span.
 		_, span := t.tr.Start(ctx, t.prefix+"subscribe",
 			trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
-		m.SetTrace(&message.Trace{Subscribe: span})
+		message.SetTrace(m, &message.Trace{Subscribe: span})
 		t.mu.Lock()
 		t.open[m.AckID] = m
 		t.mu.Unlock()
@@ -126,7 +126,7 @@ func (t *subTracer) messageAttrs(m *Message) []attribute.KeyValue {
 // startProcess starts the process span of m around its handler: a child
 // of its subscribe span, carried by the handler's ctx.
 func (t *subTracer) startProcess(ctx context.Context, m *Message) (context.Context, trace.Span) {
-	mt := m.Trace()
+	mt := message.TraceOf(m)
 	if mt == nil {
 		return ctx, nil
 	}
@@ -142,7 +142,7 @@ func (t *subTracer) startProcess(ctx context.Context, m *Message) (context.Conte
 
 // endProcess ends m's process span when its handler returned err.
 func (t *subTracer) endProcess(m *Message, span trace.Span, err error) {
-	if span == nil || m.Trace().Process.Swap(nil) == nil {
+	if span == nil || message.TraceOf(m).Process.Swap(nil) == nil {
 		return // not traced, or Close ended it
 	}
 	t.mu.Lock()
@@ -165,7 +165,7 @@ func (t *subTracer) endProcess(m *Message, span trace.Span, err error) {
 // expiry sends nothing, so it ends the span here; an ack or nack ends it
 // when the server took it (StartRPC).
 func (t *subTracer) settled(m *Message, o Outcome) {
-	mt := m.Trace()
+	mt := message.TraceOf(m)
 	if mt == nil {
 		return
 	}
@@ -193,7 +193,7 @@ var (
 // end ends m's subscribe span once, with result and, if failed is set, an
 // error status.
 func (t *subTracer) end(m *Message, result attribute.KeyValue, failed error) {
-	mt := m.Trace()
+	mt := message.TraceOf(m)
 	if mt == nil || !mt.End() {
 		return
 	}
@@ -233,10 +233,10 @@ func (t *subTracer) lookup(ackIDs []string) []*Message {
 func (t *subTracer) rpcSpan(op string, seconds int32, ms []*Message, extra ...attribute.KeyValue) trace.Span {
 	links := make([]trace.Link, 0, len(ms))
 	for _, m := range ms {
-		if m == nil || m.Trace() == nil {
+		if m == nil || message.TraceOf(m) == nil {
 			continue
 		}
-		s := m.Trace().Subscribe
+		s := message.TraceOf(m).Subscribe
 		s.AddEvent(op+" start", trace.WithAttributes(semconv.MessagingBatchMessageCount(len(ms))))
 		if s.SpanContext().IsSampled() {
 			links = append(links, trace.Link{SpanContext: s.SpanContext()})
@@ -254,8 +254,8 @@ func (t *subTracer) rpcSpan(op string, seconds int32, ms []*Message, extra ...at
 	if span.SpanContext().IsSampled() {
 		back := trace.Link{SpanContext: span.SpanContext(), Attributes: []attribute.KeyValue{semconv.MessagingOperationName(op)}}
 		for _, m := range ms {
-			if m != nil && m.Trace() != nil {
-				m.Trace().Subscribe.AddLink(back)
+			if m != nil && message.TraceOf(m) != nil {
+				message.TraceOf(m).Subscribe.AddLink(back)
 			}
 		}
 	}
@@ -286,10 +286,10 @@ func (t *subTracer) StartRPC(op string, seconds int32, ackIDs []string) func(ack
 			result = attrResult.String(resultNacked)
 		}
 		for i, m := range ms {
-			if m == nil || m.Trace() == nil {
+			if m == nil || message.TraceOf(m) == nil {
 				continue
 			}
-			m.Trace().Subscribe.AddEvent(op + " end")
+			message.TraceOf(m).Subscribe.AddEvent(op + " end")
 			if op == "modack" {
 				continue // an extension settles nothing
 			}
@@ -313,7 +313,7 @@ func (t *subTracer) StartModack(receipt bool, seconds int32, ms []*message.Messa
 			event = "receipt modack"
 		}
 		for _, m := range ms {
-			if mt := m.Trace(); mt != nil {
+			if mt := message.TraceOf(m); mt != nil {
 				mt.Subscribe.AddEvent("modack end")
 				if err == nil {
 					mt.Subscribe.AddEvent(event, trace.WithAttributes(semconv.MessagingGCPPubsubMessageAckDeadline(int(seconds))))
@@ -344,7 +344,7 @@ func (t *subTracer) close() {
 	clear(t.running)
 	t.mu.Unlock()
 	for _, m := range running {
-		if p := m.Trace().Process.Swap(nil); p != nil {
+		if p := message.TraceOf(m).Process.Swap(nil); p != nil {
 			(*p).SetStatus(codes.Error, errAbandoned.Error())
 			(*p).End()
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -479,7 +480,7 @@ func TestTraceProcessStage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err := pipeline.FromContext(ctx, s.Source()).Via(s.Process(4, func(ctx context.Context, m *Message) error {
-		if !trace.SpanContextFromContext(ctx).IsValid() || trace.SpanContextFromContext(ctx).SpanID() == m.Trace().Subscribe.SpanContext().SpanID() {
+		if !trace.SpanContextFromContext(ctx).IsValid() || trace.SpanContextFromContext(ctx).SpanID() == message.TraceOf(m).Subscribe.SpanContext().SpanID() {
 			bad.Add(1)
 		}
 		if handled.Add(1) == 10 {

@@ -129,7 +129,7 @@ func slowNaive(ctx context.Context, tb testing.TB, e *env) error {
 	if err != nil {
 		return err
 	}
-	bind := pipeline.Filter(func(m *message.Message) bool { m.Bind(settler); return true }, nil)
+	bind := pipeline.Filter(func(m *message.Message) bool { message.Bind(m, settler); return true }, nil)
 	track := pipeline.Streams[*message.Message, *message.Message](func(_ *stage.Group, in streams.Source) streams.Outlet {
 		return in.Via(gsflow.NewMap(func(m *message.Message) *message.Message {
 			ext.Track(m)

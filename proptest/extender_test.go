@@ -186,7 +186,7 @@ func (x *extenderModel) doPull(t *rapid.T, n int) {
 		now := time.Now()
 		for _, rm := range resp.GetReceivedMessages() {
 			m := message.FromReceived(rm, x.sub, nil, now)
-			m.Bind(x)
+			message.Bind(m, x)
 			x.mu.Lock()
 			x.held[m] = true
 			x.received[m] = now

@@ -127,8 +127,8 @@ func (g *gateModel) offer(t *rapid.T) {
 func (g *gateModel) doOffer(sizes []int) {
 	for _, size := range sizes {
 		m := &message.Message{ID: strconv.Itoa(g.next), AckID: "ack-" + strconv.Itoa(g.next)}
-		m.SetSize(size)
-		m.Bind(g)
+		message.SetSize(m, size)
+		message.Bind(m, g)
 		g.next++
 		g.mu.Lock()
 		g.msgs = append(g.msgs, m)
@@ -192,7 +192,7 @@ func (g *gateModel) expire(t *rapid.T) {
 	if len(open) == 0 {
 		return
 	}
-	rapid.SampledFrom(open).Draw(t, "message").Settle(message.Expired, 0)
+	message.Settle(rapid.SampledFrom(open).Draw(t, "message"), message.Expired, 0)
 	synctest.Wait()
 }
 

@@ -193,7 +193,7 @@ func ExampleForward() {
 	// Received messages (here built by hand) are acked once their
 	// transformed copy is published.
 	in := &message.Message{Data: []byte("order 42")}
-	in.Bind(printSettler{})
+	message.Bind(in, printSettler{})
 	upper := func(m *message.Message) *publisher.Message {
 		return &publisher.Message{Data: append([]byte("relayed "), m.Data...)}
 	}

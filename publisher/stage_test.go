@@ -83,7 +83,7 @@ func TestForwardAcksAfterPublishNacksOnFailure(t *testing.T) {
 	var msgs []*message.Message
 	for i := range 20 {
 		m := &message.Message{ID: string(rune('a' + i)), Data: []byte{byte('a' + i)}}
-		m.Bind(rec)
+		message.Bind(m, rec)
 		msgs = append(msgs, m)
 	}
 	var fails int

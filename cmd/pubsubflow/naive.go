@@ -90,7 +90,7 @@ func (c *naiveConsumer) start(ctx context.Context) error {
 	settler := countingSettler{inner: sink.NewSettler(c.acks, nil, c.ext), n: &c.settled}
 	bind := pipeline.Filter(func(m *message.Message) bool {
 		c.received.Add(1)
-		m.Bind(settler)
+		message.Bind(m, settler)
 		return true
 	}, nil)
 	handle := operators.ParallelMap(c.s.parallelism, func(ctx context.Context, m *message.Message) (*message.Message, error) {

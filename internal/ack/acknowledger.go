@@ -177,7 +177,7 @@ func (a *Acknowledger) enqueue(key batchKey, ackID string) *message.Result {
 		a.mu.Unlock()
 		err := &IDError{AckID: ackID, Kind: ErrClosed}
 		if r != nil {
-			r.Resolve(err)
+			message.Resolve(r, err)
 		}
 		a.emitFailed(1, err)
 		a.acked(key, []string{ackID})

@@ -293,7 +293,7 @@ func (a *Acknowledger) resolveOK(r *request, o outcome, all bool) {
 	}
 	if all {
 		for _, res := range r.results {
-			res.Resolve(nil)
+			message.Resolve(res, nil)
 		}
 		return
 	}
@@ -306,7 +306,7 @@ func (a *Acknowledger) resolveOK(r *request, o outcome, all bool) {
 	}
 	for i, res := range r.results {
 		if !done[i] {
-			res.Resolve(nil)
+			message.Resolve(res, nil)
 		}
 	}
 }
@@ -354,7 +354,7 @@ func (a *Acknowledger) failIndexes(r *request, idx []int, reasons []string, kind
 			first = e
 		}
 		if r.key.eo {
-			r.results[i].Resolve(e)
+			message.Resolve(r.results[i], e)
 		}
 	}
 	return first

@@ -11,7 +11,7 @@ func ExampleNewFlowControl() {
 	fc := flow.NewFlowControl(2, 1<<20) // 2 messages, 1 MiB
 
 	m := &message.Message{AckID: "a"}
-	m.SetSize(512)
+	message.SetSize(m, 512)
 	fmt.Println(fc.AcquireMessage(m), fc.Outstanding(), fc.OutstandingBytes())
 
 	// The settle path returns the permits, once.

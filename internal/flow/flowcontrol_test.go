@@ -11,7 +11,7 @@ import (
 
 func newMsg(id int, size int) *message.Message {
 	m := &message.Message{ID: strconv.Itoa(id), AckID: "ack-" + strconv.Itoa(id)}
-	m.SetSize(size)
+	message.SetSize(m, size)
 	return m
 }
 

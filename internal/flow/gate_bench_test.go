@@ -16,7 +16,7 @@ func BenchmarkGate(b *testing.B) {
 	msgs := make([]*message.Message, b.N)
 	for i := range msgs {
 		msgs[i] = newMsg(i, 200)
-		msgs[i].Bind(rel)
+		message.Bind(msgs[i], rel)
 	}
 	g := stage.NewGroup(context.Background())
 	in := make(chan *message.Message, 128)

@@ -24,7 +24,7 @@ func ExampleFlowGate() {
 	in := make(chan *message.Message, 10)
 	for i := range 10 {
 		m := &message.Message{AckID: fmt.Sprint(i)}
-		m.Bind(release{fc}) // a subscriber binds its settle path on receipt
+		message.Bind(m, release{fc}) // a subscriber binds its settle path on receipt
 		in <- m
 	}
 	close(in)

@@ -87,7 +87,7 @@ func TestGateProperties(t *testing.T) {
 		msgs := make([]*message.Message, n)
 		for i := range msgs {
 			msgs[i] = newMsg(i, plans[i].size)
-			msgs[i].Bind(set)
+			message.Bind(msgs[i], set)
 		}
 		var expirers sync.WaitGroup
 		var outs []<-chan *message.Message
@@ -98,7 +98,7 @@ func TestGateProperties(t *testing.T) {
 				for i := k; i < n; i += gates {
 					m, p := msgs[i], plans[i]
 					if p.expire == 1 {
-						m.Settle(message.Expired, 0)
+						message.Settle(m, message.Expired, 0)
 					}
 					select {
 					case in <- m:
@@ -111,7 +111,7 @@ func TestGateProperties(t *testing.T) {
 						go func() { // the lease manager, on its own clock
 							defer expirers.Done()
 							time.Sleep(p.delay / 2)
-							m.Settle(message.Expired, 0)
+							message.Settle(m, message.Expired, 0)
 						}()
 					}
 				}
@@ -130,7 +130,7 @@ func TestGateProperties(t *testing.T) {
 						check("process")
 						p := plans[index[m]]
 						time.Sleep(p.delay) // simulated processing, not an assertion
-						m.Settle(p.outcome, time.Second)
+						message.Settle(m, p.outcome, time.Second)
 					}
 					return nil
 				})

@@ -18,7 +18,7 @@ func produce(g *stage.Group, n, size int, s message.Settler, sent *atomic.Int64)
 		defer close(in)
 		for i := range n {
 			m := newMsg(i, size)
-			m.Bind(s)
+			message.Bind(m, s)
 			select {
 			case in <- m:
 				sent.Add(1)
@@ -154,7 +154,7 @@ func TestGateSettledWhileBuffered(t *testing.T) {
 		for i := range ms {
 			ms[i] = newMsg(i, 10)
 			if i != 2 {
-				ms[i].Bind(rel) // ms[2] has no settle path at all
+				message.Bind(ms[i], rel) // ms[2] has no settle path at all
 			}
 			in <- ms[i]
 		}
@@ -164,7 +164,7 @@ func TestGateSettledWhileBuffered(t *testing.T) {
 		if got := fc.Outstanding(); got != 3 {
 			t.Fatalf("Outstanding = %d, want 3", got)
 		}
-		ms[1].Settle(message.Expired, 0)
+		message.Settle(ms[1], message.Expired, 0)
 		if got := fc.Outstanding(); got != 2 {
 			t.Fatalf("Outstanding = %d after an expiry, want 2", got)
 		}
@@ -198,8 +198,8 @@ func TestGateSettledBeforeAdmission(t *testing.T) {
 		g := stage.NewGroup(t.Context())
 		in := make(chan *message.Message, 2)
 		a, b := newMsg(1, 80), newMsg(2, 80)
-		a.Bind(rel)
-		b.Bind(rel)
+		message.Bind(a, rel)
+		message.Bind(b, rel)
 		in <- a
 		in <- b
 		close(in)
@@ -208,7 +208,7 @@ func TestGateSettledBeforeAdmission(t *testing.T) {
 		if fc.Waiting() != 1 || !fc.Holds(a) || fc.Holds(b) {
 			t.Fatalf("want a admitted and b waiting: %+v", fc.Stats())
 		}
-		b.Settle(message.Expired, 0) // releases nothing: b holds nothing
+		message.Settle(b, message.Expired, 0) // releases nothing: b holds nothing
 		if got := <-out; got != a {
 			t.Fatal("first output is not a")
 		}

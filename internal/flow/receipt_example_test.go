@@ -60,7 +60,7 @@ func ExampleGate_Receive() {
 		MaxOutstandingMessages: fc.MaxMessages(),
 		Receipt: func(stream int, ms []*message.Message) {
 			for _, m := range ms {
-				m.Bind(settler)
+				message.Bind(m, settler)
 			}
 			tracker.Receive(stream, ms) // EagerTrack's step: the leases
 			gate.Receive(stream, ms)    // FlowGate's step: the permits

@@ -94,7 +94,7 @@ func (s *trkSettler) outcome(m *message.Message) message.Outcome {
 // trkBind binds every message to s on its way through (what the
 // Subscriber does on receipt).
 func trkBind(s message.Settler) stage.Flow[*message.Message, *message.Message] {
-	return pipeline.Filter(func(m *message.Message) bool { m.Bind(s); return true }, nil)
+	return pipeline.Filter(func(m *message.Message) bool { message.Bind(m, s); return true }, nil)
 }
 
 func trkMessages(n int, s message.Settler) []*message.Message {
@@ -102,7 +102,7 @@ func trkMessages(n int, s message.Settler) []*message.Message {
 	for i := range out {
 		out[i] = &message.Message{ID: fmt.Sprint(i + 1), AckID: fmt.Sprint(i + 1), Subscription: "projects/p/subscriptions/sub", ReceiveTime: time.Now()}
 		if s != nil {
-			out[i].Bind(s)
+			message.Bind(out[i], s)
 		}
 	}
 	return out

@@ -198,7 +198,7 @@ func (f *fixture) pull(t *testing.T, n int, s message.Settler) []*message.Messag
 	for _, rm := range resp.ReceivedMessages {
 		m := message.FromReceived(rm, f.sub, props, time.Now())
 		if s != nil {
-			m.Bind(s)
+			message.Bind(m, s)
 		}
 		out = append(out, m)
 	}

@@ -158,7 +158,7 @@ func (e *Extender) expire(ls []*lease, err error) {
 // releases the lease itself; removing it here covers unbound messages.
 func (e *Extender) drop(ls []*lease) {
 	for _, l := range ls {
-		l.m.Settle(message.Expired, 0)
+		message.Settle(l.m, message.Expired, 0)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -16,7 +16,7 @@ func (printSettler) Settle(m *message.Message, o message.Outcome, d time.Duratio
 // The first outcome wins and reaches the settle path once.
 func ExampleMessage_Ack() {
 	m := &message.Message{AckID: "a1"}
-	m.Bind(printSettler{})
+	message.Bind(m, printSettler{})
 	fmt.Println(m.Ack(), m.Nack(), m.Outcome())
 	// Output:
 	// settle a1 ack

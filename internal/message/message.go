@@ -124,12 +124,12 @@ func (m *Message) decode(rm *pubsubpb.ReceivedMessage, subscription string, prop
 // time), as the service counts it.
 func (m *Message) Size() int { return m.size }
 
-// SetSize overrides Size (for messages built by hand in tests).
-func (m *Message) SetSize(n int) { m.size = n }
+// SetSize overrides m's Size (for messages built by hand in tests).
+func SetSize(m *Message, n int) { m.size = n }
 
-// Bind attaches the settle path. A subscriber binds each message on
+// Bind attaches m's settle path. A subscriber binds each message on
 // receipt; an outcome set before Bind is applied by Bind.
-func (m *Message) Bind(s Settler) {
+func Bind(m *Message, s Settler) {
 	m.mu.Lock()
 	o := Outcome(m.outcome.Load())
 	if o == Pending {
@@ -143,22 +143,22 @@ func (m *Message) Bind(s Settler) {
 
 // Ack acknowledges the message. It reports whether this call set the
 // outcome (false: an earlier outcome won).
-func (m *Message) Ack() bool { return m.Settle(Ack, 0) }
+func (m *Message) Ack() bool { return Settle(m, Ack, 0) }
 
 // Nack asks for redelivery now.
-func (m *Message) Nack() bool { return m.Settle(Nack, 0) }
+func (m *Message) Nack() bool { return Settle(m, Nack, 0) }
 
 // NackAfter asks for redelivery after d (rounded to whole seconds, at most
 // 600 s, the API's limit).
-func (m *Message) NackAfter(d time.Duration) bool { return m.Settle(NackAfter, d) }
+func (m *Message) NackAfter(d time.Duration) bool { return Settle(m, NackAfter, d) }
 
 // NoOp releases the message locally without telling the server.
-func (m *Message) NoOp() bool { return m.Settle(NoOp, 0) }
+func (m *Message) NoOp() bool { return Settle(m, NoOp, 0) }
 
-// Settle sets the outcome o if none is set yet and hands the message to its
-// settle path, exactly once. It is what Ack, Nack, NackAfter and NoOp call;
-// stages use it for Expired.
-func (m *Message) Settle(o Outcome, delay time.Duration) bool {
+// Settle sets m's outcome o if none is set yet and hands the message to
+// its settle path, exactly once. It is what Ack, Nack, NackAfter and NoOp
+// call; the lease and shutdown paths use it for Expired and OnShutdown.
+func Settle(m *Message, o Outcome, delay time.Duration) bool {
 	if o == Pending {
 		return false
 	}
@@ -184,29 +184,29 @@ func (m *Message) Outcome() Outcome { return Outcome(m.outcome.Load()) }
 // Settled reports whether an outcome has been set.
 func (m *Message) Settled() bool { return m.Outcome() != Pending }
 
-// Delay is the redelivery delay of a NackAfter outcome.
-func (m *Message) Delay() time.Duration { return m.delay }
+// Delay is the redelivery delay of m's NackAfter outcome.
+func Delay(m *Message) time.Duration { return m.delay }
 
 // Result returns the exactly-once ack result, or nil when the message's
 // subscription is not exactly-once or the settle path set none.
 func (m *Message) Result() *Result { return m.result }
 
-// SetResult attaches the exactly-once result (by the settle path).
-func (m *Message) SetResult(r *Result) { m.result = r }
+// SetResult attaches m's exactly-once result (by the settle path).
+func SetResult(m *Message, r *Result) { m.result = r }
 
-// MarkHandedOff records that the message left the subscriber's buffers for
+// MarkHandedOff records that m left the subscriber's buffers for
 // processing (the Subscriber's stats tell buffered and processing apart).
 // It reports false if it was already marked.
-func (m *Message) MarkHandedOff() bool { return m.MarkHandedOffBy(1) }
+func MarkHandedOff(m *Message) bool { return MarkHandedOffBy(m, 1) }
 
 // MarkHandedOffBy is MarkHandedOff naming the pipeline (a non-zero id) the
 // message was handed to, so that pipeline's stop can find what it left
 // unsettled.
-func (m *Message) MarkHandedOffBy(owner uint64) bool { return m.handed.CompareAndSwap(0, owner) }
+func MarkHandedOffBy(m *Message, owner uint64) bool { return m.handed.CompareAndSwap(0, owner) }
 
-// HandedOff reports whether the message was handed off.
-func (m *Message) HandedOff() bool { return m.handed.Load() != 0 }
+// HandedOff reports whether m was handed off.
+func HandedOff(m *Message) bool { return m.handed.Load() != 0 }
 
 // HandedOffBy returns the owner given to MarkHandedOffBy (1 for
 // MarkHandedOff, 0 if not handed off).
-func (m *Message) HandedOffBy() uint64 { return m.handed.Load() }
+func HandedOffBy(m *Message) uint64 { return m.handed.Load() }

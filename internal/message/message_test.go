@@ -30,10 +30,10 @@ func TestFirstOutcomeWins(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				if i == 4 {
-					m.Bind(s)
+					Bind(m, s)
 					return
 				}
-				if m.Settle(Outcome(1+i%5), time.Second) {
+				if Settle(m, Outcome(1+i%5), time.Second) {
 					wins.Add(1)
 				}
 			}()
@@ -53,7 +53,7 @@ func TestResultResolvesOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Add(1)
-		go func() { defer wg.Done(); r.Resolve(nil) }()
+		go func() { defer wg.Done(); Resolve(r, nil) }()
 	}
 	wg.Wait()
 	<-r.Done()

@@ -18,7 +18,7 @@ func NewResult() *Result { return &Result{done: make(chan struct{})} }
 
 // Resolve settles the result with err (nil: confirmed). Only the first
 // call counts.
-func (r *Result) Resolve(err error) {
+func Resolve(r *Result, err error) {
 	r.once.Do(func() {
 		r.err = err
 		close(r.done)

@@ -29,9 +29,9 @@ func (t *Trace) End() bool { return t.ended.CompareAndSwap(false, true) }
 // Ended reports whether End was called.
 func (t *Trace) Ended() bool { return t.ended.Load() }
 
-// Trace returns the message's span state, or nil when its subscriber does
-// not trace.
-func (m *Message) Trace() *Trace { return m.trace }
+// TraceOf returns m's span state, or nil when its subscriber does not
+// trace.
+func TraceOf(m *Message) *Trace { return m.trace }
 
-// SetTrace attaches span state (by the subscriber, on receipt).
-func (m *Message) SetTrace(t *Trace) { m.trace = t }
+// SetTrace attaches m's span state (by the subscriber, on receipt).
+func SetTrace(m *Message, t *Trace) { m.trace = t }

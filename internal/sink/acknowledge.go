@@ -64,6 +64,6 @@ func (a ackSink) run(g *stage.Group, next func(ctx context.Context) (bool, error
 
 func (a ackSink) settle(m *message.Message) {
 	if !m.Settled() {
-		m.Settle(a.p.success(), a.p.NackDelay)
+		message.Settle(m, a.p.success(), a.p.NackDelay)
 	}
 }

@@ -36,7 +36,7 @@ func ExampleAcknowledge() {
 	in := make(chan *message.Message, len(resp.ReceivedMessages))
 	for _, rm := range resp.ReceivedMessages {
 		m := message.FromReceived(rm, sub, nil, time.Now())
-		m.Bind(settle)
+		message.Bind(m, settle)
 		in <- m
 	}
 	close(in)
@@ -69,7 +69,7 @@ func ExampleApply() {
 	m := &message.Message{AckID: "a"}
 	policy := sink.Policy{OnFailure: message.NackAfter, NackDelay: 30 * time.Second}
 	sink.Apply(m, errors.New("downstream unavailable"), policy)
-	fmt.Println(m.Outcome(), m.Delay())
+	fmt.Println(m.Outcome(), message.Delay(m))
 	// Output: nack-after 30s
 }
 
@@ -78,7 +78,7 @@ func ExampleNewSettler() {
 	settle := sink.NewSettler(nil, fc, nil) // no acknowledger: settles locally only
 
 	m := &message.Message{AckID: "a"}
-	m.Bind(settle)
+	message.Bind(m, settle)
 	fc.AcquireMessage(m)
 	fmt.Println("before:", fc.Outstanding())
 	m.Ack()

@@ -63,5 +63,5 @@ func Apply(m *message.Message, err error, p Policy) bool {
 	if err != nil {
 		o = p.failure()
 	}
-	return m.Settle(o, p.NackDelay)
+	return message.Settle(m, o, p.NackDelay)
 }

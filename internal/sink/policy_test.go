@@ -42,8 +42,8 @@ func TestApply(t *testing.T) {
 		{Policy{OnSuccess: message.NoOp}, nil, message.NoOp, 0},
 	} {
 		m := newMsg("x", 1)
-		if !Apply(m, tc.err, tc.p) || m.Outcome() != tc.want || tc.want == message.NackAfter && m.Delay() != tc.delay {
-			t.Errorf("Apply(%v, %+v): outcome %v delay %v, want %v %v", tc.err, tc.p, m.Outcome(), m.Delay(), tc.want, tc.delay)
+		if !Apply(m, tc.err, tc.p) || m.Outcome() != tc.want || tc.want == message.NackAfter && message.Delay(m) != tc.delay {
+			t.Errorf("Apply(%v, %+v): outcome %v delay %v, want %v %v", tc.err, tc.p, m.Outcome(), message.Delay(m), tc.want, tc.delay)
 		}
 		if Apply(m, nil, Policy{}) {
 			t.Error("Apply overrode an earlier outcome")

@@ -75,6 +75,6 @@ func (s *Settler) Settle(m *message.Message, o message.Outcome, delay time.Durat
 		}
 	}
 	if r != nil {
-		m.SetResult(r)
+		message.SetResult(m, r)
 	}
 }

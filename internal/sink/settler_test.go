@@ -69,7 +69,7 @@ func (l *fakeLeases) Release(m *message.Message, o message.Outcome) {
 
 func newMsg(id string, size int) *message.Message {
 	m := &message.Message{ID: id, AckID: id}
-	m.SetSize(size)
+	message.SetSize(m, size)
 	return m
 }
 
@@ -91,11 +91,11 @@ func TestSettlerSettlesOnce(t *testing.T) {
 			"n": (*message.Message).Nack,
 			"d": func(m *message.Message) bool { return m.NackAfter(1500 * time.Millisecond) },
 			"o": (*message.Message).NoOp,
-			"e": func(m *message.Message) bool { return m.Settle(message.Expired, 0) },
+			"e": func(m *message.Message) bool { return message.Settle(m, message.Expired, 0) },
 		}
 		for id, settle := range outcomes {
 			m := newMsg(id, 100)
-			m.Bind(s)
+			message.Bind(m, s)
 			if !fc.AcquireMessage(m) {
 				t.Fatal("acquire")
 			}
@@ -138,7 +138,7 @@ func TestSettlerExactlyOnceResult(t *testing.T) {
 		s := NewSettler(acks, nil, nil)
 		m := newMsg("x", 1)
 		m.ExactlyOnce = true
-		m.Bind(s)
+		message.Bind(m, s)
 		m.Ack()
 		r := m.Result()
 		if r == nil {
@@ -156,7 +156,7 @@ func TestSettlerExactlyOnceResult(t *testing.T) {
 func TestSettlerWithoutAcknowledger(t *testing.T) {
 	fc := flow.NewFlowControl(1, 0)
 	m := newMsg("x", 1)
-	m.Bind(NewSettler(nil, fc, nil))
+	message.Bind(m, NewSettler(nil, fc, nil))
 	fc.AcquireMessage(m)
 	m.Ack()
 	if fc.Outstanding() != 0 {

@@ -44,7 +44,7 @@ func streamSource(client pubsubpb.SubscriberClient, sub string, maxOutstanding i
 				}
 				for _, rm := range resp.ReceivedMessages {
 					m := message.FromReceived(rm, sub, resp.SubscriptionProperties, time.Now())
-					m.Bind(s)
+					message.Bind(m, s)
 					select {
 					case out <- m:
 					case <-ctx.Done():
