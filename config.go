@@ -177,17 +177,17 @@ func (c *SubscriberConfig) Validate() error {
 	if c.Conn != nil && c.Client != nil {
 		add(fieldError("Conn", "set Conn or Client, not both"))
 	}
-	add(inRange("StreamAckDeadline", c.StreamAckDeadline, 10*time.Second, 600*time.Second))
+	add(inRange("StreamAckDeadline", c.StreamAckDeadline, source.MinStreamAckDeadline, source.MaxStreamAckDeadline))
 	if c.StreamAckDeadline < 0 {
 		add(fieldError("StreamAckDeadline", "negative"))
 	}
-	if len(c.ClientID) > 128 {
-		add(fieldError("ClientID", "%d bytes, at most 128", len(c.ClientID)))
+	if len(c.ClientID) > source.MaxClientIDLength {
+		add(fieldError("ClientID", "%d bytes, at most %d", len(c.ClientID), source.MaxClientIDLength))
 	}
 	add(limit("MaxOutstandingMessages", c.MaxOutstandingMessages))
 	add(limit("MaxOutstandingBytes", c.MaxOutstandingBytes))
-	if c.Streams < 0 || c.Streams > 64 {
-		add(fieldError("Streams", "%d: want 1–64 (0 = default 1)", c.Streams))
+	if c.Streams < 0 || c.Streams > source.MaxStreams {
+		add(fieldError("Streams", "%d: want 1–%d (0 = default 1)", c.Streams, source.MaxStreams))
 	}
 	add(positiveRange("HeartbeatInterval", c.HeartbeatInterval, minHeartbeatInterval, 10*time.Minute))
 	add(positiveRange("HeartbeatTimeout", c.HeartbeatTimeout, time.Millisecond, 10*time.Minute))

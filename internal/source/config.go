@@ -2,14 +2,13 @@ package source
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	gax "github.com/googleapis/gax-go/v2"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/pubsubflow/pubsubflow/internal/event"
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
@@ -28,8 +27,9 @@ const (
 	// MaxStreams bounds Config.Streams: each stream costs two goroutines
 	// and a share of the flow-control budget.
 	MaxStreams = 64
-	// MaxClientIDLength bounds Config.ClientID.
-	MaxClientIDLength = 256
+	// MaxClientIDLength bounds Config.ClientID. The service documents no
+	// bound; 128 bytes is ample for an id and keeps every request small.
+	MaxClientIDLength = 128
 )
 
 // Config configures Subscribe. The zero value of every field but
@@ -158,15 +158,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// validSubscription checks "projects/P/subscriptions/S" with non-empty,
-// slash-free P and S.
+// validSubscription checks the name by the service's rules, the one
+// validator the Subscriber, the Publisher, pubsubtest and the CLI share.
 func validSubscription(s string) error {
-	if s == "" {
-		return errors.New("pubsubflow/source: Subscription is empty; want projects/P/subscriptions/S")
-	}
-	parts := strings.Split(s, "/")
-	if len(parts) != 4 || parts[0] != "projects" || parts[2] != "subscriptions" || parts[1] == "" || parts[3] == "" {
-		return fmt.Errorf("pubsubflow/source: Subscription %q is not of the form projects/P/subscriptions/S", s)
+	if err := limits.CheckName(limits.Subscriptions, s); err != nil {
+		return fmt.Errorf("pubsubflow/source: %w", err)
 	}
 	return nil
 }

@@ -14,10 +14,11 @@ func TestValidate(t *testing.T) {
 		want string // substring of the error; "" = valid
 	}{
 		{"zero", func(*Config) {}, ""},
-		{"empty sub", func(c *Config) { c.Subscription = "" }, "Subscription is empty"},
-		{"short sub", func(c *Config) { c.Subscription = "s" }, "not of the form"},
-		{"topic name", func(c *Config) { c.Subscription = "projects/p/topics/topic" }, "not of the form"},
-		{"extra part", func(c *Config) { c.Subscription = testSub + "/x" }, "not of the form"},
+		{"empty sub", func(c *Config) { c.Subscription = "" }, "want projects/PROJECT/subscriptions/ID"},
+		{"short sub", func(c *Config) { c.Subscription = "s" }, "want projects/PROJECT/subscriptions/ID"},
+		{"topic name", func(c *Config) { c.Subscription = "projects/p/topics/topic" }, "want projects/PROJECT/subscriptions/ID"},
+		{"extra part", func(c *Config) { c.Subscription = testSub + "/x" }, "want projects/PROJECT/subscriptions/ID"},
+		{"space in id", func(c *Config) { c.Subscription = "projects/p/subscriptions/a b" }, "subscription"},
 		{"deadline low", func(c *Config) { c.StreamAckDeadline = 5 * time.Second }, "StreamAckDeadline"},
 		{"deadline high", func(c *Config) { c.StreamAckDeadline = 601 * time.Second }, "StreamAckDeadline"},
 		{"deadline ok", func(c *Config) { c.StreamAckDeadline = 600 * time.Second }, ""},
