@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"google.golang.org/grpc/metadata"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -58,7 +59,7 @@ func TestValidate(t *testing.T) {
 
 // TestDialTLSTokenRoutingInterceptors proves a TLS connection sends the
 // token as per-RPC credentials, runs the caller's interceptors, and carries
-// the routing metadata WithRouting adds.
+// the caller's outgoing metadata.
 func TestDialTLSTokenRoutingInterceptors(t *testing.T) {
 	cert, pool := selfSigned(t)
 	echo, addr := startEcho(t, cert)
@@ -81,7 +82,7 @@ func TestDialTLSTokenRoutingInterceptors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	ctx := WithRouting(context.Background(), "subscription", testSub)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-goog-request-params", "subscription=projects%2Fp%2Fsubscriptions%2Fsub")
 	if _, err := pubsubpb.NewSubscriberClient(cc).GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: testSub}); err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +90,8 @@ func TestDialTLSTokenRoutingInterceptors(t *testing.T) {
 	if got := md.Get("authorization"); len(got) != 1 || got[0] != "Bearer tok-123" {
 		t.Errorf("authorization = %q, want Bearer tok-123", got)
 	}
-	if got := md.Get(RequestParamsKey); len(got) != 1 || got[0] != "subscription=projects%2Fp%2Fsubscriptions%2Fsub" {
-		t.Errorf("%s = %q", RequestParamsKey, got)
+	if got := md.Get("x-goog-request-params"); len(got) != 1 || got[0] != "subscription=projects%2Fp%2Fsubscriptions%2Fsub" {
+		t.Errorf("x-goog-request-params = %q", got)
 	}
 	if got := md.Get("user-agent"); len(got) != 1 || !strings.HasPrefix(got[0], "ua-test") {
 		t.Errorf("user-agent = %q", got)

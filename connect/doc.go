@@ -8,7 +8,4 @@
 // or a caller's token source, as per-RPC credentials. Connections are made
 // with grpc.NewClient, which connects lazily; the deprecated grpc.Dial is not
 // used.
-//
-// WithRouting adds the x-goog-request-params metadata that Google's front
-// ends use to route a call to the resource's region.
 package connect

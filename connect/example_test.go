@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/pubsubflow/pubsubflow/connect"
 )
@@ -23,13 +22,6 @@ func ExampleDial() {
 	_ = pubsubpb.NewSubscriberClient(cc) // hand this to source.Subscribe
 	fmt.Println(cc.Target())
 	// Output: localhost:8085
-}
-
-func ExampleWithRouting() {
-	ctx := connect.WithRouting(context.Background(), "subscription", "projects/p/subscriptions/s")
-	md, _ := metadata.FromOutgoingContext(ctx)
-	fmt.Println(md.Get(connect.RequestParamsKey)[0])
-	// Output: subscription=projects%2Fp%2Fsubscriptions%2Fs
 }
 
 func ExampleDialOptions() {

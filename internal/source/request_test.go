@@ -6,7 +6,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/connect"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -59,7 +58,7 @@ func TestBug2LaterRequestsCarryNothingInitialOnly(t *testing.T) {
 				t.Errorf("later request %d = %v, want the zero value", i, r)
 			}
 		}
-		if got := client.md[0].Get(connect.RequestParamsKey); len(got) != 1 || got[0] != "subscription=projects%2Fp%2Fsubscriptions%2Fsub" {
+		if got := client.md[0].Get(requestParamsKey); len(got) != 1 || got[0] != "subscription=projects%2Fp%2Fsubscriptions%2Fsub" {
 			t.Errorf("routing metadata = %q", got)
 		}
 	})

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/pubsubflow/pubsubflow/connect"
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 )
@@ -93,7 +92,7 @@ func (s *Source) grant(ctx context.Context, i int) (maxMsgs, maxBytes int64, ok 
 // its initial request, and receives until the stream fails or ctx is done.
 // healthy reports whether the stream received at least one response.
 func (s *Source) connectOnce(ctx context.Context, i int, h *handoff, maxMsgs, maxBytes int64) (healthy bool, err error) {
-	sctx, cancel := context.WithCancelCause(connect.WithRouting(ctx, "subscription", s.cfg.Subscription))
+	sctx, cancel := context.WithCancelCause(withRouting(ctx, "subscription", s.cfg.Subscription))
 	defer cancel(errStreamDone)
 	stream, err := s.client.StreamingPull(sctx)
 	if err == nil {
