@@ -109,8 +109,3 @@ func (p Pipeline[T]) To(sink stage.Sink[T]) error {
 	g.Cancel() // the sink is done: stop whatever still runs upstream
 	return g.Wait()
 }
-
-// Run is To without the chained form: it runs src through flows into sink.
-func Run[T any](ctx context.Context, src stage.Source[T], sink stage.Sink[T], flows ...stage.Flow[T, T]) error {
-	return FromContext(ctx, src).Via(flows...).To(sink)
-}
