@@ -31,7 +31,8 @@ func produce(g *stage.Group, n, size int, s message.Settler, sent *atomic.Int64)
 	return in
 }
 
-// TestGateCountsOnReceipt is the seed's bug-3 reproduction: limit 5, 100
+// TestGateCountsOnReceipt: a gate that counted only what downstream took
+// would hold more than its budget unaccounted. Limit 5, 100
 // messages upstream, downstream takes one and blocks. The gate must count
 // every message it received (5, not 1) and stop receiving at the limit.
 func TestGateCountsOnReceipt(t *testing.T) {
@@ -46,7 +47,7 @@ func TestGateCountsOnReceipt(t *testing.T) {
 		processing := <-out // the one "mapAsync(1)" holds forever
 		synctest.Wait()
 		if got := fc.Outstanding(); got != limit {
-			t.Fatalf("Outstanding = %d, want %d (bug 3 counted only what downstream took)", got, limit)
+			t.Fatalf("Outstanding = %d, want %d (a gate counting only what downstream took)", got, limit)
 		}
 		if got := sent.Load(); got != limit {
 			t.Fatalf("the gate received %d messages, want it to stop at %d", got, limit)

@@ -35,7 +35,7 @@ type trkModack struct {
 	ids []string
 }
 
-// trkStub is the seed's CapturingClient: a SubscriberClient whose
+// trkStub is a capturing client: a SubscriberClient whose
 // ModifyAckDeadline records the request and succeeds. Other methods are
 // not implemented (nil embedded interface).
 type trkStub struct {
@@ -118,7 +118,7 @@ func trkExtender(t *testing.T, client pubsubpb.SubscriberClient, sub string, cfg
 	return ext
 }
 
-// trkNaiveTrack is the seed's demand-driven tracker rebuilt with go-streams:
+// trkNaiveTrack is the demand-driven tracker, built with go-streams:
 // a flow.NewMap that tracks as elements pass through it, so it tracks only
 // when downstream pulls.
 func trkNaiveTrack(ext *lease.Extender) stage.Flow[*message.Message, *message.Message] {
@@ -131,7 +131,7 @@ func trkNaiveTrack(ext *lease.Extender) stage.Flow[*message.Message, *message.Me
 }
 
 // trkBlocked is ParallelMap(1) whose handler never returns (until the
-// pipeline is cancelled): the seed's mapAsync(1)(_ => gate.future).
+// pipeline is cancelled): a handler stuck on its first message.
 func trkBlocked() stage.Flow[*message.Message, *message.Message] {
 	return operators.ParallelMap(1, func(ctx context.Context, m *message.Message) (*message.Message, error) {
 		<-ctx.Done()
@@ -143,10 +143,10 @@ func trkDiscard() stage.Sink[*message.Message] {
 	return pipeline.ForEach(func(context.Context, *message.Message) error { return nil })
 }
 
-// runBug1 is the seed's bug-1 reproduction: 10 messages, downstream
+// runStuckDownstream receives 10 messages with downstream
 // ParallelMap(1) blocked forever, extension interval 200 ms; it returns the
 // ack ids of the first extension request.
-func runBug1(t *testing.T, track func(*lease.Extender) stage.Flow[*message.Message, *message.Message]) []string {
+func runStuckDownstream(t *testing.T, track func(*lease.Extender) stage.Flow[*message.Message, *message.Message]) []string {
 	t.Helper()
 	var first []string
 	synctest.Test(t, func(t *testing.T) {
@@ -174,11 +174,12 @@ func runBug1(t *testing.T, track func(*lease.Extender) stage.Flow[*message.Messa
 	return first
 }
 
-// TestBug1EagerTrackExtendsEveryReceivedMessage is the seed's bug-1 test:
+// TestEagerTrackExtendsEveryReceivedMessage: tracking on receipt leases
+// what waits in buffers:
 // with EagerTrack the first extension request names all 10 ack ids,
 // although downstream took only one.
-func TestBug1EagerTrackExtendsEveryReceivedMessage(t *testing.T) {
-	got := runBug1(t, func(ext *lease.Extender) stage.Flow[*message.Message, *message.Message] { return EagerTrack(ext, 0) })
+func TestEagerTrackExtendsEveryReceivedMessage(t *testing.T) {
+	got := runStuckDownstream(t, func(ext *lease.Extender) stage.Flow[*message.Message, *message.Message] { return EagerTrack(ext, 0) })
 	slices.Sort(got)
 	want := make([]string, 10)
 	for i := range want {
@@ -190,10 +191,10 @@ func TestBug1EagerTrackExtendsEveryReceivedMessage(t *testing.T) {
 	}
 }
 
-// TestBug1DemandDrivenTrackerMisses shows the bug itself: a go-streams Map
+// TestDemandDrivenTrackerMisses shows the bug itself: a go-streams Map
 // doing the tracking names only what downstream pulled.
-func TestBug1DemandDrivenTrackerMisses(t *testing.T) {
-	got := runBug1(t, trkNaiveTrack)
+func TestDemandDrivenTrackerMisses(t *testing.T) {
+	got := runStuckDownstream(t, trkNaiveTrack)
 	if len(got) >= 10 {
 		t.Fatalf("the demand-driven tracker extended %d leases; the reproduction no longer reproduces", len(got))
 	}

@@ -7,8 +7,8 @@ import (
 	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
-// Policy decides the outcome of a processed message, like the seed's
-// on_success / on_failure options. The zero value acks on success and
+// Policy decides the outcome of a processed message, as
+// SubscriberConfig's OnSuccess and OnFailure do. The zero value acks on success and
 // nacks at once on failure.
 type Policy struct {
 	// OnSuccess is the outcome of a message processed without error

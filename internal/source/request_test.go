@@ -11,11 +11,11 @@ import (
 
 const testSub = "projects/p/subscriptions/sub"
 
-// TestBug2LaterRequestsCarryNothingInitialOnly is the seed's bug-2
-// reproduction: with max outstanding 100 / 10 MiB and a client id on the
+// TestLaterRequestsCarryNothingInitialOnly: the service rejects a
+// keepalive request that repeats an initial-only field. With max outstanding 100 / 10 MiB and a client id on the
 // initial request and a 100 ms heartbeat, the first request keeps them and
 // every later one is the zero value.
-func TestBug2LaterRequestsCarryNothingInitialOnly(t *testing.T) {
+func TestLaterRequestsCarryNothingInitialOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		client := &capturingClient{answer: true}
 		src, err := Subscribe(client, Config{
