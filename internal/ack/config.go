@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/pubsubflow/pubsubflow/internal/event"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Defaults of a zero Config.
@@ -62,9 +60,6 @@ type Config struct {
 	// Flow, if set, makes acks and immediate nacks go out at once (one RPC
 	// at a time) while Flow.AtLimit says they hold the subscriber back.
 	Flow Budget
-	// Retryable classifies a failed RPC that carries no per-ack-id
-	// failures: true retries it. Nil means DefaultRetryable.
-	Retryable func(error) bool
 	// OnAcked, if set, is called once for every ack id queued with Ack or
 	// AckWithResult when its fate is final: confirmed, failed for good, or
 	// abandoned at Close. The lease manager uses it to keep extending a
@@ -106,9 +101,6 @@ func (c Config) withDefaults() Config {
 	if c.RPCTimeout == 0 {
 		c.RPCTimeout = DefaultRPCTimeout
 	}
-	if c.Retryable == nil {
-		c.Retryable = DefaultRetryable
-	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -125,17 +117,4 @@ func (c Config) retryDeadline(exactlyOnce bool) time.Duration {
 	default:
 		return DefaultRetryDeadline
 	}
-}
-
-// DefaultRetryable retries the status codes Google's clients treat as
-// transient for acks (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED,
-// ABORTED, INTERNAL) and UNKNOWN (a transport failure without a status).
-// Cancellation is not retried: it means the acknowledger is closing.
-func DefaultRetryable(err error) bool {
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted,
-		codes.Aborted, codes.Internal, codes.Unknown:
-		return true
-	}
-	return false
 }

@@ -3,7 +3,8 @@ package ack
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
+	gax "github.com/googleapis/gax-go/v2"
+	"github.com/pubsubflow/pubsubflow/internal/retry"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -19,6 +20,7 @@ type request struct {
 	results []*message.Result // parallel to ids when key.eo
 	start   time.Time         // first attempt: the retry deadline counts from here
 	attempt int
+	bo      *gax.Backoff  // retry pauses, from the first retry on
 	due     time.Time     // next attempt, while waiting to be retried
 	err     error         // last failure
 	trace   func(Attempt) // ends the attempt's span when Config.Tracer is set
@@ -169,7 +171,7 @@ func (a *Acknowledger) classify(r *request, err error) outcome {
 	for i := range idx {
 		idx[i] = i
 	}
-	if a.cfg.Retryable(err) {
+	if retry.Transient(err) {
 		o.retry = idx
 	} else {
 		o.failed = idx
@@ -188,7 +190,7 @@ func (a *Acknowledger) complete(r *request, err error) {
 	a.mu.Unlock()
 
 	var evs []event.Event
-	var retry *request
+	var again *request
 	var final []string // ack ids whose fate is now final (for OnAcked)
 	var o outcome
 	exhausted := false
@@ -215,21 +217,22 @@ func (a *Acknowledger) complete(r *request, err error) {
 			final = r.ids
 		}
 		if len(o.retry) > 0 {
-			retry = r.subset(o.retry)
-			retry.err = err
-			delay := backoff(r.attempt, r.key.eo)
+			again = r.subset(o.retry)
+			again.err = err
+			again.bo = r.pauses()
+			delay := again.bo.Pause()
 			if now.Add(delay).After(r.start.Add(a.cfg.retryDeadline(r.key.eo))) {
-				first := a.failIndexes(retry, nil, nil, ErrRetryExhausted, err)
-				evs = append(evs, event.Event{Kind: event.AckFailed, Subscription: a.sub, Count: len(retry.ids), Err: first})
-				a.log.Warn("pubsubflow: ack retries exhausted", "subscription", a.sub, "count", len(retry.ids), "err", err)
-				retry = nil
+				first := a.failIndexes(again, nil, nil, ErrRetryExhausted, err)
+				evs = append(evs, event.Event{Kind: event.AckFailed, Subscription: a.sub, Count: len(again.ids), Err: first})
+				a.log.Warn("pubsubflow: ack retries exhausted", "subscription", a.sub, "count", len(again.ids), "err", err)
+				again = nil
 				final = r.ids
 				exhausted = true
 			} else {
-				retry.due = now.Add(delay)
+				again.due = now.Add(delay)
 				final = without(r.ids, o.retry)
-				evs = append(evs, event.Event{Kind: event.Retry, Subscription: a.sub, Count: len(retry.ids), Delay: delay, Err: err})
-				a.log.Debug("pubsubflow: ack retry", "subscription", a.sub, "count", len(retry.ids), "delay", delay, "err", err)
+				evs = append(evs, event.Event{Kind: event.Retry, Subscription: a.sub, Count: len(again.ids), Delay: delay, Err: err})
+				a.log.Debug("pubsubflow: ack retry", "subscription", a.sub, "count", len(again.ids), "delay", delay, "err", err)
 			}
 		}
 	}
@@ -240,13 +243,13 @@ func (a *Acknowledger) complete(r *request, err error) {
 
 	finished := len(r.ids)
 	a.mu.Lock()
-	if retry != nil && a.aborted {
-		defer a.failAll(retry, ErrClosed, err) // after the unlock below
-		retry = nil
+	if again != nil && a.aborted {
+		defer a.failAll(again, ErrClosed, err) // after the unlock below
+		again = nil
 	}
-	if retry != nil {
-		finished -= len(retry.ids)
-		a.retries = append(a.retries, retry)
+	if again != nil {
+		finished -= len(again.ids)
+		a.retries = append(a.retries, again)
 	}
 	a.inflight[r.key.kind]--
 	if r.key.eo {
@@ -314,9 +317,9 @@ func (a *Acknowledger) resolveOK(r *request, o outcome, all bool) {
 // subset is a new request for the given indexes of r (for a retry).
 func (r *request) subset(idx []int) *request {
 	if len(idx) == len(r.ids) {
-		return &request{key: r.key, ids: r.ids, results: r.results, start: r.start, attempt: r.attempt}
+		return &request{key: r.key, ids: r.ids, results: r.results, start: r.start, attempt: r.attempt, bo: r.bo}
 	}
-	s := &request{key: r.key, ids: make([]string, len(idx)), start: r.start, attempt: r.attempt}
+	s := &request{key: r.key, ids: make([]string, len(idx)), start: r.start, attempt: r.attempt, bo: r.bo}
 	if r.key.eo {
 		s.results = make([]*message.Result, len(idx))
 	}
@@ -369,18 +372,16 @@ func (a *Acknowledger) failAll(r *request, kind, err error) {
 	a.acked(r.key, r.ids)
 }
 
-// backoff is the pause before attempt+1: exponential from 100 ms to 60 s
-// (exactly-once: 1 s to 64 s, as Google's clients), with jitter in the
-// upper half so retries of many requests spread out.
-func backoff(attempt int, exactlyOnce bool) time.Duration {
-	initial, most := 100*time.Millisecond, 60*time.Second
-	if exactlyOnce {
-		initial, most = time.Second, 64*time.Second
+// pauses returns the request's retry pauses (internal/retry's backoff):
+// from 100 ms up to 60 s, or for exactly-once from 1 s up to 64 s, as
+// Google's clients.
+func (r *request) pauses() *gax.Backoff {
+	if r.bo == nil {
+		bo := retry.Backoff(100*time.Millisecond, 60*time.Second)
+		if r.key.eo {
+			bo = retry.Backoff(time.Second, 64*time.Second)
+		}
+		r.bo = &bo
 	}
-	d := initial
-	for i := 1; i < attempt && d < most; i++ {
-		d *= 2
-	}
-	d = min(d, most)
-	return d/2 + rand.N(d/2+1)
+	return r.bo
 }

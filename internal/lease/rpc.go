@@ -2,17 +2,14 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
 	"github.com/pubsubflow/pubsubflow/internal/event"
+	"github.com/pubsubflow/pubsubflow/internal/retry"
 )
 
 // job is one ModifyAckDeadline request: ids[i] is the ack id of leases[i].
@@ -46,11 +43,11 @@ type failure struct {
 }
 
 // run sends j, retrying transient failures (the whole call, or single ack
-// ids on exactly-once subscriptions) with randomized exponential backoff
+// ids on exactly-once subscriptions) with internal/retry's backoff
 // for up to RetryDeadline.
 func (e *Extender) run(j job) {
 	start := time.Now()
-	backoff := backoffInitial
+	bo := retry.Backoff(backoffInitial, backoffMax)
 	for {
 		sentAt := time.Now()
 		endTrace := e.startTrace(j)
@@ -68,14 +65,15 @@ func (e *Extender) run(j job) {
 			e.abandon(j) // Close cancelled the call: not the server's verdict
 			return
 		}
-		ok, retry, failed := classify(j, err)
+		ok, again, failed := classify(j, err)
 		e.succeeded(j, ok, sentAt)
-		if len(retry) == 0 {
+		if len(again) == 0 {
 			e.failed(j, failed)
 			return
 		}
-		j = subJob(j, retry)
-		if time.Since(start)+backoff > e.cfg.RetryDeadline {
+		j = subJob(j, again)
+		delay := bo.Pause()
+		if time.Since(start)+delay > e.cfg.RetryDeadline {
 			for _, l := range j.leases {
 				failed = append(failed, failure{l: l, err: fmt.Errorf("lease: modack retries exhausted after %v: %w", e.cfg.RetryDeadline, err)})
 			}
@@ -83,7 +81,6 @@ func (e *Extender) run(j job) {
 			return
 		}
 		e.failed(j, failed)
-		delay := time.Duration(float64(backoff) * (0.5 + 0.5*rand.Float64()))
 		e.emit(event.Event{Kind: event.Retry, Subscription: j.sub, Count: len(j.ids), Delay: delay, Err: err})
 		e.log.Debug("lease: modack retry", "subscription", j.sub, "count", len(j.ids), "delay", delay, "err", err)
 		t := time.NewTimer(delay)
@@ -94,7 +91,6 @@ func (e *Extender) run(j job) {
 			e.abandon(j)
 			return
 		}
-		backoff = min(2*backoff, backoffMax)
 	}
 }
 
@@ -107,21 +103,11 @@ func subJob(j job, keep []*lease) job {
 	return n
 }
 
-// retryable reports whether a whole-call failure is worth retrying.
-func retryable(err error) bool {
-	switch status.Code(err) {
-	case codes.DeadlineExceeded, codes.Unavailable, codes.Internal,
-		codes.ResourceExhausted, codes.Aborted, codes.Unknown:
-		return true
-	}
-	return false
-}
-
 // classify splits j's leases by the call's outcome. On exactly-once
 // subscriptions the server names failed ack ids in an ErrorInfo's metadata
 // (reason TRANSIENT_FAILURE_* or PERMANENT_FAILURE_*); ack ids not named
 // there succeeded.
-func classify(j job, err error) (ok, retry []*lease, failed []failure) {
+func classify(j job, err error) (ok, again []*lease, failed []failure) {
 	if err == nil {
 		return j.leases, nil, nil
 	}
@@ -132,14 +118,14 @@ func classify(j job, err error) (ok, retry []*lease, failed []failure) {
 			case !named:
 				ok = append(ok, l)
 			case ackids.Transient(reason):
-				retry = append(retry, l)
+				again = append(again, l)
 			default:
 				failed = append(failed, failure{l: l, perID: true, err: fmt.Errorf("lease: ack id failed (%s): %w", reason, err)})
 			}
 		}
-		return ok, retry, failed
+		return ok, again, failed
 	}
-	if retryable(err) && !errors.Is(err, context.Canceled) {
+	if retry.Transient(err) {
 		return nil, j.leases, nil
 	}
 	for _, l := range j.leases {
