@@ -1,6 +1,7 @@
 package pubsubflow
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	gax "github.com/googleapis/gax-go/v2"
@@ -220,36 +221,19 @@ func positiveRange(field string, d, lo, hi time.Duration) error {
 
 // withDefaults returns a copy with every zero field set to its default.
 func (c SubscriberConfig) withDefaults() SubscriberConfig {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&c.StreamAckDeadline, source.DefaultStreamAckDeadline)
-	def(&c.HeartbeatInterval, source.DefaultHeartbeatInterval)
-	def(&c.HeartbeatTimeout, min(source.DefaultHeartbeatTimeout, c.HeartbeatInterval))
-	def(&c.ReconnectTimeout, source.DefaultReconnectTimeout)
-	def(&c.MaxExtension, defaultMaxExtension)
-	def(&c.AckFlushInterval, defaultAckFlushInterval)
-	def(&c.ShutdownNackDelay, defaultShutdownNackDelay)
-	def(&c.DrainTimeout, defaultDrainTimeout)
-	if c.MaxOutstandingMessages == 0 {
-		c.MaxOutstandingMessages = source.DefaultMaxOutstandingMessages
-	}
-	if c.MaxOutstandingBytes == 0 {
-		c.MaxOutstandingBytes = source.DefaultMaxOutstandingBytes
-	}
-	if c.Streams == 0 {
-		c.Streams = 1
-	}
-	if c.OnSuccess == message.Pending {
-		c.OnSuccess = Ack
-	}
-	if c.OnFailure == message.Pending {
-		c.OnFailure = Nack
-	}
-	if c.OnShutdown == message.Pending {
-		c.OnShutdown = NackAfter
-	}
+	c.StreamAckDeadline = cmp.Or(c.StreamAckDeadline, source.DefaultStreamAckDeadline)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, source.DefaultHeartbeatInterval)
+	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, min(source.DefaultHeartbeatTimeout, c.HeartbeatInterval))
+	c.ReconnectTimeout = cmp.Or(c.ReconnectTimeout, source.DefaultReconnectTimeout)
+	c.MaxExtension = cmp.Or(c.MaxExtension, defaultMaxExtension)
+	c.AckFlushInterval = cmp.Or(c.AckFlushInterval, defaultAckFlushInterval)
+	c.ShutdownNackDelay = cmp.Or(c.ShutdownNackDelay, defaultShutdownNackDelay)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, defaultDrainTimeout)
+	c.MaxOutstandingMessages = cmp.Or(c.MaxOutstandingMessages, source.DefaultMaxOutstandingMessages)
+	c.MaxOutstandingBytes = cmp.Or(c.MaxOutstandingBytes, source.DefaultMaxOutstandingBytes)
+	c.Streams = cmp.Or(c.Streams, 1)
+	c.OnSuccess = cmp.Or(c.OnSuccess, Ack) // the zero Outcome is "none set"
+	c.OnFailure = cmp.Or(c.OnFailure, Nack)
+	c.OnShutdown = cmp.Or(c.OnShutdown, NackAfter)
 	return c
 }

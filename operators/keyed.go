@@ -75,12 +75,8 @@ func (pm *parallelMap[T, R]) keyed(g *stage.Group, in <-chan T) <-chan R {
 	for range pm.n {
 		inner.Go(func(ctx context.Context) error {
 			for j := range jobs {
-				r, emit, err := pm.call(ctx, j.v)
-				if err != nil {
+				if ok, err := pm.apply(ctx, j.v, out); !ok {
 					return err
-				}
-				if emit && !stage.Send(ctx, out, r) {
-					return nil
 				}
 				select {
 				case free <- j.key:
@@ -91,9 +87,6 @@ func (pm *parallelMap[T, R]) keyed(g *stage.Group, in <-chan T) <-chan R {
 			return nil
 		})
 	}
-	g.Go(func(context.Context) error {
-		defer close(out)
-		return inner.Wait()
-	})
+	closeAfter(g, inner, out)
 	return out
 }

@@ -86,9 +86,6 @@ func (pm *parallelMap[T, R]) ordered(g *stage.Group, in <-chan T) <-chan R {
 		}
 		return nil
 	})
-	g.Go(func(context.Context) error {
-		defer close(out)
-		return inner.Wait()
-	})
+	closeAfter(g, inner, out)
 	return out
 }

@@ -122,19 +122,32 @@ func (pm *parallelMap[T, R]) unordered(g *stage.Group, in <-chan T) <-chan R {
 				if !ok {
 					return nil
 				}
-				r, emit, err := pm.call(ctx, v)
-				if err != nil {
+				if ok, err := pm.apply(ctx, v, out); !ok {
 					return err
-				}
-				if emit && !stage.Send(ctx, out, r) {
-					return nil
 				}
 			}
 		})
 	}
+	closeAfter(g, workers, out)
+	return out
+}
+
+// apply calls f on v and sends its result on out (unless OnError dropped
+// it). It reports whether the worker goes on: false with the error that
+// fails the stage, or with nil once ctx is done.
+func (pm *parallelMap[T, R]) apply(ctx context.Context, v T, out chan<- R) (bool, error) {
+	r, emit, err := pm.call(ctx, v)
+	if err != nil {
+		return false, err
+	}
+	return !emit || stage.Send(ctx, out, r), nil
+}
+
+// closeAfter closes out once every goroutine of inner has returned, and
+// fails g with inner's first error.
+func closeAfter[R any](g, inner *stage.Group, out chan R) {
 	g.Go(func(context.Context) error {
 		defer close(out)
-		return workers.Wait()
+		return inner.Wait()
 	})
-	return out
 }

@@ -1,6 +1,7 @@
 package ack
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -92,18 +93,10 @@ func (c Config) Validate() error {
 }
 
 func (c Config) withDefaults() Config {
-	if c.FlushInterval == 0 {
-		c.FlushInterval = DefaultFlushInterval
-	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = DefaultMaxInFlight
-	}
-	if c.RPCTimeout == 0 {
-		c.RPCTimeout = DefaultRPCTimeout
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.FlushInterval = cmp.Or(c.FlushInterval, DefaultFlushInterval)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, DefaultMaxInFlight)
+	c.RPCTimeout = cmp.Or(c.RPCTimeout, DefaultRPCTimeout)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	return c
 }
 

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -106,29 +107,13 @@ func (c Config) Validate() error {
 
 // withDefaults returns c with every zero field replaced by its default.
 func (c Config) withDefaults() Config {
-	if c.StreamAckDeadline == 0 {
-		c.StreamAckDeadline = DefaultStreamAckDeadline
-	}
-	if c.Strategy == nil {
-		c.Strategy = Adaptive(AdaptiveConfig{})
-	}
-	if c.MaxExtension == 0 {
-		c.MaxExtension = DefaultMaxExtension
-	}
-	if c.Margin == 0 {
-		c.Margin = DefaultMargin
-	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = DefaultMaxInFlight
-	}
-	if c.RetryDeadline == 0 {
-		c.RetryDeadline = DefaultRetryDeadline
-	}
-	if c.CloseTimeout == 0 {
-		c.CloseTimeout = DefaultCloseTimeout
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.StreamAckDeadline = cmp.Or(c.StreamAckDeadline, DefaultStreamAckDeadline)
+	c.Strategy = cmp.Or(c.Strategy, Adaptive(AdaptiveConfig{}))
+	c.MaxExtension = cmp.Or(c.MaxExtension, DefaultMaxExtension)
+	c.Margin = cmp.Or(c.Margin, DefaultMargin)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, DefaultMaxInFlight)
+	c.RetryDeadline = cmp.Or(c.RetryDeadline, DefaultRetryDeadline)
+	c.CloseTimeout = cmp.Or(c.CloseTimeout, DefaultCloseTimeout)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	return c
 }

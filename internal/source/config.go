@@ -1,6 +1,7 @@
 package source
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	gax "github.com/googleapis/gax-go/v2"
@@ -170,33 +171,17 @@ func validSubscription(s string) error {
 // withDefaults returns c with every zero value replaced by its default. It
 // does not fill ClientID: Subscribe draws it.
 func (c Config) withDefaults() Config {
-	if c.StreamAckDeadline == 0 {
-		c.StreamAckDeadline = DefaultStreamAckDeadline
-	}
-	if c.MaxOutstandingMessages == 0 {
-		c.MaxOutstandingMessages = DefaultMaxOutstandingMessages
-	}
-	if c.MaxOutstandingBytes == 0 {
-		c.MaxOutstandingBytes = DefaultMaxOutstandingBytes
-	}
-	if c.Streams == 0 {
-		c.Streams = DefaultStreams
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = DefaultHeartbeatInterval
-	}
-	if c.HeartbeatTimeout == 0 {
-		c.HeartbeatTimeout = DefaultHeartbeatTimeout
-	}
-	if c.ReconnectTimeout == 0 {
-		c.ReconnectTimeout = DefaultReconnectTimeout
-	}
+	c.StreamAckDeadline = cmp.Or(c.StreamAckDeadline, DefaultStreamAckDeadline)
+	c.MaxOutstandingMessages = cmp.Or(c.MaxOutstandingMessages, DefaultMaxOutstandingMessages)
+	c.MaxOutstandingBytes = cmp.Or(c.MaxOutstandingBytes, DefaultMaxOutstandingBytes)
+	c.Streams = cmp.Or(c.Streams, DefaultStreams)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
+	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	c.ReconnectTimeout = cmp.Or(c.ReconnectTimeout, DefaultReconnectTimeout)
 	if c.Classify == nil {
 		c.Classify = DefaultClassifier
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	return c
 }
 
