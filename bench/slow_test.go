@@ -15,13 +15,12 @@ import (
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
-// The slow-consumer scenario, scaled from the seed's (60 messages, 6 s per
-// message, 10 in parallel, 60 s deadline): a backlog of slowBacklog
-// messages, a handler that takes slowHandler, slowParallelism handlers at
-// once, and a stream ack deadline of slowDeadline, well below backlog ×
-// handler time ÷ parallelism (15 s). Every client gets the default limits
-// (1,000 outstanding), so the whole backlog is delivered at once and most
-// of it waits behind the handlers for longer than the deadline.
+// The slow-consumer scenario: a backlog of slowBacklog messages, a handler
+// that takes slowHandler, slowParallelism handlers at once, and a stream
+// ack deadline of slowDeadline, well below backlog × handler time ÷
+// parallelism (15 s). Every client gets the default limits (1,000
+// outstanding), so the whole backlog is delivered at once and waits behind
+// the handlers, its last third for longer than the deadline.
 const (
 	slowBacklog     = 600
 	slowHandler     = 250 * time.Millisecond
@@ -162,7 +161,8 @@ func runSlow(tb testing.TB, sh shape, opts ...pubsubtest.Option) slowResult {
 // TestSlowConsumer runs the slow-consumer scenario in virtual time (bufconn
 // inside a synctest bubble): ours and Google's client redeliver nothing and
 // let no lease expire; the demand-driven shape does both, which proves the
-// scenario still exposes the bug.
+// scenario still shows what goes wrong when leases are taken only when a
+// handler pulls the message.
 func TestSlowConsumer(t *testing.T) {
 	for _, sh := range shapes {
 		t.Run(sh.name, func(t *testing.T) {
