@@ -13,6 +13,10 @@
 //	go test -run '^$' -bench SlowConsumer -benchtime 1x ./bench/
 //	go test -run '^$' -bench MemoryBacklog -benchtime 1000000x -timeout 30m ./bench/
 //
+// The slow-consumer benchmark also runs the demand-driven tracker of
+// internal/naive, which leases a message only when a handler pulls it, to
+// show that the scenario makes such a shape redeliver.
+//
 // go test ./bench/ without -bench runs only quick tests (the slow-consumer
 // scenario in virtual time, and the helpers).
 package bench

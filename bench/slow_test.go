@@ -2,36 +2,25 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"github.com/reugn/go-streams"
-	gsflow "github.com/reugn/go-streams/flow"
 	"google.golang.org/api/option"
 
 	"github.com/pubsubflow/pubsubflow"
-	"github.com/pubsubflow/pubsubflow/internal/ack"
-	"github.com/pubsubflow/pubsubflow/internal/lease"
-	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/internal/sink"
-	"github.com/pubsubflow/pubsubflow/internal/source"
-	"github.com/pubsubflow/pubsubflow/operators"
-	"github.com/pubsubflow/pubsubflow/pipeline"
+	"github.com/pubsubflow/pubsubflow/internal/naive"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
-	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// The slow-consumer scenario, scaled from the seed's (60 messages, 6 s per
-// message, 10 in parallel, 60 s deadline): a backlog of slowBacklog
-// messages, a handler that takes slowHandler, slowParallelism handlers at
-// once, and a stream ack deadline of slowDeadline, well below backlog ×
-// handler time ÷ parallelism (15 s). Every client gets the default limits
-// (1,000 outstanding), so the whole backlog is delivered at once and most
-// of it waits behind the handlers for longer than the deadline.
+// The slow-consumer scenario: a backlog of slowBacklog messages, a handler
+// that takes slowHandler, slowParallelism handlers at once, and a stream
+// ack deadline of slowDeadline, well below backlog × handler time ÷
+// parallelism (15 s). Every client gets the default limits (1,000
+// outstanding), so the whole backlog is delivered at once and waits behind
+// the handlers, its last third for longer than the deadline.
 const (
 	slowBacklog     = 600
 	slowHandler     = 250 * time.Millisecond
@@ -105,49 +94,26 @@ func slowGoogle(ctx context.Context, tb testing.TB, e *env) error {
 	})
 }
 
-// slowNaive is the demand-driven shape of the seed's bug 1, built from our
-// own parts: the StreamingPull source, then a go-streams Map that tracks
-// each message's lease as it passes (so only when downstream pulls), then
-// the handlers, then the Acknowledge sink. Leases, acks and the settle path
-// are the real ones; only the tracking is on demand instead of on receipt.
+// slowNaive runs the demand-driven tracker of internal/naive: it leases a
+// message only when a handler asks for the next one, so the messages
+// waiting in the stream's buffers behind the handlers have no lease and the
+// server redelivers those that wait past slowDeadline.
 func slowNaive(ctx context.Context, tb testing.TB, e *env) error {
 	cc := e.dial(tb)
 	defer cc.Close()
-	client := pubsubpb.NewSubscriberClient(cc)
-	ext, err := lease.NewExtender(client, e.sub, lease.Config{StreamAckDeadline: slowDeadline})
+	c, err := naive.Start(ctx, pubsubpb.NewSubscriberClient(cc), e.sub, naive.Config{
+		Handler:           func(ctx context.Context, _ *pubsubflow.Message) { slowWork(ctx) },
+		Parallelism:       slowParallelism,
+		StreamAckDeadline: slowDeadline,
+	})
 	if err != nil {
 		return err
 	}
-	defer ext.Close()
-	acks, err := ack.New(client, e.sub, ack.Config{})
-	if err != nil {
-		return err
+	select {
+	case <-ctx.Done():
+	case <-c.Done():
 	}
-	defer acks.Close(context.Background())
-	settler := sink.NewSettler(acks, nil, ext)
-	src, err := source.Subscribe(client, source.Config{Subscription: e.sub, StreamAckDeadline: slowDeadline})
-	if err != nil {
-		return err
-	}
-	bind := pipeline.Filter(func(m *message.Message) bool { message.Bind(m, settler); return true }, nil)
-	track := pipeline.Streams[*message.Message, *message.Message](func(_ *stage.Group, in streams.Source) streams.Outlet {
-		return in.Via(gsflow.NewMap(func(m *message.Message) *message.Message {
-			ext.Track(m)
-			return m
-		}, 1))
-	}, pipeline.StreamsOptions[*message.Message]{})
-	handle := operators.ParallelMap(slowParallelism, func(ctx context.Context, m *message.Message) (*message.Message, error) {
-		slowWork(ctx)
-		return m, nil
-	}, operators.Options[*message.Message, *message.Message]{})
-	err = pipeline.FromContext(ctx, src).Via(bind, track, handle).To(sink.Acknowledge(sink.Policy{}))
-	for _, m := range ext.Leased() {
-		m.Nack()
-	}
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
+	return c.Stop()
 }
 
 // slowResult is what one shape did to the server in the slow scenario.
@@ -195,7 +161,8 @@ func runSlow(tb testing.TB, sh shape, opts ...pubsubtest.Option) slowResult {
 // TestSlowConsumer runs the slow-consumer scenario in virtual time (bufconn
 // inside a synctest bubble): ours and Google's client redeliver nothing and
 // let no lease expire; the demand-driven shape does both, which proves the
-// scenario still exposes the bug.
+// scenario still shows what goes wrong when leases are taken only when a
+// handler pulls the message.
 func TestSlowConsumer(t *testing.T) {
 	for _, sh := range shapes {
 		t.Run(sh.name, func(t *testing.T) {

@@ -1,8 +1,22 @@
-// Package proptest holds the rapid property and state-machine tests of the
-// seven invariants in pubsubflow's design guide (DESIGN.md, "Invariants"):
-// tracking on receipt, flow control that counts every held message, settle
-// exactly once, bounded buffers, initial-only request fields, reconnects
-// that lose nothing, and a Close that leaves no goroutine behind.
+// Package proptest holds the rapid property and state-machine tests of
+// seven invariants of the Subscriber. The tests and their failure messages
+// refer to them by these numbers:
+//
+//  1. Every message the client holds is leased from the moment it is
+//     received, so no lease lapses at the server while the message waits in
+//     a buffer or a handler.
+//  2. Flow control counts exactly the messages the client holds, and stays
+//     within MaxOutstandingMessages and MaxOutstandingBytes.
+//  3. Every message received is settled exactly once (acked, nacked or
+//     expired), and after Close nothing is left leased or counted.
+//  4. Buffers are bounded: the client holds no more messages than its
+//     flow-control budget.
+//  5. Stream requests are valid: the fields the service accepts only on a
+//     stream's first request appear only there.
+//  6. Reconnects lose nothing: every stream keeps the subscriber's client
+//     id and its share of the budget, and leases outlive a stream restart.
+//  7. Close returns within its budget and leaves no goroutine of the
+//     subscriber behind.
 //
 // The package has no API: everything is in its tests.
 //

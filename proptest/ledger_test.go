@@ -27,10 +27,10 @@ type delivery struct {
 	// it was started; acks / nacks count the ones that succeeded.
 	ackTried, nackTried bool
 	acks, nacks         int
-	// dropped: neither tracked nor settled when a pipeline stopped, so the
-	// stop may legitimately have dropped it before tracking (Source.Run:
-	// "messages received but not yet handed on are dropped; the server
-	// redelivers them").
+	// dropped: neither tracked nor settled when a pipeline stopped: the
+	// stop may have ended the stream after the response arrived and before
+	// the client leased it, which is allowed, since the server redelivers
+	// what the client never leased.
 	dropped bool
 	// firstTouch is when the client first sent anything for it (a modack,
 	// an ack or a nack): zero until then.

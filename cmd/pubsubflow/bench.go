@@ -26,15 +26,16 @@ them with --parallelism workers whose handler takes --handler-delay, on
 handled) and ack latency (ack → its Acknowledge RPC returned) percentiles,
 redeliveries and expirations.
 
---compare-naive runs, after ours, the demand-driven tracker (the seed's
-bug: leases taken only when a worker pulls the next message) on the same
-load, for at most twice ours' wall time plus 10 s (it may never finish).
-With the defaults ours holds 1000 leased messages, the last waiting ≈ 25 s
-with a 10 s ack deadline, and redelivers nothing; the naive shape leaves
-the messages that gRPC flow control lets the server send ahead (all 1000
-here) unleased in the stream's buffers, so they expire and are
-redelivered, again and again. A fast handler hides the bug: what waits
-unleased must wait longer than the deadline.
+--compare-naive runs, after ours, the demand-driven tracker (a
+subscriber that takes a message's lease only when a worker pulls the
+message, not on receipt) on the same load, for at most twice ours' wall
+time plus 10 s (it may never finish). With the defaults ours holds 1000
+leased messages, the last waiting ≈ 25 s with a 10 s ack deadline, and
+redelivers nothing; the naive shape leaves the messages that gRPC flow
+control lets the server send ahead (all 1000 here) unleased in the
+stream's buffers, so they expire and are redelivered, again and again. A
+fast handler hides the bug: what waits unleased must wait longer than
+the deadline.
 
 --plot FILE.svg (or .png) draws outstanding, buffered, processing,
 redeliveries and acks over time, one panel per run.
@@ -101,7 +102,7 @@ func (o *benchOptions) validate() error {
 
 // shapes are the consumer shapes bench knows.
 const (
-	shapeOurs  = "ours (EagerTrack)"
+	shapeOurs  = "ours (leases on receipt)"
 	shapeNaive = "naive (demand-driven tracker)"
 )
 

@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow"
+	"github.com/pubsubflow/pubsubflow/internal/naive"
 )
 
 // consumer is one consumer shape under measurement: ours (the Subscriber)
-// or the demand-driven tracker (naive.go).
+// or the demand-driven tracker (internal/naive).
 type consumer interface {
 	// start begins consuming with the meter's handler.
 	start(ctx context.Context) error
@@ -70,4 +72,53 @@ func (c *oursConsumer) stop() error {
 		err = <-c.done // Run drains and closes the subscriber
 	}
 	return errors.Join(err, c.sub.Close())
+}
+
+// naiveConsumer is the demand-driven tracker of internal/naive, for
+// bench --compare-naive: it leases a message only when a handler asks for
+// the next one, so what waits in the stream's buffers is not leased and the
+// server redelivers it once the stream ack deadline passes.
+type naiveConsumer struct {
+	client pubsubpb.SubscriberClient
+	sub    string
+	cfg    naive.Config
+	c      *naive.Consumer
+}
+
+func newNaive(conn grpc.ClientConnInterface, sub string, s scenario, m *meter) *naiveConsumer {
+	return &naiveConsumer{
+		client: pubsubpb.NewSubscriberClient(conn),
+		sub:    sub,
+		cfg: naive.Config{
+			// The meter's handler acks; its error (the run was stopped) is
+			// of no interest here.
+			Handler:                func(ctx context.Context, msg *pubsubflow.Message) { _ = m.handle(ctx, msg) },
+			Parallelism:            s.parallelism,
+			StreamAckDeadline:      s.ackDeadline,
+			MaxOutstandingMessages: s.maxOutstanding,
+			Streams:                s.streams,
+		},
+	}
+}
+
+func (c *naiveConsumer) start(ctx context.Context) error {
+	var err error
+	c.c, err = naive.Start(ctx, c.client, c.sub, c.cfg)
+	return err
+}
+
+func (c *naiveConsumer) state() (outstanding, buffered, processing int64) {
+	st := c.c.Stats()
+	return st.Outstanding, st.Buffered, st.Processing
+}
+
+// expired is 0: the naive shape never gives up a lease itself; what it
+// never leased expires at the server.
+func (c *naiveConsumer) expired() int64 { return 0 }
+
+func (c *naiveConsumer) stop() error {
+	if c.c == nil {
+		return nil
+	}
+	return c.c.Stop()
 }

@@ -1,7 +1,8 @@
 // Command pubsubflow is the pubsubflow CLI: a demo of the subscriber on an
 // embedded Pub/Sub server, a standalone emulator, tail and publish for
-// real subscriptions and topics, and a load bench that can run the
-// demand-driven tracker (the seed's bug) side by side with ours.
+// real subscriptions and topics, and a load bench that can run, side by side
+// with ours, a subscriber that leases a message only when a worker asks for
+// it, to show the server redelivering what waited unleased.
 //
 //	go install github.com/pubsubflow/pubsubflow/cmd/pubsubflow@latest
 //

@@ -102,9 +102,9 @@ func TestTailWithoutAckKeepsMessages(t *testing.T) {
 }
 
 // TestShutdownNacksRestOfResponse: when a Subscriber shuts down, the
-// messages of the last StreamingPull response that the source had not yet
-// handed on are nacked (source.Config.Unsent), not left to the stream ack
-// deadline. Here tail stops after 1 of 5 messages that came in one response.
+// messages of the last StreamingPull response that it had not yet handed
+// to the handler are nacked, not left to the stream ack deadline. Here tail
+// stops after 1 of 5 messages that came in one response.
 func TestShutdownNacksRestOfResponse(t *testing.T) {
 	s := newTestServer(t, pubsubtest.SubscriptionConfig{})
 	for range 5 {
