@@ -64,10 +64,7 @@ func (u unorderedFlow[T, R]) RunBatches(g *stage.Group, in <-chan []T) <-chan []
 			}
 		})
 	}
-	g.Go(func(context.Context) error {
-		defer close(out)
-		return workers.Wait()
-	})
+	closeAfter(g, workers, out)
 	return out
 }
 
