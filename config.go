@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow/connect"
+	"github.com/pubsubflow/pubsubflow/internal/lease"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/internal/source"
@@ -197,6 +198,9 @@ func (c *SubscriberConfig) Validate() error {
 	}
 	if c.ReconnectTimeout < 0 && c.ReconnectTimeout != Unlimited {
 		add(fieldError("ReconnectTimeout", "%v: want ≥ 0 (0 = default %v) or Unlimited", c.ReconnectTimeout, source.DefaultReconnectTimeout))
+	}
+	if err := lease.Check(c.Lease); err != nil {
+		add(fieldError("Lease", "%v", err))
 	}
 	if c.MaxExtension < 0 && c.MaxExtension != Unlimited {
 		add(fieldError("MaxExtension", "%v: want ≥ 0 or Unlimited", c.MaxExtension))

@@ -99,10 +99,7 @@ func (c Config) Validate() error {
 	case c.CloseTimeout < 0:
 		return fmt.Errorf("lease: CloseTimeout %v must not be negative", c.CloseTimeout)
 	}
-	if c.Strategy != nil {
-		return c.Strategy.validate()
-	}
-	return nil
+	return Check(c.Strategy)
 }
 
 // withDefaults returns c with every zero field replaced by its default.

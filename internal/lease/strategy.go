@@ -29,6 +29,14 @@ type Strategy interface {
 	validate() error
 }
 
+// Check reports why s cannot work, or nil (nil s is the default).
+func Check(s Strategy) error {
+	if s == nil {
+		return nil
+	}
+	return s.validate()
+}
+
 // policy is a Strategy's state inside one Extender. Its methods are called
 // with the extender's mutex held.
 type policy interface {

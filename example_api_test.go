@@ -1,0 +1,292 @@
+package pubsubflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/reugn/go-streams"
+	gsflow "github.com/reugn/go-streams/flow"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/pubsubflow/pubsubflow"
+	"github.com/pubsubflow/pubsubflow/pipeline"
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
+	"github.com/pubsubflow/pubsubflow/stage"
+)
+
+// closeWhenAcked closes sub once it has acked n messages, a stand-in for
+// a program that runs until it is told to stop, and returns Close's result.
+func closeWhenAcked(sub *pubsubflow.Subscriber, n uint64) <-chan error {
+	closed := make(chan error, 1)
+	go func() {
+		for sub.Stats().Acked < n {
+			time.Sleep(5 * time.Millisecond)
+		}
+		closed <- sub.Close()
+	}()
+	return closed
+}
+
+// A subscription name is checked by the service's rules before anything
+// is dialed.
+func ExampleNewSubscriber() {
+	_, err := pubsubflow.NewSubscriber(context.Background(), "projects/p/subscriptions/a b", pubsubflow.SubscriberConfig{})
+	fmt.Println(err != nil)
+	fmt.Println(pubsubflow.ValidateSubscription("projects/my-project/subscriptions/orders"))
+	// Output:
+	// true
+	// <nil>
+}
+
+// Validate names every bad field at once.
+func ExampleSubscriberConfig_Validate() {
+	cfg := pubsubflow.SubscriberConfig{
+		StreamAckDeadline: 5 * time.Second,
+		Lease:             pubsubflow.FixedLease(time.Minute, 30*time.Second),
+	}
+	for _, line := range strings.Split(cfg.Validate().Error(), "\n") {
+		fmt.Println(line)
+	}
+	// Output:
+	// pubsubflow: SubscriberConfig.StreamAckDeadline: 5s is outside 10s–10m0s
+	// pubsubflow: SubscriberConfig.Lease: lease: Fixed interval 1m0s must be shorter than the deadline 30s
+}
+
+// The lease strategies: adaptive (the default) follows the processing
+// time; fixed requests the same deadline every time.
+func ExampleAdaptiveLease() {
+	adaptive := pubsubflow.SubscriberConfig{Lease: pubsubflow.AdaptiveLease(20*time.Second, 5*time.Minute)}
+	fixed := pubsubflow.SubscriberConfig{Lease: pubsubflow.FixedLease(15*time.Second, time.Minute)}
+	fmt.Println(adaptive.Validate(), fixed.Validate())
+	// Output: <nil> <nil>
+}
+
+// Process is Run's processing stage, for a pipeline of your own; this one
+// is the chain Run builds, Source → Process → Acknowledge, and other
+// stages may sit between them.
+func ExampleSubscriber_Process() {
+	srv, subscription := embedded(50)
+	defer srv.Close()
+	sub, err := pubsubflow.NewSubscriber(context.Background(), subscription,
+		pubsubflow.SubscriberConfig{Conn: srv.ClientConn()})
+	if err != nil {
+		panic(err)
+	}
+	handle := sub.Process(4, func(ctx context.Context, m *pubsubflow.Message) error {
+		return nil // nil: OnSuccess (ack); an error: OnFailure (nack)
+	})
+	closed := closeWhenAcked(sub, 50)
+	err = pipeline.From(sub.Source()).Via(handle).To(sub.Acknowledge())
+	fmt.Println("pipeline:", err, "close:", <-closed)
+	st := sub.Stats()
+	fmt.Println("received:", st.Received, "acked:", st.Acked, "outstanding:", st.Outstanding)
+	// Output:
+	// pipeline: <nil> close: <nil>
+	// received: 50 acked: 50 outstanding: 0
+}
+
+// The first outcome wins: later calls report false and change nothing.
+func ExampleMessage_Ack() {
+	m := &pubsubflow.Message{ID: "1"}
+	fmt.Println(m.Ack(), m.Nack(), m.Outcome(), m.Settled())
+	// Output: true false ack true
+}
+
+// A handler that cannot process a message yet asks for it again later.
+func ExampleMessage_NackAfter() {
+	m := &pubsubflow.Message{ID: "1"}
+	fmt.Println(m.NackAfter(30*time.Second), m.Outcome())
+	// Output: true nack-after
+}
+
+// Shutdown with a deadline: nothing new arrives, messages in processing
+// get until the deadline to settle, the rest are nacked.
+func ExampleSubscriber_Shutdown() {
+	srv, subscription := embedded(10)
+	defer srv.Close()
+	sub, err := pubsubflow.NewSubscriber(context.Background(), subscription,
+		pubsubflow.SubscriberConfig{Conn: srv.ClientConn()})
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- sub.Run(context.Background(), 2, func(ctx context.Context, m *pubsubflow.Message) error { return nil })
+	}()
+	for sub.Stats().Acked < 10 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fmt.Println("shutdown:", sub.Shutdown(ctx), "run:", <-done)
+	// Output: shutdown: <nil> run: <nil>
+}
+
+// ClientID is sent on every stream, reconnects included.
+func ExampleSubscriber_ClientID() {
+	srv, subscription := embedded(0)
+	defer srv.Close()
+	sub, err := pubsubflow.NewSubscriber(context.Background(), subscription,
+		pubsubflow.SubscriberConfig{Conn: srv.ClientConn(), ClientID: "worker-7"})
+	if err != nil {
+		panic(err)
+	}
+	defer sub.Close()
+	fmt.Println(sub.ClientID())
+	// Output: worker-7
+}
+
+// A reconnect policy of your own can wrap the default one: here NOT_FOUND
+// is retried a few times (a subscription still being created) before Run
+// gives up.
+func ExampleDefaultReconnect() {
+	reconnect := func(f pubsubflow.StreamFailure) bool {
+		if f.Code == codes.NotFound {
+			return f.Attempt < 3
+		}
+		return pubsubflow.DefaultReconnect(f)
+	}
+	unavailable := pubsubflow.StreamFailure{Err: status.Error(codes.Unavailable, ""), Code: codes.Unavailable, Attempt: 9}
+	denied := pubsubflow.StreamFailure{Err: status.Error(codes.PermissionDenied, ""), Code: codes.PermissionDenied, Attempt: 1}
+	notFound := pubsubflow.StreamFailure{Err: status.Error(codes.NotFound, ""), Code: codes.NotFound, Attempt: 1}
+	fmt.Println(reconnect(unavailable), reconnect(denied), reconnect(notFound))
+	_ = pubsubflow.SubscriberConfig{Reconnect: reconnect}
+	// Output: true false true
+}
+
+// An endpoint that never answers ends Run after ReconnectTimeout with an
+// *UnreachableError carrying the last status.
+func ExampleUnreachableError() {
+	l, err := net.Listen("tcp", "127.0.0.1:0") // a port nobody serves once closed
+	if err != nil {
+		panic(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+	sub, err := pubsubflow.NewSubscriber(context.Background(), "projects/p/subscriptions/orders", pubsubflow.SubscriberConfig{
+		Conn:             conn,
+		Ordering:         true, // do not ask the (absent) server whether the subscription orders
+		ReconnectTimeout: 300 * time.Millisecond,
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer sub.Close()
+	err = sub.Run(context.Background(), 1, func(context.Context, *pubsubflow.Message) error { return nil })
+	var unreachable *pubsubflow.UnreachableError
+	fmt.Println(errors.As(err, &unreachable), status.Code(err))
+	// Output: true Unavailable
+}
+
+// A connection of your own keeps gRPC's 4 MiB receive limit unless you
+// raise it; the first larger message then ends Run, naming the option.
+func ExampleReceiveTooLargeError() {
+	srv, subscription := embedded(0)
+	defer srv.Close()
+	ctx := context.Background()
+	big := &pubsubpb.PubsubMessage{Data: make([]byte, 5<<20)}
+	if _, err := srv.Publish(ctx, "projects/"+srv.Project()+"/topics/orders", big); err != nil {
+		panic(err)
+	}
+	conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+	sub, err := pubsubflow.NewSubscriber(ctx, subscription, pubsubflow.SubscriberConfig{Conn: conn})
+	if err != nil {
+		panic(err)
+	}
+	defer sub.Close()
+	err = sub.Run(ctx, 1, func(context.Context, *pubsubflow.Message) error { return nil })
+	var tooLarge *pubsubflow.ReceiveTooLargeError
+	fmt.Println(errors.As(err, &tooLarge), status.Code(err))
+	// Output: true ResourceExhausted
+}
+
+// On an exactly-once subscription an ack is final only once the server
+// confirmed it: wait on the message's AckResult.
+func ExampleAckResult() {
+	srv, err := pubsubtest.NewServer()
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	topic, _ := srv.CreateTopic(ctx, "payments")
+	subscription, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{
+		Name: "payments-worker", Topic: topic, EnableExactlyOnceDelivery: true,
+	})
+	srv.Publish(ctx, topic, &pubsubpb.PubsubMessage{Data: []byte("pay 10")})
+	sub, err := pubsubflow.NewSubscriber(ctx, subscription, pubsubflow.SubscriberConfig{Conn: srv.ClientConn()})
+	if err != nil {
+		panic(err)
+	}
+	confirmed := make(chan error, 1)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- sub.Run(runCtx, 1, func(ctx context.Context, m *pubsubflow.Message) error {
+			m.Ack()
+			confirmed <- m.Result().Wait(ctx)
+			return nil
+		})
+	}()
+	fmt.Println("confirmation:", <-confirmed)
+	stop()
+	fmt.Println("run:", <-done)
+	// Output:
+	// confirmation: <nil>
+	// run: <nil>
+}
+
+// Streams embeds go-streams operators between a subscriber's stages; a
+// message a go-streams Filter drops is nacked, not lost.
+func ExampleStreams() {
+	srv, subscription := embedded(20)
+	defer srv.Close()
+	sub, err := pubsubflow.NewSubscriber(context.Background(), subscription,
+		pubsubflow.SubscriberConfig{Conn: srv.ClientConn()})
+	if err != nil {
+		panic(err)
+	}
+	even := pubsubflow.Streams(func(_ *stage.Group, in streams.Source) streams.Outlet {
+		return in.Via(gsflow.NewFilter(func(m *pubsubflow.Message) bool {
+			var n int
+			fmt.Sscanf(string(m.Data), "order %d", &n)
+			return n%2 == 0
+		}, 1))
+	})
+	closed := closeWhenAcked(sub, 10)
+	err = pipeline.From(sub.Source()).Via(even).To(sub.Acknowledge())
+	fmt.Println("pipeline:", err, "close:", <-closed, "acked:", sub.Stats().Acked)
+	// Output: pipeline: <nil> close: <nil> acked: 10
+}
+
+// A Publisher batches, and Close flushes what is pending.
+func ExampleNewPublisher() {
+	srv, _ := embedded(0)
+	defer srv.Close()
+	ctx := context.Background()
+	pub, err := pubsubflow.NewPublisher(srv.ClientConn(), "projects/"+srv.Project()+"/topics/orders", pubsubflow.PublisherConfig{})
+	if err != nil {
+		panic(err)
+	}
+	res := pub.Publish(ctx, &pubsubflow.OutgoingMessage{Data: []byte("order 1")})
+	id, err := res.Get(ctx)
+	fmt.Println(id != "", err, pub.Close())
+	// Output: true <nil> <nil>
+}
