@@ -93,13 +93,6 @@ type feeder struct {
 	sent    int
 }
 
-// prefill publishes the first low+chunk messages (before the clock starts).
-func (f *feeder) prefill(tb testing.TB) {
-	n := min(f.total, f.low+f.chunk)
-	f.e.publish(tb, n, f.payload)
-	f.sent = n
-}
-
 // run tops the backlog up every millisecond until everything is published
 // or ctx is done.
 func (f *feeder) run(ctx context.Context) error {

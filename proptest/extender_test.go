@@ -176,7 +176,7 @@ func (x *extenderModel) doPull(t *rapid.T, n int) {
 		}
 	}
 	for got := 0; got < n; {
-		resp, err := x.raw.Pull(ctx, &pubsubpb.PullRequest{Subscription: x.sub, MaxMessages: int32(min(n-got, 1000)), ReturnImmediately: true})
+		resp, err := x.raw.Pull(ctx, &pubsubpb.PullRequest{Subscription: x.sub, MaxMessages: int32(min(n-got, 1000))})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -203,19 +203,6 @@ func (l *ledger) unsettled() []*delivery {
 	return out
 }
 
-// counts returns how many deliveries the client received and how many of
-// them a stop dropped.
-func (l *ledger) counts() (received, dropped int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, d := range l.all {
-		if d.dropped {
-			dropped++
-		}
-	}
-	return len(l.all), dropped
-}
-
 // ModifyAckDeadline records the modack (tracking) or nack (0 s).
 func (l *ledger) ModifyAckDeadline(ctx context.Context, in *pubsubpb.ModifyAckDeadlineRequest, opts ...grpc.CallOption) (*emptypb.Empty, error) {
 	l.modack(in.GetAckIds(), in.GetAckDeadlineSeconds(), true, nil)

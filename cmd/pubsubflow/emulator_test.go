@@ -236,7 +236,7 @@ func TestEmulatorBacklogBound(t *testing.T) {
 	if len(accepted) == 0 || len(accepted) > 20 {
 		t.Fatalf("%d messages of 1000 bytes accepted under a bound of 20000 bytes", len(accepted))
 	}
-	resp, err := sub.Pull(ctx, &pubsubpb.PullRequest{Subscription: subName, MaxMessages: 100, ReturnImmediately: true})
+	resp, err := sub.Pull(ctx, &pubsubpb.PullRequest{Subscription: subName, MaxMessages: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -98,9 +97,9 @@ func (w walkthrough) step(t testing.TB, parts ...string) string {
 func buildCLI(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
-	goTool, err := exec.LookPath("go")
+	goTool, err := exec.LookPath("go") // go test puts its own go first on PATH
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

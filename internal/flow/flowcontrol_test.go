@@ -37,8 +37,10 @@ func (r *releaser) count() int {
 
 func TestFlowControlCountsBothLimits(t *testing.T) {
 	fc := NewFlowControl(3, 100)
-	if !fc.TryAcquire(40) || !fc.TryAcquire(40) {
-		t.Fatal("first two acquisitions failed")
+	for i := range 2 {
+		if !fc.TryAcquire(40) {
+			t.Fatalf("acquisition %d failed", i+1)
+		}
 	}
 	if fc.TryAcquire(40) {
 		t.Fatal("acquired past the byte limit")

@@ -189,7 +189,7 @@ func (f *fixture) publish(t *testing.T, n int) {
 // received messages, not a streaming source) and binds them to s.
 func (f *fixture) pull(t *testing.T, n int, s message.Settler) []*message.Message {
 	t.Helper()
-	resp, err := f.client.Pull(context.Background(), &pubsubpb.PullRequest{Subscription: f.sub, MaxMessages: int32(n), ReturnImmediately: true})
+	resp, err := f.client.Pull(context.Background(), &pubsubpb.PullRequest{Subscription: f.sub, MaxMessages: int32(n)})
 	if err != nil {
 		t.Fatal(err)
 	}

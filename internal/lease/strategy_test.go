@@ -94,7 +94,7 @@ func TestAdaptiveConvergesAndClamps(t *testing.T) {
 				slices.SortFunc(acks, func(a, b ack) int { return int(a.lat - b.lat) })
 				start := time.Now()
 				for _, a := range acks {
-					time.Sleep(start.Add(a.lat).Sub(time.Now()))
+					time.Sleep(time.Until(start.Add(a.lat)))
 					e.Release(a.m, message.Ack)
 				}
 				if got := e.Deadline(); got != c.want {

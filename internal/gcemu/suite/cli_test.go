@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -79,9 +78,9 @@ func TestCLIPublishAndTail(t *testing.T) {
 // buildCLI builds cmd/pubsubflow into the test's temporary directory.
 func buildCLI(t *testing.T) string {
 	t.Helper()
-	goTool, err := exec.LookPath("go")
+	goTool, err := exec.LookPath("go") // go test puts its own go first on PATH
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), "pubsubflow")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
