@@ -8,10 +8,10 @@ import (
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// DefaultStageWindow is the parallelism of a Stage given none: how many
+// defaultStageWindow is the parallelism of a Stage given none: how many
 // publishes it keeps unsettled at once. It is ten default batches, enough
 // to keep batching efficient.
-const DefaultStageWindow = 1000
+const defaultStageWindow = 1000
 
 // Outcome is the settled publish of one stage element: In is the element,
 // ID the server-assigned message id, Err the publish error (nil on
@@ -25,7 +25,7 @@ type Outcome[T any] struct {
 // Stage returns a flow that publishes toMsg(v) for each element v and
 // emits Outcome{In: v, …} in input order once that publish has settled.
 // parallelism bounds the publishes the stage holds unsettled or unemitted
-// (< 1 means DefaultStageWindow); it must be well above Config.MaxMessages
+// (< 1 means 1000, ten default batches); it must be well above Config.MaxMessages
 // for batches to fill. When the window is full the stage stops receiving,
 // so backpressure reaches upstream. toMsg returning nil (or panicking)
 // yields an Outcome with an error instead of a publish.
@@ -34,7 +34,7 @@ type Outcome[T any] struct {
 // Outcome was not emitted are dropped (their publishes still settle).
 func Stage[T any](p *Publisher, toMsg func(T) *Message, parallelism int) stage.Flow[T, Outcome[T]] {
 	if parallelism < 1 {
-		parallelism = DefaultStageWindow
+		parallelism = defaultStageWindow
 	}
 	return stage.FlowFunc[T, Outcome[T]](func(g *stage.Group, in <-chan T) <-chan Outcome[T] {
 		out := make(chan Outcome[T])
@@ -92,7 +92,7 @@ func publishOne[T any](ctx context.Context, p *Publisher, toMsg func(T) *Message
 	}()
 	m := toMsg(v)
 	if m == nil {
-		return failed(ErrNilMessage)
+		return failed(invalid("", "stage conversion returned nil"))
 	}
 	return p.Publish(ctx, m)
 }
