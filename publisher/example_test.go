@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/publisher"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
@@ -192,7 +192,7 @@ func ExampleStage() {
 // printSettler prints each message's outcome.
 type printSettler struct{}
 
-func (printSettler) Settle(m *message.Message, o message.Outcome, _ time.Duration) {
+func (printSettler) Settle(m *pubsubflow.Message, o pubsubflow.Outcome, _ time.Duration) {
 	fmt.Println(string(m.Data), o)
 }
 
@@ -205,11 +205,12 @@ func ExampleForward() {
 	}
 	defer p.Close()
 
-	// Received messages (here built by hand) are acked once their
-	// transformed copy is published.
-	in := &message.Message{Data: []byte("order 42")}
+	// Received messages (here built by hand; a Subscriber's Source gives
+	// them) are acked once their transformed copy is published, nacked if
+	// that publish fails.
+	in := &pubsubflow.Message{Data: []byte("order 42")}
 	in.Bind(printSettler{})
-	upper := func(m *message.Message) *publisher.Message {
+	upper := func(m *pubsubflow.Message) *publisher.Message {
 		return &publisher.Message{Data: append([]byte("relayed "), m.Data...)}
 	}
 	err = pipeline.From(pipeline.Slice(in)).To(publisher.Forward(p, upper, 100))

@@ -59,7 +59,7 @@ type counters struct {
 // Stats is a snapshot of a Publisher's counters.
 type Stats struct {
 	Published int64 // messages with a server-assigned id
-	Failed    int64 // messages whose batch failed (paused keys included)
+	Failed    int64 // messages that failed after they were queued (paused keys included)
 	Batches   int64 // Publish RPCs that succeeded
 	Retries   int64 // Publish RPCs retried
 	// OutstandingMessages and OutstandingBytes are held by flow control

@@ -25,10 +25,11 @@ type Outcome[T any] struct {
 // Stage returns a flow that publishes toMsg(v) for each element v and
 // emits Outcome{In: v, …} in input order once that publish has settled.
 // parallelism bounds the publishes the stage holds unsettled or unemitted
-// (< 1 means 1000, ten default batches); it must be well above Config.MaxMessages
-// for batches to fill. When the window is full the stage stops receiving,
-// so backpressure reaches upstream. toMsg returning nil (or panicking)
-// yields an Outcome with an error instead of a publish.
+// (< 1 means 1000, ten default batches); it must be well above
+// Config.MaxMessages for batches to fill. When the window is full the
+// stage stops receiving, so backpressure reaches upstream. toMsg returning
+// nil (ErrInvalidMessage) or panicking yields an Outcome with an error
+// instead of a publish.
 //
 // The stage does not close p. When the group is cancelled, elements whose
 // Outcome was not emitted are dropped (their publishes still settle).
@@ -98,12 +99,13 @@ func publishOne[T any](ctx context.Context, p *Publisher, toMsg func(T) *Message
 }
 
 // Forward returns a sink that publishes toMsg(m) for each received message
-// m (through Stage) and settles m only after its publish settled: Ack when
-// the publish succeeded, Nack when it failed, so the server redelivers the
-// input. It is the end of a relay: subscribe → transform → Forward. The
-// sink ends when its input closes and every publish has settled; it does
-// not close p. When the group is cancelled first, inputs whose publish had
-// not settled are left unsettled for their owner's shutdown path (a
+// m (a pubsubflow.Message, from a Subscriber's Source), through Stage, and
+// settles m only after its publish settled: Ack when the publish
+// succeeded, Nack when it failed, so the server redelivers the input. It
+// is the end of a relay: subscribe → transform → Forward. The sink ends
+// when its input closes and every publish has settled; it does not close
+// p. When the group is cancelled first, inputs whose publish had not
+// settled are left unsettled for their owner's shutdown path (a
 // Subscriber nacks what is left), since their publish may still succeed.
 func Forward(p *Publisher, toMsg func(*message.Message) *Message, parallelism int) stage.Sink[*message.Message] {
 	flow := Stage(p, toMsg, parallelism)
