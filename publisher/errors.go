@@ -9,20 +9,22 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Errors a Result may resolve to before any RPC is made. Match them with
-// errors.Is.
+// The Publisher's own errors, which a Result may resolve to besides the
+// Publish RPC's. Match them with errors.Is.
 var (
 	// ErrClosed: Publish after Close or Shutdown began.
 	ErrClosed = errors.New("publisher: closed")
 	// ErrFlowControlled: the flow-control limit was reached and
 	// Config.Flow.FailFast is set.
 	ErrFlowControlled = errors.New("publisher: flow control limit reached")
-	// ErrInvalidMessage: the message was refused before it was queued (an
-	// *Error with this Kind), so it was never sent and is never retried:
-	// a nil message, an ordering key without Config.EnableOrdering, or a
-	// message that breaks one of the service's limits (empty, data size,
-	// request size, attribute count, key and value sizes, UTF-8, the
-	// reserved "goog" prefix, ordering key size) or could not be encoded.
+	// ErrInvalidMessage: the message was never sent and is never retried
+	// (an *Error with this Kind). Publish refuses it before it is queued
+	// when it is nil, has an ordering key without Config.EnableOrdering,
+	// or breaks one of the service's limits (empty, data size, request
+	// size, attribute count, key and value sizes, UTF-8, the reserved
+	// "goog" prefix, ordering key size); a message that cannot be encoded
+	// when its batch is sent (it was modified after Publish) fails alone,
+	// and the rest of its batch is sent.
 	ErrInvalidMessage = errors.New("publisher: invalid message")
 	// ErrPaused: the message's ordering key is paused (an *Error with
 	// this Kind): it was queued behind a batch of the same key that
@@ -30,9 +32,8 @@ var (
 	ErrPaused = errors.New("publisher: ordering key paused after a failed publish; call ResumePublish")
 )
 
-// Error is the error of a message refused before it was queued (Kind
-// ErrInvalidMessage) or failed because its ordering key is paused (Kind
-// ErrPaused). errors.Is matches Kind and Err; status.Code reports
+// Error is the error of an invalid message (Kind ErrInvalidMessage) or of
+// a message whose ordering key is paused (Kind ErrPaused). errors.Is matches Kind and Err; status.Code reports
 // INVALID_ARGUMENT or FAILED_PRECONDITION, never Err's code, so that a
 // paused key is not retried blindly.
 type Error struct {
