@@ -34,7 +34,7 @@ type keyState struct {
 	// queue so that at most one is in flight and they go out in order.
 	busy   bool
 	queue  []*batch
-	paused *PausedError
+	paused *Error // Kind ErrPaused
 }
 
 func (ks *keyState) ordered() bool { return ks.key != "" }

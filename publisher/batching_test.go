@@ -1,6 +1,8 @@
 package publisher
 
 import (
+	"github.com/pubsubflow/pubsubflow/internal/limits"
+
 	"bytes"
 	"context"
 	"errors"
@@ -60,7 +62,7 @@ func TestPublishBasic(t *testing.T) {
 func TestBatchClosesOnCount(t *testing.T) {
 	e := newEnv(t)
 	rec := newRecorder(pubsubpb.NewPublisherClient(e.srv.ClientConn()))
-	p := e.publisher(t, Config{MaxMessages: 10, Delay: MaxDelay}, rec)
+	p := e.publisher(t, Config{MaxMessages: 10, Delay: maxDelay}, rec)
 	var results []*Result
 	for i := range 95 {
 		results = append(results, p.Publish(context.Background(), msg(i)))
@@ -90,7 +92,7 @@ func TestBatchClosesOnCount(t *testing.T) {
 func TestBatchClosesOnBytes(t *testing.T) {
 	e := newEnv(t)
 	rec := newRecorder(pubsubpb.NewPublisherClient(e.srv.ClientConn()))
-	p := e.publisher(t, Config{MaxBytes: 1000, MaxMessages: 1000, Delay: MaxDelay}, rec)
+	p := e.publisher(t, Config{MaxBytes: 1000, MaxMessages: 1000, Delay: maxDelay}, rec)
 	data := bytes.Repeat([]byte("x"), 100)
 	var results []*Result
 	for range 91 { // the 91st closes the 10th batch, which it does not fit
@@ -152,7 +154,7 @@ func TestBatchClosesOnDelay(t *testing.T) {
 func TestBatchesStayWithinAPILimits(t *testing.T) {
 	e := newEnv(t)
 	rec := newRecorder(pubsubpb.NewPublisherClient(e.srv.ClientConn()))
-	p := e.publisher(t, Config{MaxMessages: MaxRequestMessages, MaxBytes: MaxRequestBytes, Delay: MaxDelay}, rec)
+	p := e.publisher(t, Config{MaxMessages: limits.MaxRequestMessages, MaxBytes: limits.MaxRequestBytes, Delay: maxDelay}, rec)
 	var results []*Result
 	for i := range 2500 {
 		results = append(results, p.Publish(context.Background(), msg(i)))
@@ -168,7 +170,7 @@ func TestBatchesStayWithinAPILimits(t *testing.T) {
 		mustGet(t, r)
 	}
 	for i, req := range rec.requests() {
-		if len(req.Messages) > MaxRequestMessages || proto.Size(req) > MaxRequestBytes {
+		if len(req.Messages) > limits.MaxRequestMessages || proto.Size(req) > limits.MaxRequestBytes {
 			t.Fatalf("request %d: %d messages, %d bytes", i, len(req.Messages), proto.Size(req))
 		}
 	}
@@ -176,9 +178,9 @@ func TestBatchesStayWithinAPILimits(t *testing.T) {
 	if got := len(rec.requests()); got != 5 {
 		t.Fatalf("%d requests, want 5", got)
 	}
-	r := p.Publish(context.Background(), &Message{Data: make([]byte, MaxRequestBytes)})
-	if _, err := r.Get(context.Background()); !errors.Is(err, ErrMessageTooLarge) {
-		t.Fatalf("oversized message: %v, want ErrMessageTooLarge", err)
+	r := p.Publish(context.Background(), &Message{Data: make([]byte, limits.MaxRequestBytes)})
+	if _, err := r.Get(context.Background()); !errors.Is(err, ErrInvalidMessage) {
+		t.Fatalf("oversized message: %v, want ErrInvalidMessage", err)
 	}
 }
 
@@ -186,7 +188,7 @@ func TestBatchesStayWithinAPILimits(t *testing.T) {
 // key under a long Delay) do not pile up in the timer list.
 func TestTimerListStaysBounded(t *testing.T) {
 	e := newEnv(t)
-	p := e.publisher(t, Config{EnableOrdering: true, MaxMessages: 2, Delay: MaxDelay})
+	p := e.publisher(t, Config{EnableOrdering: true, MaxMessages: 2, Delay: maxDelay})
 	quiet := p.Publish(context.Background(), &Message{Data: []byte("q"), OrderingKey: "quiet"})
 	var results []*Result
 	for i := range 6000 {

@@ -16,7 +16,7 @@ import (
 // later publishes fail with ErrClosed.
 func TestCloseFlushesEverything(t *testing.T) {
 	e := newEnv(t)
-	p, err := New(e.srv.ClientConn(), e.topic, Config{EnableOrdering: true, Delay: MaxDelay, MaxMessages: 1000})
+	p, err := New(e.srv.ClientConn(), e.topic, Config{EnableOrdering: true, Delay: maxDelay, MaxMessages: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}

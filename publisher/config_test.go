@@ -1,6 +1,8 @@
 package publisher
 
 import (
+	"github.com/pubsubflow/pubsubflow/internal/limits"
+
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +20,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{Config{MaxMessages: 1001}, "MaxMessages"},
 		{Config{MaxMessages: -1}, "MaxMessages"},
-		{Config{MaxBytes: MaxRequestBytes + 1}, "MaxBytes"},
+		{Config{MaxBytes: limits.MaxRequestBytes + 1}, "MaxBytes"},
 		{Config{Delay: -time.Second}, "Delay"},
 		{Config{MaxInFlightBatches: -1}, "MaxInFlightBatches"},
 		{Config{Flow: FlowConfig{MaxMessages: -1}}, "Flow.MaxMessages"},

@@ -14,12 +14,20 @@
 // Ordering keys (Config.EnableOrdering): messages with the same key are
 // sent in Publish order, with at most one batch of a key in flight. When a
 // batch of a key fails for good, the key is paused: the messages queued
-// behind it and every later Publish with that key fail at once with a
-// *PausedError (errors.Is(err, ErrPaused)) until ResumePublish(key).
+// behind it and every later Publish with that key fail at once with an
+// *Error whose Kind is ErrPaused until ResumePublish(key).
+//
+// A message the service would refuse fails at once with an *Error whose
+// Kind is ErrInvalidMessage, before it is queued, so it never fails the
+// other messages of its batch.
 //
 // Flow control (Config.Flow) bounds the messages and bytes published and
 // not yet settled; at the limit Publish blocks (the default) or fails fast
 // with ErrFlowControlled.
+//
+// Telemetry: Stats counts messages, batches and retries; Config.Logger
+// logs retries and failures; Config.TracerProvider traces each message as
+// Google's clients do.
 //
 // Close flushes every batch, waits for their results and stops every
 // goroutine the Publisher started.

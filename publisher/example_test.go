@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/publisher"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
@@ -44,12 +45,26 @@ func ExampleNew() {
 	// Output: 1 <nil>
 }
 
+// countingClient is a PublisherClient that counts the messages of each
+// Publish request before passing it on.
+type countingClient struct {
+	pubsubpb.PublisherClient
+	sizes []int
+}
+
+func (c *countingClient) Publish(ctx context.Context, req *pubsubpb.PublishRequest, opts ...grpc.CallOption) (*pubsubpb.PublishResponse, error) {
+	c.sizes = append(c.sizes, len(req.Messages)) // one sender: MaxInFlightBatches is 1
+	return c.PublisherClient.Publish(ctx, req, opts...)
+}
+
+// NewFromClient takes a PublisherClient of the caller's: here one that
+// records the batches the Publisher sends.
 func ExampleNewFromClient() {
 	srv, topic := server()
 	defer srv.Close()
 
-	client := pubsubpb.NewPublisherClient(srv.ClientConn())
-	p, err := publisher.NewFromClient(client, topic, publisher.Config{MaxMessages: 10, Delay: publisher.MaxDelay})
+	client := &countingClient{PublisherClient: pubsubpb.NewPublisherClient(srv.ClientConn())}
+	p, err := publisher.NewFromClient(client, topic, publisher.Config{MaxMessages: 10, Delay: time.Minute, MaxInFlightBatches: 1})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -59,8 +74,8 @@ func ExampleNewFromClient() {
 	if err := p.Close(); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("Publish RPCs:", srv.MethodStats("Publish").Calls)
-	// Output: Publish RPCs: 3
+	fmt.Println("batches:", client.sizes)
+	// Output: batches: [10 10 5]
 }
 
 func ExamplePublisher_Publish() {
@@ -119,7 +134,7 @@ func ExamplePublisher_ResumePublish() {
 func ExamplePublisher_Flush() {
 	srv, topic := server()
 	defer srv.Close()
-	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{Delay: publisher.MaxDelay})
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{Delay: time.Minute})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -177,7 +192,7 @@ func ExampleStage() {
 // printSettler prints each message's outcome.
 type printSettler struct{}
 
-func (printSettler) Settle(m *message.Message, o message.Outcome, _ time.Duration) {
+func (printSettler) Settle(m *pubsubflow.Message, o pubsubflow.Outcome, _ time.Duration) {
 	fmt.Println(string(m.Data), o)
 }
 
@@ -190,11 +205,12 @@ func ExampleForward() {
 	}
 	defer p.Close()
 
-	// Received messages (here built by hand) are acked once their
-	// transformed copy is published.
-	in := &message.Message{Data: []byte("order 42")}
+	// Received messages (here built by hand; a Subscriber's Source gives
+	// them) are acked once their transformed copy is published, nacked if
+	// that publish fails.
+	in := &pubsubflow.Message{Data: []byte("order 42")}
 	message.Bind(in, printSettler{})
-	upper := func(m *message.Message) *publisher.Message {
+	upper := func(m *pubsubflow.Message) *publisher.Message {
 		return &publisher.Message{Data: append([]byte("relayed "), m.Data...)}
 	}
 	err = pipeline.From(pipeline.Slice(in)).To(publisher.Forward(p, upper, 100))
@@ -213,12 +229,12 @@ func ExampleConfig_Validate() {
 func ExamplePublisher_Close() {
 	srv, topic := server()
 	defer srv.Close()
-	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{Delay: publisher.MaxDelay})
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{Delay: time.Minute})
 	if err != nil {
 		log.Fatal(err)
 	}
 	r := p.Publish(context.Background(), &publisher.Message{Data: []byte("x")})
-	fmt.Println(p.Close()) // sends the open batch despite the hour's delay
+	fmt.Println(p.Close()) // sends the open batch despite the minute's delay
 	id, err := r.Get(context.Background())
 	fmt.Println(id, err)
 	_, err = p.Publish(context.Background(), &publisher.Message{Data: []byte("y")}).Get(context.Background())
@@ -257,14 +273,84 @@ func ExampleResult_Get() {
 	defer p.Close()
 	r := p.Publish(context.Background(), &publisher.Message{}) // neither data nor attributes
 	_, err = r.Get(context.Background())
-	fmt.Println(errors.Is(err, publisher.ErrEmptyMessage))
-	// Output: true
-}
-
-func ExampleDefaultRetryable() {
-	fmt.Println(publisher.DefaultRetryable(status.Error(codes.Unavailable, "try again")))
-	fmt.Println(publisher.DefaultRetryable(status.Error(codes.NotFound, "no topic")))
+	fmt.Println(errors.Is(err, publisher.ErrInvalidMessage))
+	fmt.Println(err)
 	// Output:
 	// true
-	// false
+	// publisher: invalid message: message #0: Data: empty message: neither data nor attributes
+}
+
+// Ready lets a caller wait for many results at once, or for a result and
+// something else.
+func ExampleResult_Ready() {
+	srv, topic := server()
+	defer srv.Close()
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	r := p.Publish(context.Background(), &publisher.Message{Data: []byte("x")})
+	select {
+	case <-r.Ready():
+		id, err := r.Get(context.Background()) // does not block now
+		fmt.Println(id, err)
+	case <-time.After(time.Minute):
+		fmt.Println("timed out")
+	}
+	// Output: 1 <nil>
+}
+
+// With FailFast, Publish at the flow-control limit fails at once instead
+// of waiting, so the caller can shed load.
+func ExampleFlowConfig() {
+	srv, topic := server()
+	defer srv.Close()
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{
+		Delay: time.Minute, // hold the batch open: its messages stay outstanding
+		Flow:  publisher.FlowConfig{MaxMessages: 2, FailFast: true},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	for i := range 3 {
+		r := p.Publish(ctx, &publisher.Message{Data: fmt.Appendf(nil, "m%d", i)})
+		select {
+		case <-r.Ready():
+			_, err := r.Get(ctx)
+			fmt.Println(i, errors.Is(err, publisher.ErrFlowControlled))
+		default:
+			fmt.Println(i, "queued")
+		}
+	}
+	// Output:
+	// 0 queued
+	// 1 queued
+	// 2 true
+}
+
+// Retryable replaces the retry policy; here NOT_FOUND (a topic being
+// created) is retried as well as the transient codes.
+func ExampleConfig_retryable() {
+	srv, topic := server()
+	defer srv.Close()
+	p, err := publisher.New(srv.ClientConn(), topic, publisher.Config{
+		Retryable: func(err error) bool {
+			switch status.Code(err) {
+			case codes.NotFound, codes.Unavailable:
+				return true
+			}
+			return false
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer p.Close()
+	srv.FailNext("Publish", 1, codes.NotFound)
+	id, err := p.Publish(context.Background(), &publisher.Message{Data: []byte("x")}).Get(context.Background())
+	fmt.Println(id, err, p.Stats().Retries)
+	// Output: 1 <nil> 1
 }

@@ -4,18 +4,20 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/pubsubflow/pubsubflow/internal/flow"
 )
 
-// flowController counts published, unsettled messages and bytes. Blocked
-// Publish calls wait in FIFO order, so a large message is not starved by
-// a stream of small ones and one goroutine's publishes keep their order.
-type flowController struct {
-	maxMsgs, maxBytes int
-	failFast          bool
+// flowQueue is the wait queue in front of a flow.FlowControl, which counts
+// the published, unsettled messages and bytes (and admits a message larger
+// than the byte limit when nothing else is outstanding). Blocked Publish
+// calls wait in FIFO order, so a large message is not starved by a stream
+// of small ones and one goroutine's publishes keep their order.
+type flowQueue struct {
+	fc       *flow.FlowControl
+	failFast bool
 
 	mu      sync.Mutex
-	msgs    int
-	bytes   int
 	waiters []*flowWaiter // FIFO; only the head may be granted
 	closed  bool
 }
@@ -26,106 +28,88 @@ type flowWaiter struct {
 	err   error         // set before ready is closed when not granted
 }
 
-func newFlowController(c FlowConfig) *flowController {
-	return &flowController{maxMsgs: c.MaxMessages, maxBytes: c.MaxBytes, failFast: c.FailFast}
-}
-
-// fitsLocked reports whether one more message of size fits. A message
-// larger than the byte limit fits only when nothing is outstanding.
-func (f *flowController) fitsLocked(size int) bool {
-	if f.msgs == 0 {
-		return true
-	}
-	return f.msgs < f.maxMsgs && f.bytes+size <= f.maxBytes
+func newFlowQueue(c FlowConfig) *flowQueue {
+	return &flowQueue{fc: flow.NewFlowControl(int64(c.MaxMessages), int64(c.MaxBytes)), failFast: c.FailFast}
 }
 
 // acquire takes a permit for one message of size bytes, waiting for room
 // unless failFast.
-func (f *flowController) acquire(ctx context.Context, size int) error {
-	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
+func (q *flowQueue) acquire(ctx context.Context, size int) error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
 		return ErrClosed
 	}
-	if len(f.waiters) == 0 && f.fitsLocked(size) {
-		f.msgs++
-		f.bytes += size
-		f.mu.Unlock()
+	if len(q.waiters) == 0 && q.fc.TryAcquire(size) {
+		q.mu.Unlock()
 		return nil
 	}
-	if f.failFast {
-		msgs, bytes := f.msgs, f.bytes
-		f.mu.Unlock()
+	if q.failFast {
+		q.mu.Unlock()
 		return fmt.Errorf("%w: %d messages / %d bytes outstanding (limits %d / %d), message of %d bytes",
-			ErrFlowControlled, msgs, bytes, f.maxMsgs, f.maxBytes, size)
+			ErrFlowControlled, q.fc.Outstanding(), q.fc.OutstandingBytes(), q.fc.MaxMessages(), q.fc.MaxBytes(), size)
 	}
 	w := &flowWaiter{size: size, ready: make(chan struct{})}
-	f.waiters = append(f.waiters, w)
-	f.mu.Unlock()
+	q.waiters = append(q.waiters, w)
+	q.mu.Unlock()
 
 	select {
 	case <-w.ready:
 		return w.err
 	case <-ctx.Done():
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	q.mu.Lock()
 	select {
 	case <-w.ready: // granted (or closed) meanwhile
+		q.mu.Unlock()
 		if w.err == nil {
-			f.releaseLocked(1, size)
+			q.release(1, size)
 		}
 	default:
-		for i, x := range f.waiters {
+		for i, x := range q.waiters {
 			if x == w {
-				f.waiters = append(f.waiters[:i], f.waiters[i+1:]...)
+				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
 				break
 			}
 		}
-		f.grantLocked() // the head may have changed
+		q.grantLocked() // the head may have changed
+		q.mu.Unlock()
 	}
 	return fmt.Errorf("publisher: waiting for flow control: %w", ctx.Err())
 }
 
-// release returns the permits of n messages totalling bytes.
-func (f *flowController) release(n, bytes int) {
-	f.mu.Lock()
-	f.releaseLocked(n, bytes)
-	f.mu.Unlock()
+// release returns the permits of n messages totalling bytes and admits
+// the waiters that now fit. The counts drop before q.mu is taken, so an
+// acquire that found no room under q.mu and queued is granted here.
+func (q *flowQueue) release(n, bytes int) {
+	q.fc.ReleaseN(n, bytes)
+	q.mu.Lock()
+	q.grantLocked()
+	q.mu.Unlock()
 }
 
-func (f *flowController) releaseLocked(n, bytes int) {
-	f.msgs -= n
-	f.bytes -= bytes
-	f.grantLocked()
-}
-
-func (f *flowController) grantLocked() {
-	for len(f.waiters) > 0 && f.fitsLocked(f.waiters[0].size) {
-		w := f.waiters[0]
-		f.waiters[0] = nil
-		f.waiters = f.waiters[1:]
-		f.msgs++
-		f.bytes += w.size
+func (q *flowQueue) grantLocked() {
+	for len(q.waiters) > 0 && q.fc.TryAcquire(q.waiters[0].size) {
+		w := q.waiters[0]
+		q.waiters[0] = nil
+		q.waiters = q.waiters[1:]
 		close(w.ready)
 	}
 }
 
 // close fails every waiter and every later acquire with ErrClosed.
-func (f *flowController) close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.closed = true
-	for _, w := range f.waiters {
+func (q *flowQueue) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	for _, w := range q.waiters {
 		w.err = ErrClosed
 		close(w.ready)
 	}
-	f.waiters = nil
+	q.waiters = nil
 }
 
 // outstanding returns the messages and bytes held now.
-func (f *flowController) outstanding() (msgs, bytes int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.msgs, f.bytes
+func (q *flowQueue) outstanding() (msgs, bytes int) {
+	return int(q.fc.Outstanding()), int(q.fc.OutstandingBytes())
 }

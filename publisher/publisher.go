@@ -23,7 +23,7 @@ type Publisher struct {
 	cfg        Config
 	topicBytes int // encoded topic field of every request
 	batchLimit int // most message bytes one batch may hold
-	flow       *flowController
+	flow       *flowQueue
 
 	// ctx bounds every RPC and backoff; it is cancelled only when a
 	// Shutdown deadline passes (abort) or after Close finished.
@@ -53,13 +53,13 @@ type Publisher struct {
 
 type counters struct {
 	published, failed, batches, retries atomic.Int64
-	calls                               atomic.Int64 // Publish calls, for InvalidMessageError.Index
+	calls                               atomic.Int64 // Publish calls, for the index in an invalid message's Error
 }
 
 // Stats is a snapshot of a Publisher's counters.
 type Stats struct {
 	Published int64 // messages with a server-assigned id
-	Failed    int64 // messages whose batch failed (paused keys included)
+	Failed    int64 // messages that failed after they were queued (paused keys included)
 	Batches   int64 // Publish RPCs that succeeded
 	Retries   int64 // Publish RPCs retried
 	// OutstandingMessages and OutstandingBytes are held by flow control
@@ -78,9 +78,9 @@ func New(conn grpc.ClientConnInterface, topic string, cfg Config) (*Publisher, e
 	return NewFromClient(pubsubpb.NewPublisherClient(conn), topic, cfg)
 }
 
-// NewFromClient is New over a PublisherClient (the seam for tests and for
-// callers with their own stub). It starts one goroutine (the batch timer);
-// Close stops it.
+// NewFromClient is New over a PublisherClient: a caller's own stub or a
+// wrapper around the generated client (to record or fail requests in
+// tests, say). It starts one goroutine (the batch timer); Close stops it.
 func NewFromClient(client pubsubpb.PublisherClient, topic string, cfg Config) (*Publisher, error) {
 	if client == nil {
 		return nil, fmt.Errorf("publisher: nil client")
@@ -97,7 +97,7 @@ func NewFromClient(client pubsubpb.PublisherClient, topic string, cfg Config) (*
 		topic:      topic,
 		cfg:        cfg,
 		topicBytes: fieldBytes(len(topic)),
-		flow:       newFlowController(cfg.Flow),
+		flow:       newFlowQueue(cfg.Flow),
 		keys:       make(map[string]*keyState),
 		ready:      stage.NewRing[*batch](cfg.MaxInFlightBatches),
 		timers:     stage.NewRing[*batch](64),
@@ -108,7 +108,7 @@ func NewFromClient(client pubsubpb.PublisherClient, topic string, cfg Config) (*
 	if cfg.TracerProvider != nil {
 		p.tracing = newPubTracer(cfg.TracerProvider, topic)
 	}
-	p.batchLimit = min(cfg.MaxBytes, MaxRequestBytes-p.topicBytes)
+	p.batchLimit = min(cfg.MaxBytes, limits.MaxRequestBytes-p.topicBytes)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.wg.Add(1)
 	go p.timerLoop()
@@ -124,19 +124,15 @@ func checkTopic(topic string) error {
 	return nil
 }
 
-// Topic returns the topic's full name.
-func (p *Publisher) Topic() string { return p.topic }
-
 // Publish adds m to the open batch of its ordering key and returns its
 // Result at once, unless flow control is at its limit: then it blocks
 // until there is room or ctx is done (Config.Flow.FailFast: it fails at
 // once). ctx bounds only that wait; once accepted the message is published
-// whatever becomes of ctx. Errors known at once (closed publisher, paused
-// key, invalid message, flow control) are in the returned Result.
+// whatever becomes of ctx. Errors known at once (ErrClosed, ErrPaused,
+// ErrInvalidMessage, ErrFlowControlled) are in the returned Result.
 //
-// A message that breaks one of the service's limits (see
-// InvalidMessageError) fails at once, before it is queued: it is never
-// retried and never fails another message.
+// An invalid message (see ErrInvalidMessage) fails at once, before it is
+// queued: it is never retried and never fails another message.
 func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
 	if p.tracing != nil {
 		return p.publishTraced(ctx, m)
@@ -148,21 +144,21 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
 func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg) *Result {
 	index := p.stats.calls.Add(1) - 1
 	if m == nil {
-		return failed(ErrNilMessage)
+		return failed(invalid("", "message #%d: nil", index))
 	}
 	if m.OrderingKey != "" && !p.cfg.EnableOrdering {
-		return failed(ErrOrderingDisabled)
+		return failed(invalid(m.OrderingKey, "message #%d: OrderingKey set but Config.EnableOrdering is false", index))
 	}
 	if v := limits.CheckMessage(m.Data, m.Attributes, m.OrderingKey); v != nil {
-		return failed(&InvalidMessageError{Index: index, OrderingKey: m.OrderingKey, Limit: v.Limit, Field: v.Field, Detail: v.Detail})
+		return failed(invalid(m.OrderingKey, "message #%d: %v", index, v))
 	}
 	if tm != nil {
 		m = tm.inject(ctx, m) // after the check: the googclient_ keys are ours
 	}
 	pm, size, reqBytes := m.toProto()
-	if p.topicBytes+reqBytes > MaxRequestBytes {
-		return failed(&InvalidMessageError{Index: index, OrderingKey: m.OrderingKey, Limit: "request size", Field: "message",
-			Detail: fmt.Sprintf("%d bytes encoded in a request, the limit is %d", p.topicBytes+reqBytes, MaxRequestBytes)})
+	if n := p.topicBytes + reqBytes; n > limits.MaxRequestBytes {
+		return failed(invalid(m.OrderingKey, "message #%d: message: request size: %d bytes encoded in a request, the limit is %d",
+			index, n, limits.MaxRequestBytes))
 	}
 	// Fail fast on a paused key before waiting for flow control (which
 	// itself refuses a closed publisher); both are checked again once the

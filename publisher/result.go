@@ -3,7 +3,7 @@ package publisher
 import "context"
 
 // Result is the pending outcome of one Publish: the server-assigned
-// message id, or the error that ended the message's batch. It settles
+// message id, or the error that ended its publish. It settles
 // once; it is safe for concurrent use.
 type Result struct {
 	done <-chan struct{}

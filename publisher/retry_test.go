@@ -26,8 +26,9 @@ func TestRetryTransientErrors(t *testing.T) {
 		if st := p.Stats(); st.Retries != 3 || st.Published != 1 {
 			t.Fatalf("stats %+v", st)
 		}
-		// Backoffs of at least 50, 100 and 200 ms (half of 100, 200, 400).
-		if d := time.Since(start); d < 350*time.Millisecond || d > 800*time.Millisecond {
+		// Three pauses of at most 100, 200 and 400 ms (BackoffMin doubling),
+		// after the batch's 10 ms Delay.
+		if d := time.Since(start); d > defaultDelay+700*time.Millisecond {
 			t.Fatalf("took %v", d)
 		}
 	})
@@ -44,7 +45,7 @@ func TestRetryDeadline(t *testing.T) {
 		if status.Code(err) != codes.Unavailable {
 			t.Fatalf("got %v, want Unavailable", err)
 		}
-		if d := time.Since(start); d > 2*time.Second+DefaultDelay {
+		if d := time.Since(start); d > 2*time.Second+defaultDelay {
 			t.Fatalf("gave up after %v, past the 2 s deadline", d)
 		}
 		if e.calls() < 4 {
@@ -69,18 +70,20 @@ func TestNonRetryableNotRetried(t *testing.T) {
 	mustGet(t, p.Publish(context.Background(), msg(2)))
 }
 
-func TestDefaultRetryable(t *testing.T) {
-	for code, want := range map[codes.Code]bool{
-		codes.Unavailable: true, codes.Internal: true, codes.ResourceExhausted: true, codes.Aborted: true,
-		codes.DeadlineExceeded: true, codes.Unknown: true, codes.Canceled: true,
-		codes.NotFound: false, codes.PermissionDenied: false, codes.InvalidArgument: false,
-		codes.FailedPrecondition: false, codes.Unauthenticated: false,
-	} {
-		if got := DefaultRetryable(status.Error(code, "x")); got != want {
-			t.Errorf("%v: %v, want %v", code, got, want)
+// Config.Retryable replaces the retry policy: here a transient code is
+// final and a final one is retried.
+func TestRetryableReplacesPolicy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, pubsubtest.WithBufconn())
+		p := e.publisher(t, Config{Retryable: func(err error) bool { return status.Code(err) == codes.NotFound }})
+		e.srv.FailNext("Publish", 1, codes.Unavailable)
+		if _, err := p.Publish(context.Background(), msg(1)).Get(context.Background()); status.Code(err) != codes.Unavailable {
+			t.Fatalf("got %v, want Unavailable, not retried", err)
 		}
-	}
-	if DefaultRetryable(context.Canceled) || DefaultRetryable(context.DeadlineExceeded) {
-		t.Error("context errors must be final")
-	}
+		e.srv.FailNext("Publish", 2, codes.NotFound)
+		mustGet(t, p.Publish(context.Background(), msg(2)))
+		if got, st := e.calls(), p.Stats(); got != 4 || st.Retries != 2 {
+			t.Fatalf("%d calls, %d retries; want 4 and 2", got, st.Retries)
+		}
+	})
 }

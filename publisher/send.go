@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pubsubflow/pubsubflow/internal/event"
+	"github.com/pubsubflow/pubsubflow/internal/retry"
 )
 
 // sendLoop sends ready batches until none waits.
@@ -51,8 +50,9 @@ func (p *Publisher) publish(b *batch) (ids []string, msgErrs []error, err error)
 	var at []int
 	for i, m := range b.msgs {
 		if _, merr := proto.Marshal(m); merr != nil {
-			msgErrs[i] = &InvalidMessageError{Index: -1, OrderingKey: m.GetOrderingKey(), Limit: "encoding", Field: "message",
-				Detail: fmt.Sprintf("index %d of a batch of %d cannot be encoded (modified after Publish?)", i, len(b.msgs)), Err: merr}
+			e := invalid(m.GetOrderingKey(), "message %d of a batch of %d: encoding: cannot be encoded (modified after Publish?)", i, len(b.msgs))
+			e.Err = merr
+			msgErrs[i] = e
 			continue
 		}
 		good = append(good, m)
@@ -75,13 +75,14 @@ func (p *Publisher) publish(b *batch) (ids []string, msgErrs []error, err error)
 	return ids, msgErrs, nil
 }
 
-// send publishes msgs, retrying transient failures with backoff until the
-// retry deadline. A request the client cannot encode is not retried.
+// send publishes msgs, retrying the failures Config.Retryable calls
+// transient with the library's backoff (internal/retry) until the retry
+// deadline. A request the client cannot encode is not retried.
 func (p *Publisher) send(msgs []*pubsubpb.PubsubMessage) ([]string, error) {
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.RetryDeadline)
 	defer cancel()
 	req := &pubsubpb.PublishRequest{Topic: p.topic, Messages: msgs}
-	backoff := p.cfg.BackoffMin
+	backoff := retry.Backoff(p.cfg.BackoffMin, p.cfg.BackoffMax)
 	for attempt := 1; ; attempt++ {
 		resp, err := p.client.Publish(ctx, req)
 		if err == nil {
@@ -96,15 +97,12 @@ func (p *Publisher) send(msgs []*pubsubpb.PubsubMessage) ([]string, error) {
 		if ctx.Err() != nil || isEncodingError(err) || !p.cfg.Retryable(err) {
 			return nil, fail(err)
 		}
-		// Wait a random time in [backoff/2, backoff], doubling up to the max,
-		// and give up when the wait would pass the deadline.
-		d := backoff/2 + rand.N(backoff/2+1)
-		backoff = min(2*backoff, p.cfg.BackoffMax)
+		// Give up when the pause would pass the deadline.
+		d := backoff.Pause()
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 			return nil, fail(err)
 		}
 		p.stats.retries.Add(1)
-		p.cfg.Events.Emit(event.Event{Kind: event.Retry, Count: len(msgs), Delay: d, Err: err})
 		p.cfg.Logger.Debug("publisher: retrying publish", "topic", p.topic, "messages", len(msgs), "attempt", attempt, "delay", d, "err", err)
 		t := time.NewTimer(d)
 		select {
@@ -123,7 +121,7 @@ func (p *Publisher) send(msgs []*pubsubpb.PubsubMessage) ([]string, error) {
 // pauses the key, since the messages behind it would be out of order.
 func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error) {
 	var paused []*batch
-	var perr *PausedError
+	var perr *Error
 	nfailed := 0
 	for _, e := range msgErrs {
 		if e != nil {
@@ -143,7 +141,7 @@ func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error)
 	if ks := b.ks; ks.ordered() {
 		switch {
 		case err != nil:
-			perr = &PausedError{Key: ks.key, Cause: err}
+			perr = &Error{Kind: ErrPaused, OrderingKey: ks.key, Err: err}
 			ks.paused = perr
 			paused = append(paused, ks.queue...)
 			ks.queue = nil
@@ -180,18 +178,14 @@ func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error)
 		if n > nfailed {
 			p.stats.published.Add(int64(n - nfailed))
 			p.stats.batches.Add(1)
-			p.cfg.Events.Emit(event.Event{Kind: EventPublished, Count: n - nfailed})
 		}
 		p.stats.failed.Add(int64(nfailed))
-		p.cfg.Events.Emit(event.Event{Kind: EventPublishFailed, Count: nfailed, Err: firstErr(msgErrs)})
 		p.cfg.Logger.Warn("publisher: messages could not be encoded", "topic", p.topic, "messages", nfailed, "err", firstErr(msgErrs))
 	} else if err == nil {
 		p.stats.published.Add(int64(n))
 		p.stats.batches.Add(1)
-		p.cfg.Events.Emit(event.Event{Kind: EventPublished, Count: n})
 	} else {
 		p.stats.failed.Add(int64(n))
-		p.cfg.Events.Emit(event.Event{Kind: EventPublishFailed, Count: n, Err: err})
 		p.cfg.Logger.Warn("publisher: publish failed", "topic", p.topic, "messages", n, "err", err)
 	}
 	close(b.done)
@@ -208,8 +202,7 @@ func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error)
 				endCreates(q, nil, nil, perr)
 			}
 		}
-		p.cfg.Events.Emit(event.Event{Kind: EventPaused, Count: count, Err: perr})
-		p.cfg.Logger.Warn("publisher: ordering key paused", "topic", p.topic, "key", perr.Key, "failed_behind", count, "err", err)
+		p.cfg.Logger.Warn("publisher: ordering key paused", "topic", p.topic, "key", perr.OrderingKey, "failed_behind", count, "err", err)
 	}
 }
 

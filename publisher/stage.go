@@ -8,10 +8,10 @@ import (
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// DefaultStageWindow is the parallelism of a Stage given none: how many
+// defaultStageWindow is the parallelism of a Stage given none: how many
 // publishes it keeps unsettled at once. It is ten default batches, enough
 // to keep batching efficient.
-const DefaultStageWindow = 1000
+const defaultStageWindow = 1000
 
 // Outcome is the settled publish of one stage element: In is the element,
 // ID the server-assigned message id, Err the publish error (nil on
@@ -25,16 +25,17 @@ type Outcome[T any] struct {
 // Stage returns a flow that publishes toMsg(v) for each element v and
 // emits Outcome{In: v, …} in input order once that publish has settled.
 // parallelism bounds the publishes the stage holds unsettled or unemitted
-// (< 1 means DefaultStageWindow); it must be well above Config.MaxMessages
-// for batches to fill. When the window is full the stage stops receiving,
-// so backpressure reaches upstream. toMsg returning nil (or panicking)
-// yields an Outcome with an error instead of a publish.
+// (< 1 means 1000, ten default batches); it must be well above
+// Config.MaxMessages for batches to fill. When the window is full the
+// stage stops receiving, so backpressure reaches upstream. toMsg returning
+// nil (ErrInvalidMessage) or panicking yields an Outcome with an error
+// instead of a publish.
 //
 // The stage does not close p. When the group is cancelled, elements whose
 // Outcome was not emitted are dropped (their publishes still settle).
 func Stage[T any](p *Publisher, toMsg func(T) *Message, parallelism int) stage.Flow[T, Outcome[T]] {
 	if parallelism < 1 {
-		parallelism = DefaultStageWindow
+		parallelism = defaultStageWindow
 	}
 	return stage.FlowFunc[T, Outcome[T]](func(g *stage.Group, in <-chan T) <-chan Outcome[T] {
 		out := make(chan Outcome[T])
@@ -92,18 +93,19 @@ func publishOne[T any](ctx context.Context, p *Publisher, toMsg func(T) *Message
 	}()
 	m := toMsg(v)
 	if m == nil {
-		return failed(ErrNilMessage)
+		return failed(invalid("", "stage conversion returned nil"))
 	}
 	return p.Publish(ctx, m)
 }
 
 // Forward returns a sink that publishes toMsg(m) for each received message
-// m (through Stage) and settles m only after its publish settled: Ack when
-// the publish succeeded, Nack when it failed, so the server redelivers the
-// input. It is the end of a relay: subscribe → transform → Forward. The
-// sink ends when its input closes and every publish has settled; it does
-// not close p. When the group is cancelled first, inputs whose publish had
-// not settled are left unsettled for their owner's shutdown path (a
+// m (a pubsubflow.Message, from a Subscriber's Source), through Stage, and
+// settles m only after its publish settled: Ack when the publish
+// succeeded, Nack when it failed, so the server redelivers the input. It
+// is the end of a relay: subscribe → transform → Forward. The sink ends
+// when its input closes and every publish has settled; it does not close
+// p. When the group is cancelled first, inputs whose publish had not
+// settled are left unsettled for their owner's shutdown path (a
 // Subscriber nacks what is left), since their publish may still succeed.
 func Forward(p *Publisher, toMsg func(*message.Message) *Message, parallelism int) stage.Sink[*message.Message] {
 	flow := Stage(p, toMsg, parallelism)

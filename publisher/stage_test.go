@@ -46,7 +46,7 @@ func TestStageEmitsOutcomesInOrder(t *testing.T) {
 			t.Fatalf("outcome %d is for element %d", i, o.In)
 		}
 		if i == 7 {
-			if !errors.Is(o.Err, ErrNilMessage) {
+			if !errors.Is(o.Err, ErrInvalidMessage) {
 				t.Fatalf("nil message: %v", o.Err)
 			}
 			continue

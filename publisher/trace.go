@@ -14,8 +14,8 @@ import (
 	"github.com/pubsubflow/pubsubflow/internal/carrier"
 )
 
-// TracerName is the instrumentation name of the Publisher's tracer.
-const TracerName = "github.com/pubsubflow/pubsubflow/publisher"
+// tracerName is the instrumentation name of the Publisher's tracer.
+const tracerName = "github.com/pubsubflow/pubsubflow/publisher"
 
 // pubTracer is a Publisher's tracing; the Publisher holds nil when
 // Config.TracerProvider is unset.
@@ -29,7 +29,7 @@ type pubTracer struct {
 func newPubTracer(tp trace.TracerProvider, topic string) *pubTracer {
 	parts := strings.Split(topic, "/") // checked: projects/P/topics/T
 	return &pubTracer{
-		tr:     tp.Tracer(TracerName),
+		tr:     tp.Tracer(tracerName),
 		prefix: parts[3] + " ",
 		common: []attribute.KeyValue{
 			attribute.String("gcp.project_id", parts[1]),

@@ -179,8 +179,8 @@ func TestTraceRefusedMessage(t *testing.T) {
 	}
 	defer p.Close()
 	_, err = p.Publish(context.Background(), &Message{Data: []byte("x"), OrderingKey: "k"}).Get(context.Background())
-	if !errors.Is(err, ErrOrderingDisabled) {
-		t.Fatalf("err %v, want ErrOrderingDisabled", err)
+	if !errors.Is(err, ErrInvalidMessage) {
+		t.Fatalf("err %v, want ErrInvalidMessage", err)
 	}
 	cs := spansNamed(exp, "topic create")
 	if len(cs) != 1 || cs[0].Status.Code != codes.Error {

@@ -36,7 +36,7 @@ func TestRelayNacksInputWhosePublishFailed(t *testing.T) {
 	// Batches of exactly 10 (closed on count only: 50 inputs and the 10
 	// redelivered ones are multiples of 10), one at a time: exactly the
 	// first batch fails, for good (PERMISSION_DENIED is not retried).
-	opts.Publisher = publisher.Config{MaxMessages: 10, Delay: publisher.MaxDelay, MaxInFlightBatches: 1}
+	opts.Publisher = publisher.Config{MaxMessages: 10, Delay: time.Minute, MaxInFlightBatches: 1}
 	srv.FailNext("Publish", 1, codes.PermissionDenied)
 	var out bytes.Buffer
 	if err := Run(ctx, &out, opts); err != nil {

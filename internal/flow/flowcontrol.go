@@ -108,13 +108,19 @@ func (fc *FlowControl) countLocked(size int64) {
 // successful TryAcquire(size), and wakes whoever waits on Wake.
 func (fc *FlowControl) Release(size int) { fc.release(int64(size)) }
 
-func (fc *FlowControl) release(size int64) {
-	size = max(size, 0)
+func (fc *FlowControl) release(size int64) { fc.releaseN(1, max(size, 0)) }
+
+// ReleaseN returns the permits of n messages totalling bytes, taken by n
+// successful TryAcquire calls, and wakes whoever waits on Wake: one
+// Release per message, in one step.
+func (fc *FlowControl) ReleaseN(n, bytes int) { fc.releaseN(int64(n), int64(max(bytes, 0))) }
+
+func (fc *FlowControl) releaseN(n, bytes int64) {
 	// Counters first, wake last: whoever fetched Wake before this point is
 	// woken, whoever fetches it after sees the room.
-	fc.outstanding.Add(-1)
-	fc.outstandingBytes.Add(-size)
-	fc.released.Add(1)
+	fc.outstanding.Add(-n)
+	fc.outstandingBytes.Add(-bytes)
+	fc.released.Add(n)
 	fc.broadcast()
 }
 
