@@ -100,8 +100,8 @@ func (s *Server) pruneAllLocked(now time.Time) {
 		// The ready queue is in publish order but for redeliveries: drop
 		// from its front what is past the retention.
 		stale := retentionCutoff(sub, now)
-		for sub.ready.len() > 0 && s.dropStaleLocked(sub.ready.front(), stale) {
-			sub.ready.popFront()
+		for sub.ready.Len() > 0 && s.dropStaleLocked(sub.ready.Front(), stale) {
+			sub.ready.Pop()
 		}
 	}
 	for _, t := range s.topics {

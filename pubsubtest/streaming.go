@@ -342,15 +342,15 @@ func (s *Server) nextResponse(st *stream) (resp *pubsubpb.StreamingPullResponse,
 	}
 	sub := st.sub
 	var msgs []*pubsubpb.ReceivedMessage
-	if n := sub.ready.len(); n > 0 && !st.atLimit() {
+	if n := sub.ready.Len(); n > 0 && !st.atLimit() {
 		msgs = make([]*pubsubpb.ReceivedMessage, 0, min(n, s.cfg.maxPerResponse))
 		now := time.Now()
 		budget := int64(s.cfg.maxResponseBytes)
 		stale := retentionCutoff(sub, now)
-		for sub.ready.len() > 0 && len(msgs) < s.cfg.maxPerResponse && st.admits(sub.ready.front().msg.size) {
-			e := sub.ready.front()
+		for sub.ready.Len() > 0 && len(msgs) < s.cfg.maxPerResponse && st.admits(sub.ready.Front().msg.size) {
+			e := sub.ready.Front()
 			if s.dropStaleLocked(e, stale) {
-				sub.ready.popFront()
+				sub.ready.Pop()
 				continue
 			}
 			size := e.msg.size + 32 // ack id and framing
@@ -358,7 +358,7 @@ func (s *Server) nextResponse(st *stream) (resp *pubsubpb.StreamingPullResponse,
 				break
 			}
 			budget -= size
-			sub.ready.popFront()
+			sub.ready.Pop()
 			msgs = append(msgs, s.deliverLocked(e, st, st.ackDeadline, now))
 		}
 	}

@@ -198,13 +198,9 @@ func TestFlowControlMessages(t *testing.T) {
 
 func TestFlowControlBytes(t *testing.T) {
 	f := newFixture(t, SubscriptionConfig{})
-	ids := f.publish(t, 10, "") // "m0".."m9": all the same size
-	_ = ids
-	size := int64(0)
+	f.publish(t, 10, "") // "m0".."m9": all the same size
 	f.srv.mu.Lock()
-	for _, e := range f.srv.subs[f.subn].ready.buf[:1] {
-		size = e.msg.size
-	}
+	size := f.srv.subs[f.subn].ready.Front().msg.size
 	f.srv.mu.Unlock()
 	sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 60, MaxOutstandingBytes: 3 * size})
 	got := recvN(t, sp, 3)

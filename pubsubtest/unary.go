@@ -211,13 +211,13 @@ func (s *rpcServer) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsu
 			s.mu.Unlock()
 			return nil, notFound(req.GetSubscription())
 		}
-		if sub.ready.len() > 0 || req.ReturnImmediately {
+		if sub.ready.Len() > 0 || req.ReturnImmediately {
 			resp := &pubsubpb.PullResponse{}
 			now := time.Now()
 			d := time.Duration(sub.pb.AckDeadlineSeconds) * time.Second
 			stale := retentionCutoff(sub, now)
-			for sub.ready.len() > 0 && len(resp.ReceivedMessages) < int(req.MaxMessages) {
-				if e := sub.ready.popFront(); !s.dropStaleLocked(e, stale) {
+			for sub.ready.Len() > 0 && len(resp.ReceivedMessages) < int(req.MaxMessages) {
+				if e := sub.ready.Pop(); !s.dropStaleLocked(e, stale) {
 					resp.ReceivedMessages = append(resp.ReceivedMessages, s.deliverLocked(e, nil, d, now))
 				}
 			}
