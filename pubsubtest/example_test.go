@@ -71,7 +71,7 @@ func ExampleWithBufconn() {
 	}
 	defer conn.Close()
 	pub := pubsubpb.NewPublisherClient(conn)
-	t, err := pub.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.TopicName("topic")})
+	t, err := pub.CreateTopic(ctx, &pubsubpb.Topic{Name: "projects/" + srv.Project() + "/topics/topic"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -12,47 +12,51 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// KillStreams ends the streams named, or every open one; it counts only
+// the streams it ended, and the others carry on.
 func TestKillStreams(t *testing.T) {
-	f := newFixture(t, SubscriptionConfig{})
-	a := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
-	b := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
-	waitFor(t, "2 streams", func() bool { return len(f.srv.Streams("sub")) == 2 })
-	if n := f.srv.KillStreams(codes.Unavailable, "bye"); n != 2 {
-		t.Fatalf("KillStreams = %d, want 2", n)
-	}
-	for _, sp := range []pubsubpb.Subscriber_StreamingPullClient{a, b} {
-		_, err := sp.Recv()
-		if st := status.Convert(err); st.Code() != codes.Unavailable || st.Message() != "bye" {
-			t.Errorf("Recv = %v", err)
-		}
-	}
-	for _, info := range f.srv.Streams("sub") {
-		if info.Open || info.Code != codes.Unavailable {
-			t.Errorf("stream %+v", info)
-		}
-	}
-	if n := f.srv.KillStreams(codes.Unavailable, "again"); n != 0 {
-		t.Errorf("second KillStreams = %d", n)
-	}
-}
-
-func TestKillStream(t *testing.T) {
-	f := newFixture(t, SubscriptionConfig{})
-	a := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10, ProtocolVersion: 1})
-	waitFor(t, "stream a", func() bool { return len(f.srv.Streams("sub")) == 1 })
-	b := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10, ProtocolVersion: 1})
-	waitFor(t, "stream b", func() bool { return len(f.srv.Streams("sub")) == 2 })
-	if !f.srv.KillStream(1, codes.Aborted, "one") || f.srv.KillStream(1, codes.Aborted, "twice") || f.srv.KillStream(99, codes.Aborted, "none") {
-		t.Fatal("KillStream results")
-	}
-	if _, err := a.Recv(); status.Code(err) != codes.Aborted {
-		t.Errorf("stream 1 Recv = %v", err)
-	}
-	if err := b.Send(&pubsubpb.StreamingPullRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Recv(); err != nil {
-		t.Errorf("stream 2 Recv = %v, want a heartbeat answer", err)
+	for _, tc := range []struct {
+		name   string
+		ids    []int64
+		want   int
+		killed []bool // by stream id - 1
+	}{
+		{"every open stream", nil, 2, []bool{true, true}},
+		{"one by id", []int64{1}, 1, []bool{true, false}},
+		{"an id twice and an unknown one", []int64{2, 2, 99}, 1, []bool{false, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, SubscriptionConfig{})
+			var sps []pubsubpb.Subscriber_StreamingPullClient
+			for i := range 2 { // one at a time, so that ids follow the order
+				sps = append(sps, f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10, ProtocolVersion: 1}))
+				waitFor(t, "stream open", func() bool { return len(f.srv.Streams("sub")) == i+1 })
+			}
+			if n := f.srv.KillStreams(codes.Aborted, "bye", tc.ids...); n != tc.want {
+				t.Fatalf("KillStreams = %d, want %d", n, tc.want)
+			}
+			for i, sp := range sps {
+				if tc.killed[i] {
+					_, err := sp.Recv()
+					if st := status.Convert(err); st.Code() != codes.Aborted || st.Message() != "bye" {
+						t.Errorf("stream %d Recv = %v", i+1, err)
+					}
+					if info := f.srv.Streams("")[i]; info.Open || info.Code != codes.Aborted {
+						t.Errorf("stream %+v", info)
+					}
+					continue
+				}
+				if err := sp.Send(&pubsubpb.StreamingPullRequest{}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := sp.Recv(); err != nil {
+					t.Errorf("stream %d Recv = %v, want a heartbeat answer", i+1, err)
+				}
+			}
+			if n := f.srv.KillStreams(codes.Aborted, "again", tc.ids...); n != 0 {
+				t.Errorf("second KillStreams = %d, want 0", n)
+			}
+		})
 	}
 }
 
@@ -152,8 +156,8 @@ func TestStallStream(t *testing.T) {
 		sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10, ProtocolVersion: 1})
 		out := pump(sp)
 		synctest.Wait()
-		if !f.srv.StallStream(1, true) || f.srv.StallStream(7, true) {
-			t.Fatal("StallStream results")
+		if f.srv.StallStreams(true, 1) != 1 || f.srv.StallStreams(true, 7) != 0 {
+			t.Fatal("StallStreams results")
 		}
 		f.publish(t, 2, "")
 		if err := sp.Send(&pubsubpb.StreamingPullRequest{}); err != nil {
@@ -164,17 +168,16 @@ func TestStallStream(t *testing.T) {
 		if len(out) != 0 {
 			t.Fatalf("stalled stream sent %d responses", len(out))
 		}
-		info, _ := f.srv.Stream(1)
+		info := f.srv.Streams("")[0]
 		if !info.Stalled || info.Heartbeats != 1 || info.Responses != 0 {
 			t.Errorf("stream info = %+v", info)
 		}
-		f.srv.StallStream(1, false)
+		f.srv.StallStreams(false, 1)
 		resp := <-out
 		if len(resp.ReceivedMessages) != 2 {
 			t.Errorf("after resuming: %v", resp)
 		}
-		info, _ = f.srv.Stream(1)
-		if info.Stalled {
+		if info := f.srv.Streams("")[0]; info.Stalled {
 			t.Errorf("stream info = %+v", info)
 		}
 	})
@@ -236,7 +239,7 @@ func TestRestart(t *testing.T) {
 	if err := f.srv.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.srv.Restart(); !errors.Is(err, ErrClosed) {
+	if err := f.srv.Restart(); !errors.Is(err, errClosed) {
 		t.Errorf("Restart after Close = %v", err)
 	}
 	if err := f.srv.Close(); err != nil {
@@ -273,13 +276,13 @@ func TestDeleteSubscriptionEndsStreams(t *testing.T) {
 	f := newFixture(t, SubscriptionConfig{})
 	sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
 	waitFor(t, "stream", func() bool { return len(f.srv.Streams("sub")) == 1 })
-	if err := f.srv.DeleteSubscription(context.Background(), "sub"); err != nil {
+	if err := deleteSub(f.srv, "sub"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sp.Recv(); status.Code(err) != codes.NotFound {
 		t.Errorf("Recv = %v, want NOT_FOUND", err)
 	}
-	if err := f.srv.DeleteSubscription(context.Background(), "sub"); status.Code(err) != codes.NotFound {
+	if err := deleteSub(f.srv, "sub"); status.Code(err) != codes.NotFound {
 		t.Errorf("second delete = %v", err)
 	}
 }

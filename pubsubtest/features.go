@@ -19,7 +19,7 @@ type serverFeatures struct {
 	// snapshots by full name.
 	snapshots map[string]*snapshot
 	// heldBytes counts every message held, by its encoded size plus
-	// HeldOverhead: once for each subscription holding it unacknowledged
+	// heldOverhead: once for each subscription holding it unacknowledged
 	// or retained after its ack, once for a topic retaining it, once for
 	// each snapshot holding it. Publish fails with RESOURCE_EXHAUSTED past
 	// the backlog bound.
@@ -54,13 +54,13 @@ const stateDelayed = stateGone + 1
 
 func (m *message) publishTime() time.Time { return m.pb.GetPublishTime().AsTime() }
 
-// HeldOverhead is what the backlog bound counts for each held copy of a
+// heldOverhead is what the backlog bound counts for each held copy of a
 // message beyond its encoded size: the server's bookkeeping for it, so
 // that a backlog of small messages is bounded too.
-const HeldOverhead = 160
+const heldOverhead = 160
 
 // held is what one held copy of m counts against the backlog bound.
-func (m *message) held() int64 { return m.size + HeldOverhead }
+func (m *message) held() int64 { return m.size + heldOverhead }
 
 // holdLocked counts an entry's message as held by its subscription.
 func (s *Server) holdLocked(sub *subscription, size int64) {

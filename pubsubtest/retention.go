@@ -11,7 +11,7 @@ func (sub *subscription) retention() time.Duration {
 	if d := sub.pb.GetMessageRetentionDuration(); d != nil {
 		return d.AsDuration()
 	}
-	return DefaultSubRetention
+	return defaultSubRetention
 }
 
 // pruneRetainedLocked drops the retained acknowledged messages of sub

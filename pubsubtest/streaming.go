@@ -184,7 +184,7 @@ func (s *Server) recvLoop(ss pubsubpb.Subscriber_StreamingPullServer, st *stream
 func (s *Server) checkLaterRequest(req *pubsubpb.StreamingPullRequest) error {
 	if req.Subscription != "" || req.ClientId != "" || req.MaxOutstandingMessages != 0 ||
 		req.MaxOutstandingBytes != 0 || req.ProtocolVersion != 0 {
-		return status.Error(codes.InvalidArgument, MsgInitialOnly)
+		return status.Error(codes.InvalidArgument, msgInitialOnly)
 	}
 	if err := s.checkModacks(req); err != nil {
 		return err
@@ -272,9 +272,9 @@ func (s *Server) applyStreamAcksLocked(st *stream, req *pubsubpb.StreamingPullRe
 		switch {
 		case ok:
 			st.ackConf.AckIds = append(st.ackConf.AckIds, id)
-		case reason == ReasonTransientUnordered:
+		case reason == reasonTransientUnordered:
 			st.ackConf.UnorderedAckIds = append(st.ackConf.UnorderedAckIds, id)
-		case reason != "" && reason != ReasonInvalidAckID:
+		case reason != "" && reason != reasonInvalidAckID:
 			st.ackConf.TemporaryFailedAckIds = append(st.ackConf.TemporaryFailedAckIds, id)
 		default:
 			st.ackConf.InvalidAckIds = append(st.ackConf.InvalidAckIds, id)
@@ -292,7 +292,7 @@ func (s *Server) applyStreamAcksLocked(st *stream, req *pubsubpb.StreamingPullRe
 		switch {
 		case ok:
 			st.modConf.AckIds = append(st.modConf.AckIds, id)
-		case reason != "" && reason != ReasonInvalidAckID:
+		case reason != "" && reason != reasonInvalidAckID:
 			st.modConf.TemporaryFailedAckIds = append(st.modConf.TemporaryFailedAckIds, id)
 		default:
 			st.modConf.InvalidAckIds = append(st.modConf.InvalidAckIds, id)
@@ -345,7 +345,7 @@ func (s *Server) nextResponse(st *stream) (resp *pubsubpb.StreamingPullResponse,
 	if n := sub.ready.Len(); n > 0 && !st.atLimit() {
 		msgs = make([]*pubsubpb.ReceivedMessage, 0, min(n, s.cfg.maxPerResponse))
 		now := time.Now()
-		budget := int64(s.cfg.maxResponseBytes)
+		budget := int64(maxResponseBytes)
 		stale := retentionCutoff(sub, now)
 		for sub.ready.Len() > 0 && len(msgs) < s.cfg.maxPerResponse && st.admits(sub.ready.Front().msg.size) {
 			e := sub.ready.Front()

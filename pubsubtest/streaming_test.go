@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 func TestStreamingPullInitialRequestValidation(t *testing.T) {
@@ -68,8 +70,8 @@ func TestLaterRequestWithInitialOnlyFieldAbortsStream(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := sp.Recv()
-			if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() != MsgInitialOnly {
-				t.Fatalf("Recv = %v, want INVALID_ARGUMENT %q", err, MsgInitialOnly)
+			if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() != msgInitialOnly {
+				t.Fatalf("Recv = %v, want INVALID_ARGUMENT %q", err, msgInitialOnly)
 			}
 			n++
 			infos := f.srv.Streams("sub")
@@ -77,7 +79,7 @@ func TestLaterRequestWithInitialOnlyFieldAbortsStream(t *testing.T) {
 			if last.Open || last.Code != codes.InvalidArgument || last.Rejected != 1 || last.Requests != 2 {
 				t.Errorf("stream info = %+v", last)
 			}
-			if reqs := f.srv.StreamRequests(last.ID); len(reqs) != 2 || !proto.Equal(reqs[1], later) {
+			if reqs := last.RequestLog; len(reqs) != 2 || !proto.Equal(reqs[1], later) {
 				t.Errorf("recorded requests = %v", reqs)
 			}
 		})
@@ -308,7 +310,7 @@ func TestAckRequestSizeLimit(t *testing.T) {
 	ctx := context.Background()
 	long := string(make([]byte, 200))
 	var ids []string
-	for proto.Size(&pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: ids}) <= MaxAckRequestBytes {
+	for proto.Size(&pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: ids}) <= limits.MaxAckRequestBytes {
 		ids = append(ids, long)
 	}
 	_, err := f.sub.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: ids})
@@ -327,7 +329,7 @@ func TestAckRequestSizeLimit(t *testing.T) {
 		t.Errorf("RejectedRequests = %d, want 2", got)
 	}
 	ms := f.srv.MethodStats("Acknowledge")
-	if ms.Calls != 2 || ms.Errors != 1 || ms.MaxRequestBytes <= MaxAckRequestBytes {
+	if ms.Calls != 2 || ms.Errors != 1 || ms.MaxRequestBytes <= limits.MaxAckRequestBytes {
 		t.Errorf("Acknowledge stats = %+v", ms)
 	}
 }
@@ -461,7 +463,7 @@ func TestHeartbeatDelay(t *testing.T) {
 			t.Errorf("answered after %v, want 5s", d)
 		}
 		synctest.Wait()
-		if info, _ := f.srv.Stream(1); info.Heartbeats != 2 || info.HeartbeatReplies != 1 {
+		if info := f.srv.Streams("")[0]; info.Heartbeats != 2 || info.HeartbeatReplies != 1 {
 			t.Errorf("stream info = %+v", info)
 		}
 	})

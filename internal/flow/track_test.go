@@ -333,7 +333,7 @@ func TestEagerTrackExactlyOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.srv.SetLatency("ModifyAckDeadline", 2*time.Second)
-		f.srv.FailNextAckIDs(1, pubsubtest.ReasonInvalidAckID)
+		f.srv.FailNextAckIDs(1, "PERMANENT_FAILURE_INVALID_ACK_ID")
 		var (
 			mu     sync.Mutex
 			handed = map[*message.Message]time.Duration{} // → receipt to hand-off
