@@ -1,7 +1,6 @@
 package ack
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
+	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
@@ -18,21 +18,8 @@ import (
 // synctest bubble) with a topic and a subscription.
 func newServer(t *testing.T, sub pubsubtest.SubscriptionConfig) (*pubsubtest.Server, pubsubpb.SubscriberClient, string) {
 	t.Helper()
-	srv, err := pubsubtest.NewServer(pubsubtest.WithBufconn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	ctx := context.Background()
-	if _, err := srv.CreateTopic(ctx, "topic"); err != nil {
-		t.Fatal(err)
-	}
-	sub.Topic = "topic"
-	name, err := srv.CreateSubscription(ctx, sub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srv, pubsubpb.NewSubscriberClient(srv.ClientConn()), name
+	f := testfix.New(t, sub, pubsubtest.WithBufconn())
+	return f.Server, f.Subscriber, f.Sub
 }
 
 // TestLongAckIDsServer: 2,000 acks with long ack ids never make a request
