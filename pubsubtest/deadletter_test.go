@@ -49,14 +49,26 @@ func TestGoogleClientDeadLetterPolicyValidation(t *testing.T) {
 			Name: srv.subName(id), Topic: srv.topicName("topic"), DeadLetterPolicy: dlp,
 		})
 	}
-	for _, n := range []int32{4, 101, -1} {
-		_, err := create("bad", &pubsubpb.DeadLetterPolicy{DeadLetterTopic: srv.topicName("dead"), MaxDeliveryAttempts: n})
-		wantCode(t, "max_delivery_attempts out of range", err, codes.InvalidArgument, "max_delivery_attempts")
+	for _, tc := range []struct {
+		name  string
+		topic string // dead-letter topic id; "" for none
+		n     int32  // max_delivery_attempts
+		code  codes.Code
+		want  string // in the message
+	}{
+		{"4 attempts", "dead", 4, codes.InvalidArgument, "max_delivery_attempts"},
+		{"101 attempts", "dead", 101, codes.InvalidArgument, "max_delivery_attempts"},
+		{"-1 attempts", "dead", -1, codes.InvalidArgument, "max_delivery_attempts"},
+		{"missing dead-letter topic", "missing", 5, codes.NotFound, srv.topicName("missing")},
+		{"no dead-letter topic", "", 5, codes.InvalidArgument, "dead_letter_topic"},
+	} {
+		dlp := &pubsubpb.DeadLetterPolicy{MaxDeliveryAttempts: tc.n}
+		if tc.topic != "" {
+			dlp.DeadLetterTopic = srv.topicName(tc.topic)
+		}
+		_, err := create("bad", dlp)
+		wantCode(t, tc.name, err, tc.code, tc.want)
 	}
-	_, err = create("bad", &pubsubpb.DeadLetterPolicy{DeadLetterTopic: srv.topicName("missing"), MaxDeliveryAttempts: 5})
-	wantCode(t, "missing dead-letter topic", err, codes.NotFound, srv.topicName("missing"))
-	_, err = create("bad", &pubsubpb.DeadLetterPolicy{MaxDeliveryAttempts: 5})
-	wantCode(t, "no dead-letter topic", err, codes.InvalidArgument, "dead_letter_topic")
 
 	// 0 attempts means the service's default of 5.
 	got, err := create("okay", &pubsubpb.DeadLetterPolicy{DeadLetterTopic: srv.topicName("dead")})

@@ -60,42 +60,53 @@ func TestKillStreams(t *testing.T) {
 	}
 }
 
+// FailNext fails the next n calls of one method, before they do anything,
+// and counts them; the call after them runs.
 func TestFailNext(t *testing.T) {
-	f := newFixture(t, SubscriptionConfig{})
 	ctx := context.Background()
-	f.srv.FailNext("Acknowledge", 2, codes.ResourceExhausted)
-	for i := 0; i < 3; i++ {
-		_, err := f.sub.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: []string{"x"}})
-		if want := codes.ResourceExhausted; i == 2 {
-			if err != nil {
-				t.Errorf("call %d = %v, want success", i, err)
+	for _, tc := range []struct {
+		method string
+		n      int
+		code   codes.Code
+		call   func(t *testing.T, f *fixture) error
+	}{
+		{"Acknowledge", 2, codes.ResourceExhausted, func(t *testing.T, f *fixture) error {
+			_, err := f.sub.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: []string{"x"}})
+			return err
+		}},
+		{"Publish", 1, codes.Internal, func(t *testing.T, f *fixture) error {
+			_, err := f.pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: f.topic, Messages: []*pubsubpb.PubsubMessage{{Data: []byte("x")}}})
+			return err
+		}},
+		// The stream fails as it opens: its first Recv gets the status,
+		// and the server records no stream for it.
+		{"StreamingPull", 1, codes.Unavailable, func(t *testing.T, f *fixture) error {
+			f.publish(t, 1, "")
+			_, err := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10}).Recv()
+			return err
+		}},
+	} {
+		t.Run(tc.method, func(t *testing.T) {
+			f := newFixture(t, SubscriptionConfig{})
+			f.srv.FailNext(tc.method, tc.n, tc.code)
+			for i := range tc.n {
+				if err := tc.call(t, f); status.Code(err) != tc.code {
+					t.Errorf("call %d = %v, want %v", i, err, tc.code)
+				}
 			}
-		} else if status.Code(err) != want {
-			t.Errorf("call %d = %v, want %v", i, err, want)
-		}
-	}
-	if ms := f.srv.MethodStats("Acknowledge"); ms.Calls != 3 || ms.Injected != 2 || ms.Errors != 2 {
-		t.Errorf("stats = %+v", ms)
-	}
-
-	f.srv.FailNext("Publish", 1, codes.Internal)
-	msg := &pubsubpb.PubsubMessage{Data: []byte("x")}
-	if _, err := f.pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: f.topic, Messages: []*pubsubpb.PubsubMessage{msg}}); status.Code(err) != codes.Internal {
-		t.Errorf("Publish = %v, want INTERNAL", err)
-	}
-	if _, err := f.pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: f.topic, Messages: []*pubsubpb.PubsubMessage{msg}}); err != nil {
-		t.Errorf("Publish = %v", err)
-	}
-
-	f.srv.FailNext("StreamingPull", 1, codes.Unavailable)
-	sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
-	if _, err := sp.Recv(); status.Code(err) != codes.Unavailable {
-		t.Errorf("failed stream Recv = %v", err)
-	}
-	sp = f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
-	recvN(t, sp, 1)
-	if n := len(f.srv.Streams("sub")); n != 1 {
-		t.Errorf("%d streams recorded, want 1 (the failed one never opened)", n)
+			if err := tc.call(t, f); err != nil {
+				t.Errorf("call after the faults = %v, want success", err)
+			}
+			want := MethodStats{Calls: int64(tc.n + 1), Errors: int64(tc.n), Injected: int64(tc.n)}
+			if ms := f.srv.MethodStats(tc.method); ms.Calls != want.Calls || ms.Errors != want.Errors || ms.Injected != want.Injected {
+				t.Errorf("stats = %+v, want %+v", ms, want)
+			}
+			if tc.method == "StreamingPull" {
+				if n := len(f.srv.Streams("sub")); n != 1 {
+					t.Errorf("%d streams recorded, want 1 (the failed one never opened)", n)
+				}
+			}
+		})
 	}
 }
 

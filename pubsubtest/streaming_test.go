@@ -313,13 +313,19 @@ func TestAckRequestSizeLimit(t *testing.T) {
 	for proto.Size(&pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: ids}) <= limits.MaxAckRequestBytes {
 		ids = append(ids, long)
 	}
-	_, err := f.sub.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: ids})
-	if status.Code(err) != codes.InvalidArgument {
-		t.Errorf("Acknowledge over 512 KiB = %v, want INVALID_ARGUMENT", err)
-	}
-	_, err = f.sub.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: f.subn, AckIds: ids, AckDeadlineSeconds: 10})
-	if status.Code(err) != codes.InvalidArgument {
-		t.Errorf("ModifyAckDeadline over 512 KiB = %v, want INVALID_ARGUMENT", err)
+	for name, call := range map[string]func() error{
+		"Acknowledge": func() error {
+			_, err := f.sub.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: ids})
+			return err
+		},
+		"ModifyAckDeadline": func() error {
+			_, err := f.sub.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: f.subn, AckIds: ids, AckDeadlineSeconds: 10})
+			return err
+		},
+	} {
+		if err := call(); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s over 512 KiB = %v, want INVALID_ARGUMENT", name, err)
+		}
 	}
 	// One ack id fewer fits.
 	if _, err := f.sub.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: ids[1:]}); err != nil {
