@@ -206,6 +206,11 @@ func TestStallStreams(t *testing.T) {
 		if len(a)+len(b) != 0 || f.srv.SubscriptionStats("sub").Delivered != 0 {
 			t.Fatal("stalled streams sent messages")
 		}
+		for _, info := range f.srv.Streams("sub") {
+			if !info.Stalled {
+				t.Errorf("stream %d opened after StallStreams(true) is not reported stalled", info.ID)
+			}
+		}
 		f.srv.StallStreams(false)
 		n := 0
 		for n < 4 {

@@ -145,6 +145,7 @@ func (s *Server) openStream(req *pubsubpb.StreamingPullRequest) (*stream, error)
 			AckDeadline:            deadline,
 			Requests:               1,
 			Open:                   true,
+			Stalled:                s.stallAll, // StallStreams without ids covers streams opened later
 		},
 	}
 	if s.cfg.recordRequests {
