@@ -105,8 +105,8 @@ func ExampleServer_Restart() {
 	srv, sub := newExampleServer(pubsubtest.SubscriptionConfig{})
 	defer srv.Close()
 	stream := openStream(ctx, srv, sub, 1)
+	srv.StallStreams(true) // so that the old stream cannot deliver the message
 	srv.Publish(ctx, "topic", &pubsubpb.PubsubMessage{Data: []byte("kept")})
-	srv.StallStreams(true) // so that the message waits for the new server
 	if err := srv.Restart(); err != nil {
 		log.Fatal(err)
 	}
