@@ -161,7 +161,7 @@ func TestSetLatency(t *testing.T) {
 	})
 }
 
-func TestStallStream(t *testing.T) {
+func TestStallStreamsByID(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := bubbleFixture(t, SubscriptionConfig{})
 		sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10, ProtocolVersion: 1})
