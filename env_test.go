@@ -8,6 +8,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
+	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
@@ -17,6 +18,7 @@ type env struct {
 	srv   *pubsubtest.Server
 	topic string
 	sub   string
+	fix   *testfix.Fixture
 }
 
 func newEnv(t testing.TB, opts ...pubsubtest.Option) *env {
@@ -25,44 +27,20 @@ func newEnv(t testing.TB, opts ...pubsubtest.Option) *env {
 
 func newEnvSub(t testing.TB, sc pubsubtest.SubscriptionConfig, opts ...pubsubtest.Option) *env {
 	t.Helper()
-	srv, err := pubsubtest.NewServer(append([]pubsubtest.Option{pubsubtest.WithDeliveryAttemptAlways()}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "topic")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc.Name, sc.Topic = "sub", topic
-	sub, err := srv.CreateSubscription(ctx, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{srv: srv, topic: topic, sub: sub}
+	sc.Name = "sub"
+	f := testfix.New(t, sc, opts...)
+	return &env{srv: f.Server, topic: f.Topic, sub: f.Sub, fix: f}
 }
 
 // publish publishes n messages "0".."n-1", with ordering keys from key.
 func (e *env) publish(t testing.TB, n int, key func(i int) string) []string {
 	t.Helper()
-	var ids []string
-	for start := 0; start < n; start += 1000 {
-		var msgs []*pubsubpb.PubsubMessage
-		for i := start; i < min(n, start+1000); i++ {
-			m := &pubsubpb.PubsubMessage{Data: []byte(fmt.Sprint(i))}
-			if key != nil {
-				m.OrderingKey = key(i)
-			}
-			msgs = append(msgs, m)
+	return e.fix.Publish(t, testfix.Messages(n, func(i int, m *pubsubpb.PubsubMessage) {
+		m.Data = []byte(fmt.Sprint(i))
+		if key != nil {
+			m.OrderingKey = key(i)
 		}
-		got, err := e.srv.Publish(context.Background(), e.topic, msgs...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, got...)
-	}
-	return ids
+	})...)
 }
 
 // subscriber makes a Subscriber on the env's subscription, closed at cleanup.

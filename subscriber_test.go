@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -204,7 +205,7 @@ func TestTerminalErrorEndsRun(t *testing.T) {
 		return nil
 	})
 	waitFor(t, "first messages", 10*time.Second, func() bool { return handled.Load() > 0 })
-	if err := e.srv.DeleteSubscription(context.Background(), e.sub); err != nil {
+	if _, err := pubsubpb.NewSubscriberClient(e.srv.ClientConn()).DeleteSubscription(context.Background(), &pubsubpb.DeleteSubscriptionRequest{Subscription: e.sub}); err != nil {
 		t.Fatal(err)
 	}
 	select {

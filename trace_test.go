@@ -544,7 +544,7 @@ func TestTraceExactlyOnceAckFails(t *testing.T) {
 	defer cancel()
 	var ackErr error
 	if err := s.Run(rctx, 1, func(ctx context.Context, m *Message) error {
-		e.srv.FailNextAckIDs(1, pubsubtest.ReasonInvalidAckID)
+		e.srv.FailNextAckIDs(1, "PERMANENT_FAILURE_INVALID_ACK_ID")
 		m.Ack()
 		ackErr = m.Result().Wait(ctx)
 		cancel()

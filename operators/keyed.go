@@ -3,6 +3,7 @@ package operators
 import (
 	"context"
 
+	"github.com/pubsubflow/pubsubflow/internal/ring"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -27,8 +28,8 @@ func (pm *parallelMap[T, R]) keyed(g *stage.Group, in <-chan T) <-chan R {
 	inner := stage.NewGroup(g.Context())
 	inner.Go(func(ctx context.Context) error { // coordinator
 		defer close(jobs)
-		waiting := map[string]*stage.Ring[T]{} // present = key busy
-		ready := stage.NewRing[keyed](pm.n)
+		waiting := map[string]*ring.Ring[T]{} // present = key busy
+		ready := ring.New[keyed](pm.n)
 		queued, running := 0, 0
 		for in != nil || running > 0 || ready.Len() > 0 {
 			var recv <-chan T
@@ -52,7 +53,7 @@ func (pm *parallelMap[T, R]) keyed(g *stage.Group, in <-chan T) <-chan R {
 					queued++
 					continue
 				}
-				waiting[k] = stage.NewRing[T](1)
+				waiting[k] = ring.New[T](1)
 				ready.Push(keyed{k, v})
 			case send <- head:
 				ready.Pop()

@@ -19,7 +19,7 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
-	"github.com/pubsubflow/pubsubflow/pubsubtest"
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 // ackerChecks is the CI default of TestAcknowledgerSplitting's cases.
@@ -75,7 +75,7 @@ func (s *ackStub) record(kind string, ids []string, size int, o op) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
-	if len(ids) > ackids.MaxIDs || size > pubsubtest.MaxAckRequestBytes {
+	if len(ids) > ackids.MaxIDs || size > limits.MaxAckRequestBytes {
 		s.violations = append(s.violations, fmt.Sprintf("%s request with %d ack ids, %d bytes", kind, len(ids), size))
 	}
 	if s.failLeft > 0 {

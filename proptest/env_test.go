@@ -9,12 +9,14 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/pubsubflow/pubsubflow"
+	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
 // env is a pubsubtest server over bufconn with one topic and one
 // subscription, for the scenario tests; make it inside a synctest bubble.
 type env struct {
+	fix   *testfix.Fixture
 	srv   *pubsubtest.Server
 	topic string
 	sub   string
@@ -22,33 +24,14 @@ type env struct {
 
 func newEnv(t testing.TB, opts ...pubsubtest.Option) *env {
 	t.Helper()
-	srv, err := pubsubtest.NewServer(append([]pubsubtest.Option{pubsubtest.WithBufconn(), pubsubtest.WithDeliveryAttemptAlways()}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "topic")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: topic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{srv: srv, topic: topic, sub: sub}
+	f := testfix.New(t, pubsubtest.SubscriptionConfig{}, append([]pubsubtest.Option{pubsubtest.WithBufconn()}, opts...)...)
+	return &env{fix: f, srv: f.Server, topic: f.Topic, sub: f.Sub}
 }
 
 // publish publishes n small messages.
 func (e *env) publish(t testing.TB, n int) {
 	t.Helper()
-	msgs := make([]*pubsubpb.PubsubMessage, n)
-	for i := range msgs {
-		msgs[i] = &pubsubpb.PubsubMessage{Data: []byte(strconv.Itoa(i))}
-	}
-	if _, err := e.srv.Publish(context.Background(), e.topic, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	e.fix.Publish(t, testfix.Messages(n, func(i int, m *pubsubpb.PubsubMessage) { m.Data = []byte(strconv.Itoa(i)) })...)
 }
 
 // subscriber makes a Subscriber on the env's subscription through client

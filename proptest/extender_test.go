@@ -17,6 +17,7 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
 	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
@@ -362,7 +363,7 @@ func (x *extenderModel) checkRequests(t *rapid.T) {
 	ids := map[group]int{}
 	count := map[group]int{}
 	for _, r := range reqs {
-		if len(r.ids) > ackids.MaxIDs || r.size > pubsubtest.MaxAckRequestBytes {
+		if len(r.ids) > ackids.MaxIDs || r.size > limits.MaxAckRequestBytes {
 			t.Fatalf("a ModifyAckDeadline request with %d ack ids, %d bytes", len(r.ids), r.size)
 		}
 		if r.seconds < 1 || r.seconds > 600 {

@@ -77,7 +77,7 @@ func (m *machine) checkStreams(t *rapid.T) {
 		if s.Rejected != 0 {
 			fail(t, "invariant 5: a stream's request was rejected", "stream %d: %d requests rejected: %s", s.ID, s.Rejected, s.Err)
 		}
-		reqs := m.srv.StreamRequests(s.ID)
+		reqs := s.RequestLog
 		if len(reqs) == 0 {
 			continue
 		}

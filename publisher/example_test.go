@@ -189,13 +189,6 @@ func ExampleStage() {
 	// <nil>
 }
 
-// printSettler prints each message's outcome.
-type printSettler struct{}
-
-func (printSettler) Settle(m *pubsubflow.Message, o pubsubflow.Outcome, _ time.Duration) {
-	fmt.Println(string(m.Data), o)
-}
-
 func ExampleForward() {
 	srv, topic := server()
 	defer srv.Close()
@@ -209,15 +202,12 @@ func ExampleForward() {
 	// them) are acked once their transformed copy is published, nacked if
 	// that publish fails.
 	in := &pubsubflow.Message{Data: []byte("order 42")}
-	message.Bind(in, printSettler{})
 	upper := func(m *pubsubflow.Message) *publisher.Message {
 		return &publisher.Message{Data: append([]byte("relayed "), m.Data...)}
 	}
 	err = pipeline.From(pipeline.Slice(in)).To(publisher.Forward(p, upper, 100))
-	fmt.Println(err)
-	// Output:
-	// order 42 ack
-	// <nil>
+	fmt.Println(err, string(in.Data), in.Outcome())
+	// Output: <nil> order 42 ack
 }
 
 func ExampleConfig_Validate() {

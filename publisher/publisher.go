@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow/internal/limits"
-	"github.com/pubsubflow/pubsubflow/stage"
+	"github.com/pubsubflow/pubsubflow/internal/ring"
 )
 
 // Publisher publishes to one topic through a batching worker. Make it with
@@ -34,8 +34,8 @@ type Publisher struct {
 	closing   bool
 	free      keyState // unordered messages
 	keys      map[string]*keyState
-	ready     *stage.Ring[*batch] // closed batches waiting for a sender
-	timers    *stage.Ring[*batch] // batches in opening order (deadline order); closed ones are skipped
+	ready     *ring.Ring[*batch]  // closed batches waiting for a sender
+	timers    *ring.Ring[*batch]  // batches in opening order (deadline order); closed ones are skipped
 	openCount int                 // open batches (the rest of timers is stale)
 	live      map[*batch]struct{} // every batch not yet done, for Flush
 	senders   int
@@ -99,8 +99,8 @@ func NewFromClient(client pubsubpb.PublisherClient, topic string, cfg Config) (*
 		topicBytes: fieldBytes(len(topic)),
 		flow:       newFlowQueue(cfg.Flow),
 		keys:       make(map[string]*keyState),
-		ready:      stage.NewRing[*batch](cfg.MaxInFlightBatches),
-		timers:     stage.NewRing[*batch](64),
+		ready:      ring.New[*batch](cfg.MaxInFlightBatches),
+		timers:     ring.New[*batch](64),
 		live:       make(map[*batch]struct{}),
 		timerWake:  make(chan struct{}, 1),
 		stop:       make(chan struct{}),

@@ -10,9 +10,8 @@ import (
 )
 
 // WithMaxBacklogBytes bounds the memory the server's messages take: the
-// encoded size of every message held plus HeldOverhead (the server's
-// bookkeeping), counted once for each subscription
-// that holds it (unacknowledged, or acknowledged and retained for Seek),
+// encoded size of every message held plus 160 bytes (the server's
+// bookkeeping), counted once for each subscription that holds it (unacknowledged, or acknowledged and retained for Seek),
 // once if its topic retains it, and once for each snapshot that holds it.
 // A Publish that would take the total past n fails with RESOURCE_EXHAUSTED
 // and changes nothing; messages already accepted are never dropped to make
@@ -41,7 +40,7 @@ func (s *Server) checkRoomLocked(t *topic, msgs []*pubsubpb.PubsubMessage) error
 	var size int64
 	for _, m := range msgs {
 		// The id and publish time are not set yet: allow for them.
-		size += int64(proto.Size(m)) + 48 + HeldOverhead
+		size += int64(proto.Size(m)) + 48 + heldOverhead
 	}
 	need := size * holders
 	if s.feat.heldBytes+need > limit {
@@ -100,8 +99,8 @@ func (s *Server) pruneAllLocked(now time.Time) {
 		// The ready queue is in publish order but for redeliveries: drop
 		// from its front what is past the retention.
 		stale := retentionCutoff(sub, now)
-		for sub.ready.len() > 0 && s.dropStaleLocked(sub.ready.front(), stale) {
-			sub.ready.popFront()
+		for sub.ready.Len() > 0 && s.dropStaleLocked(sub.ready.Front(), stale) {
+			sub.ready.Pop()
 		}
 	}
 	for _, t := range s.topics {

@@ -36,7 +36,7 @@ func TestGoogleClientBacklogBound(t *testing.T) {
 	// to see the server's answer.
 	publish := func() (string, error) {
 		resp, err := a.top.Publish(ctx, &pubsubpb.PublishRequest{
-			Topic: srv.TopicName("topic"), Messages: []*pubsubpb.PubsubMessage{{Data: payload}},
+			Topic: srv.topicName("topic"), Messages: []*pubsubpb.PubsubMessage{{Data: payload}},
 		}, gax.WithRetry(func() gax.Retryer { return nil }))
 		if err != nil {
 			return "", err
@@ -57,7 +57,7 @@ func TestGoogleClientBacklogBound(t *testing.T) {
 				t.Fatalf("%d messages of %d bytes accepted under a bound of %d bytes", len(accepted), len(payload), bound)
 			}
 		}
-		if len(accepted) < bound/(len(payload)+HeldOverhead+100) {
+		if len(accepted) < bound/(len(payload)+heldOverhead+100) {
 			t.Fatalf("only %d messages accepted", len(accepted))
 		}
 		return accepted
@@ -82,7 +82,7 @@ func TestGoogleClientBacklogBound(t *testing.T) {
 
 	accepted := fill()
 	t.Logf("%d messages of %d bytes accepted under %d bytes", len(accepted), len(payload), bound)
-	if st := srv.SubscriptionStats("sub"); st.HeldBytes > bound || st.HeldBytes < bound-2*(int64(len(payload))+HeldOverhead+100) {
+	if st := srv.SubscriptionStats("sub"); st.HeldBytes > bound || st.HeldBytes < bound-2*(int64(len(payload))+heldOverhead+100) {
 		t.Errorf("held %d bytes at the bound %d", st.HeldBytes, bound)
 	}
 	drain("sub", accepted)
@@ -96,7 +96,7 @@ func TestGoogleClientBacklogBound(t *testing.T) {
 
 	// Retained acknowledged messages stay held: acking makes no room.
 	if _, err := a.sub.UpdateSubscription(ctx, &pubsubpb.UpdateSubscriptionRequest{
-		Subscription: &pubsubpb.Subscription{Name: srv.SubscriptionName("sub"), RetainAckedMessages: true},
+		Subscription: &pubsubpb.Subscription{Name: srv.subName("sub"), RetainAckedMessages: true},
 		UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"retain_acked_messages"}},
 	}); err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestGoogleClientBacklogBound(t *testing.T) {
 	}
 	// No longer retaining them makes the room.
 	if _, err := a.sub.UpdateSubscription(ctx, &pubsubpb.UpdateSubscriptionRequest{
-		Subscription: &pubsubpb.Subscription{Name: srv.SubscriptionName("sub")},
+		Subscription: &pubsubpb.Subscription{Name: srv.subName("sub")},
 		UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"retain_acked_messages"}},
 	}); err != nil {
 		t.Fatal(err)
@@ -165,7 +165,7 @@ func TestGoogleClientDetachReleases(t *testing.T) {
 	if st := srv.SubscriptionStats("sub"); st.HeldBytes == 0 || st.Outstanding != 2 {
 		t.Fatalf("before detaching: %+v", st)
 	}
-	if _, err := a.top.DetachSubscription(context.Background(), &pubsubpb.DetachSubscriptionRequest{Subscription: srv.SubscriptionName("sub")}); err != nil {
+	if _, err := a.top.DetachSubscription(context.Background(), &pubsubpb.DetachSubscriptionRequest{Subscription: srv.subName("sub")}); err != nil {
 		t.Fatal(err)
 	}
 	if st := srv.SubscriptionStats("sub"); st.HeldBytes != 0 || st.Outstanding != 0 || st.Backlog != 0 {
@@ -198,11 +198,11 @@ func TestBoundPrunesExpiredVirtualTime(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = srv.Close() })
 		ctx := context.Background()
-		tp := &pubsubpb.Topic{Name: srv.TopicName("topic")}
+		tp := &pubsubpb.Topic{Name: srv.topicName("topic")}
 		if topicRetention {
 			tp.MessageRetentionDuration = durationpb.New(time.Hour)
 		}
-		if _, err := srv.Publisher().CreateTopic(ctx, tp); err != nil {
+		if _, err := srv.rpc().CreateTopic(ctx, tp); err != nil {
 			t.Fatal(err)
 		}
 		if !topicRetention {
@@ -222,7 +222,7 @@ func TestBoundPrunesExpiredVirtualTime(t *testing.T) {
 		if topicRetention {
 			return srv, client, nil
 		}
-		resp, err := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: srv.SubscriptionName("sub"), MaxMessages: 100, ReturnImmediately: true})
+		resp, err := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: srv.subName("sub"), MaxMessages: 100, ReturnImmediately: true})
 		if err != nil || len(resp.ReceivedMessages) != n {
 			t.Fatalf("Pull = %d of %d, %v", len(resp.GetReceivedMessages()), n, err)
 		}
@@ -233,7 +233,7 @@ func TestBoundPrunesExpiredVirtualTime(t *testing.T) {
 		return err
 	}
 	ack := func(t *testing.T, srv *Server, client pubsubpb.SubscriberClient, ms []*pubsubpb.ReceivedMessage) {
-		if _, err := client.Acknowledge(context.Background(), &pubsubpb.AcknowledgeRequest{Subscription: srv.SubscriptionName("sub"), AckIds: ackIDs(ms)}); err != nil {
+		if _, err := client.Acknowledge(context.Background(), &pubsubpb.AcknowledgeRequest{Subscription: srv.subName("sub"), AckIds: ackIDs(ms)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -273,7 +273,7 @@ func TestBoundPrunesExpiredVirtualTime(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			srv, client, ms := setup(t, false, false)
 			ctx := context.Background()
-			snap := &pubsubpb.CreateSnapshotRequest{Name: "projects/" + srv.Project() + "/snapshots/snap", Subscription: srv.SubscriptionName("sub")}
+			snap := &pubsubpb.CreateSnapshotRequest{Name: "projects/" + srv.Project() + "/snapshots/snap", Subscription: srv.subName("sub")}
 			if _, err := client.CreateSnapshot(ctx, snap); status.Code(err) != codes.ResourceExhausted {
 				t.Fatalf("CreateSnapshot of a subscription holding the whole bound: %v", err)
 			}
@@ -283,7 +283,7 @@ func TestBoundPrunesExpiredVirtualTime(t *testing.T) {
 			}
 			// With the subscription gone, the snapshot alone holds what is
 			// published from now on, until the bound is full.
-			if err := srv.DeleteSubscription(ctx, "sub"); err != nil {
+			if err := deleteSub(srv, "sub"); err != nil {
 				t.Fatal(err)
 			}
 			for {

@@ -11,10 +11,10 @@ import (
 // Attributes the service adds to a message it forwards to a dead-letter
 // topic.
 const (
-	AttrDeadLetterDeliveryCount       = "CloudPubSubDeadLetterSourceDeliveryCount"
-	AttrDeadLetterSubscription        = "CloudPubSubDeadLetterSourceSubscription"
-	AttrDeadLetterSubscriptionProject = "CloudPubSubDeadLetterSourceSubscriptionProject"
-	AttrDeadLetterTopicPublishTime    = "CloudPubSubDeadLetterSourceTopicPublishTime"
+	attrDeadLetterDeliveryCount       = "CloudPubSubDeadLetterSourceDeliveryCount"
+	attrDeadLetterSubscription        = "CloudPubSubDeadLetterSourceSubscription"
+	attrDeadLetterSubscriptionProject = "CloudPubSubDeadLetterSourceSubscriptionProject"
+	attrDeadLetterTopicPublishTime    = "CloudPubSubDeadLetterSourceTopicPublishTime"
 )
 
 // deadLetterTimeLayout is how the service writes the source publish time:
@@ -58,10 +58,10 @@ func (s *Server) deadLetterLocked(e *entry, topicName string) bool {
 		attrs[k] = v
 	}
 	project, id := splitName(sub.name)
-	attrs[AttrDeadLetterDeliveryCount] = strconv.Itoa(int(e.attempts))
-	attrs[AttrDeadLetterSubscription] = id
-	attrs[AttrDeadLetterSubscriptionProject] = project
-	attrs[AttrDeadLetterTopicPublishTime] = e.msg.publishTime().UTC().Format(deadLetterTimeLayout)
+	attrs[attrDeadLetterDeliveryCount] = strconv.Itoa(int(e.attempts))
+	attrs[attrDeadLetterSubscription] = id
+	attrs[attrDeadLetterSubscriptionProject] = project
+	attrs[attrDeadLetterTopicPublishTime] = e.msg.publishTime().UTC().Format(deadLetterTimeLayout)
 	fwd := &pubsubpb.PubsubMessage{Data: src.Data, Attributes: attrs, OrderingKey: src.OrderingKey}
 	if _, err := s.publishLocked(t, []*pubsubpb.PubsubMessage{fwd}); err != nil {
 		return false

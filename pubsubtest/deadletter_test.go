@@ -40,26 +40,38 @@ func TestGoogleClientDeadLetterPolicyValidation(t *testing.T) {
 	c := newGoogleClient(t, srv)
 	ctx := context.Background()
 	for _, name := range []string{"topic", "dead"} {
-		if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.TopicName(name)}); err != nil {
+		if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.topicName(name)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	create := func(id string, dlp *pubsubpb.DeadLetterPolicy) (*pubsubpb.Subscription, error) {
 		return c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
-			Name: srv.SubscriptionName(id), Topic: srv.TopicName("topic"), DeadLetterPolicy: dlp,
+			Name: srv.subName(id), Topic: srv.topicName("topic"), DeadLetterPolicy: dlp,
 		})
 	}
-	for _, n := range []int32{4, 101, -1} {
-		_, err := create("bad", &pubsubpb.DeadLetterPolicy{DeadLetterTopic: srv.TopicName("dead"), MaxDeliveryAttempts: n})
-		wantCode(t, "max_delivery_attempts out of range", err, codes.InvalidArgument, "max_delivery_attempts")
+	for _, tc := range []struct {
+		name  string
+		topic string // dead-letter topic id; "" for none
+		n     int32  // max_delivery_attempts
+		code  codes.Code
+		want  string // in the message
+	}{
+		{"4 attempts", "dead", 4, codes.InvalidArgument, "max_delivery_attempts"},
+		{"101 attempts", "dead", 101, codes.InvalidArgument, "max_delivery_attempts"},
+		{"-1 attempts", "dead", -1, codes.InvalidArgument, "max_delivery_attempts"},
+		{"missing dead-letter topic", "missing", 5, codes.NotFound, srv.topicName("missing")},
+		{"no dead-letter topic", "", 5, codes.InvalidArgument, "dead_letter_topic"},
+	} {
+		dlp := &pubsubpb.DeadLetterPolicy{MaxDeliveryAttempts: tc.n}
+		if tc.topic != "" {
+			dlp.DeadLetterTopic = srv.topicName(tc.topic)
+		}
+		_, err := create("bad", dlp)
+		wantCode(t, tc.name, err, tc.code, tc.want)
 	}
-	_, err = create("bad", &pubsubpb.DeadLetterPolicy{DeadLetterTopic: srv.TopicName("missing"), MaxDeliveryAttempts: 5})
-	wantCode(t, "missing dead-letter topic", err, codes.NotFound, srv.TopicName("missing"))
-	_, err = create("bad", &pubsubpb.DeadLetterPolicy{MaxDeliveryAttempts: 5})
-	wantCode(t, "no dead-letter topic", err, codes.InvalidArgument, "dead_letter_topic")
 
 	// 0 attempts means the service's default of 5.
-	got, err := create("okay", &pubsubpb.DeadLetterPolicy{DeadLetterTopic: srv.TopicName("dead")})
+	got, err := create("okay", &pubsubpb.DeadLetterPolicy{DeadLetterTopic: srv.topicName("dead")})
 	if err != nil || got.GetDeadLetterPolicy().GetMaxDeliveryAttempts() != 5 {
 		t.Fatalf("CreateSubscription = %v, %v; want max_delivery_attempts 5", got, err)
 	}
@@ -67,12 +79,12 @@ func TestGoogleClientDeadLetterPolicyValidation(t *testing.T) {
 	// same checks.
 	upd := func(dlp *pubsubpb.DeadLetterPolicy) error {
 		_, err := c.SubscriptionAdminClient.UpdateSubscription(ctx, &pubsubpb.UpdateSubscriptionRequest{
-			Subscription: &pubsubpb.Subscription{Name: srv.SubscriptionName("okay"), DeadLetterPolicy: dlp},
+			Subscription: &pubsubpb.Subscription{Name: srv.subName("okay"), DeadLetterPolicy: dlp},
 			UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"dead_letter_policy"}},
 		})
 		return err
 	}
-	wantCode(t, "update to 200 attempts", upd(&pubsubpb.DeadLetterPolicy{DeadLetterTopic: srv.TopicName("dead"), MaxDeliveryAttempts: 200}), codes.InvalidArgument, "max_delivery_attempts")
+	wantCode(t, "update to 200 attempts", upd(&pubsubpb.DeadLetterPolicy{DeadLetterTopic: srv.topicName("dead"), MaxDeliveryAttempts: 200}), codes.InvalidArgument, "max_delivery_attempts")
 	if err := upd(nil); err != nil {
 		t.Fatalf("removing the policy: %v", err)
 	}
@@ -88,19 +100,19 @@ func TestGoogleClientDeadLetter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, name := range []string{"topic", "dead"} {
-		if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.TopicName(name)}); err != nil {
+		if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.topicName(name)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	const attempts = 5
 	if _, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
-		Name: srv.SubscriptionName("sub"), Topic: srv.TopicName("topic"),
-		DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: srv.TopicName("dead"), MaxDeliveryAttempts: attempts},
+		Name: srv.subName("sub"), Topic: srv.topicName("topic"),
+		DeadLetterPolicy: &pubsubpb.DeadLetterPolicy{DeadLetterTopic: srv.topicName("dead"), MaxDeliveryAttempts: attempts},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
-		Name: srv.SubscriptionName("dlsub"), Topic: srv.TopicName("dead"),
+		Name: srv.subName("dlsub"), Topic: srv.topicName("dead"),
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -171,10 +183,10 @@ func TestGoogleClientDeadLetter(t *testing.T) {
 	}
 	want := map[string]string{
 		"origin":                          "test",
-		AttrDeadLetterDeliveryCount:       "5",
-		AttrDeadLetterSubscription:        "sub",
-		AttrDeadLetterSubscriptionProject: srv.Project(),
-		AttrDeadLetterTopicPublishTime:    publishTime.UTC().Format("2006-01-02T15:04:05.000+00:00"),
+		attrDeadLetterDeliveryCount:       "5",
+		attrDeadLetterSubscription:        "sub",
+		attrDeadLetterSubscriptionProject: srv.Project(),
+		attrDeadLetterTopicPublishTime:    publishTime.UTC().Format("2006-01-02T15:04:05.000+00:00"),
 	}
 	if string(m.Data) != "poison" || m.ID == id || len(m.Attributes) != len(want) {
 		t.Errorf("dead-lettered message: data %q, id %s (source %s), attributes %v", m.Data, m.ID, id, m.Attributes)

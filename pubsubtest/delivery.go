@@ -7,6 +7,8 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/pubsubflow/pubsubflow/internal/ring"
 )
 
 // publishLocked assigns ids and the publish time to msgs (which the server
@@ -52,19 +54,19 @@ func (s *Server) enqueueNewLocked(e *entry) {
 	if key := e.msg.pb.OrderingKey; key != "" && sub.ordered() {
 		if q, busy := sub.keys[key]; busy {
 			e.state = stateKeyWait
-			q.pushBack(e)
+			q.Push(e)
 			return
 		}
-		sub.keys[key] = &ring[*entry]{}
+		sub.keys[key] = &ring.Ring[*entry]{}
 	}
 	e.state = stateReady
-	sub.ready.pushBack(e)
+	sub.ready.Push(e)
 }
 
 // wakeSubLocked tells the open streams and waiting Pulls of sub that
 // messages are ready. The channel sends never block.
 func (s *Server) wakeSubLocked(sub *subscription) {
-	if sub.ready.len() == 0 {
+	if sub.ready.Len() == 0 {
 		return
 	}
 	for st := range sub.streams {
@@ -134,7 +136,7 @@ func (s *Server) releaseLocked(e *entry) {
 	if st := e.stream; st != nil {
 		st.outMsgs--
 		st.outBytes -= e.msg.size
-		if (st.maxMsgs > 0 || st.maxBytes > 0) && sub.ready.len() > 0 {
+		if (st.maxMsgs > 0 || st.maxBytes > 0) && sub.ready.Len() > 0 {
 			st.wake() // what waits may fit now
 		}
 		e.stream = nil
@@ -162,7 +164,7 @@ func (s *Server) ackLocked(sub *subscription, ackID string) bool {
 // before the ones behind it.
 func (s *Server) requeueLocked(e *entry) {
 	e.state = stateReady
-	e.sub.ready.pushBack(e)
+	e.sub.ready.Push(e)
 	s.wakeSubLocked(e.sub)
 }
 

@@ -13,7 +13,9 @@
 //     stream ack deadline (10–600 s; see WithMinAckDeadline). A later
 //     request that sets subscription, client_id, max_outstanding_messages,
 //     max_outstanding_bytes or protocol_version ends the stream with
-//     INVALID_ARGUMENT and MsgInitialOnly; a later
+//     INVALID_ARGUMENT and the service's message "You must only set
+//     max_outstanding_messages and max_outstanding_bytes on the initial
+//     request."; a later
 //     stream_ack_deadline_seconds is allowed. A later request with neither
 //     acks nor modacks is a heartbeat, answered with an empty response when
 //     the stream's protocol_version is at least 1.
@@ -32,8 +34,9 @@
 //     message ready again (after the retry policy's backoff, if any); ack ids that are not live are ignored,
 //     except on exactly-once subscriptions, where Acknowledge and
 //     ModifyAckDeadline fail with INVALID_ARGUMENT carrying an
-//     errdetails.ErrorInfo (reason ErrorInfoReason) whose metadata maps each
-//     failed ack id to ReasonInvalidAckID, as the real service does.
+//     errdetails.ErrorInfo (reason "EXACTLY_ONCE_ACKID_FAILURE", domain
+//     "pubsub.googleapis.com") whose metadata maps each failed ack id to
+//     "PERMANENT_FAILURE_INVALID_ACK_ID", as the real service does.
 //     Modack seconds must be 0–600, and Acknowledge / ModifyAckDeadline
 //     requests over 512 KiB encoded are refused with INVALID_ARGUMENT.
 //   - Ordering: on a subscription with message ordering, at most one
@@ -50,21 +53,23 @@
 //     starting with "goog" or empty, a value over 1,024 bytes, an ordering
 //     key over 1,024 bytes, or a request over 10 MB — each with
 //     INVALID_ARGUMENT in the service's words.
-//   - DialOptions (and so Dial and ClientConn) receive at most the 20 MiB
+//   - Dial and ClientConn receive at most the 20 MiB
 //     that connect.Dial allows, so a test sees the limits a user's
 //     connection has.
 //   - The subscription features of the service, with its ranges and errors:
 //     dead-letter policy (5–100 attempts, INVALID_ARGUMENT outside; the
 //     topic must exist, NOT_FOUND otherwise): after that many failed
 //     deliveries the message is published to the dead-letter topic with
-//     the CloudPubSubDeadLetterSource* attributes (AttrDeadLetter…) and
-//     acknowledged on its subscription. Retry policy (backoffs 0–600 s):
-//     a nacked or expired message waits the minimum backoff, doubled for
-//     each earlier failure up to the maximum. Filters on attributes (see
+//     the attributes the service adds (CloudPubSubDeadLetterSourceDeliveryCount,
+//     …SourceSubscription, …SourceSubscriptionProject and
+//     …SourceTopicPublishTime) and acknowledged on its subscription; 5
+//     attempts when the policy leaves them unset. Retry policy (backoffs 0–600 s):
+//     a nacked or expired message waits the minimum backoff (default 10 s),
+//     doubled for each earlier failure up to the maximum (default 600 s). Filters on attributes (see
 //     SubscriptionConfig.Filter; a bad one is INVALID_ARGUMENT naming the
 //     position; immutable): messages that do not match are acknowledged at
 //     once. retain_acked_messages and message_retention_duration (10 min–7
-//     days; unacknowledged messages older than that are dropped too), topic
+//     days, default 7 days; unacknowledged messages older than that are dropped too), topic
 //     message_retention_duration (10 min–31 days), Seek to a time or a
 //     snapshot, and the snapshot calls.
 //   - Every other Topic or Subscription field that is set is refused with
@@ -77,8 +82,8 @@
 //     RESOURCE_EXHAUSTED, and nothing accepted is dropped.
 //
 // Tests read counters (SubscriptionStats, MessageStats, MethodStats,
-// Streams) and inject faults (KillStreams, KillStream, FailNext,
-// SetLatency, StallStreams, StallStream, FailNextAckIDs, Restart).
+// Streams) and inject faults (FailNext, FailNextAckIDs, SetLatency,
+// KillStreams, StallStreams, Restart).
 //
 // A Server starts no package-level goroutine and shares no state; Close
 // stops every goroutine it started. Its lock is never held across a send,

@@ -22,7 +22,7 @@ func ackFailures(t *testing.T, err error) map[string]string {
 	if !ok {
 		t.Fatalf("not an API error: %v", err)
 	}
-	if ae.Reason() != ErrorInfoReason || ae.Domain() != ErrorInfoDomain {
+	if ae.Reason() != errorInfoReason || ae.Domain() != errorInfoDomain {
 		t.Errorf("ErrorInfo reason %q domain %q", ae.Reason(), ae.Domain())
 	}
 	return ae.Metadata()
@@ -53,7 +53,7 @@ func TestExactlyOnceErrorDetails(t *testing.T) {
 	}
 	// A settled ack id fails; the valid one in the same request is applied.
 	md := ackFailures(t, ack(got[0].AckId, got[1].AckId))
-	if len(md) != 1 || md[got[0].AckId] != ReasonInvalidAckID {
+	if len(md) != 1 || md[got[0].AckId] != reasonInvalidAckID {
 		t.Errorf("metadata = %v", md)
 	}
 	if st := f.srv.SubscriptionStats("sub"); st.Acked != 2 {
@@ -61,12 +61,12 @@ func TestExactlyOnceErrorDetails(t *testing.T) {
 	}
 	// Unknown ack ids fail in ModifyAckDeadline too.
 	_, err = f.sub.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: f.subn, AckIds: []string{"junk"}, AckDeadlineSeconds: 30})
-	if md := ackFailures(t, err); md["junk"] != ReasonInvalidAckID {
+	if md := ackFailures(t, err); md["junk"] != reasonInvalidAckID {
 		t.Errorf("metadata = %v", md)
 	}
 	// An injected transient failure is not applied; a retry succeeds.
-	f.srv.FailNextAckIDs(1, ReasonTransientUnordered)
-	if md := ackFailures(t, ack(got[2].AckId)); md[got[2].AckId] != ReasonTransientUnordered {
+	f.srv.FailNextAckIDs(1, reasonTransientUnordered)
+	if md := ackFailures(t, ack(got[2].AckId)); md[got[2].AckId] != reasonTransientUnordered {
 		t.Errorf("metadata = %v", md)
 	}
 	if err := ack(got[2].AckId); err != nil {
@@ -98,14 +98,14 @@ func TestExactlyOnceErrorDetails(t *testing.T) {
 	old := recvN(t, sp2, 1)[0]
 	recvN(t, sp2, 1) // redelivered after 1 s
 	_, err = f.sub.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: f.subn, AckIds: []string{old.AckId}, AckDeadlineSeconds: 30})
-	if md := ackFailures(t, err); md[old.AckId] != ReasonInvalidAckID {
+	if md := ackFailures(t, err); md[old.AckId] != reasonInvalidAckID {
 		t.Errorf("metadata = %v", md)
 	}
 }
 
 func TestNotExactlyOnceIgnoresStaleAckIDs(t *testing.T) {
 	f := newFixture(t, SubscriptionConfig{})
-	f.srv.FailNextAckIDs(5, ReasonTransientUnordered) // applies to exactly-once subscriptions only
+	f.srv.FailNextAckIDs(5, reasonTransientUnordered) // applies to exactly-once subscriptions only
 	_, err := f.sub.Acknowledge(context.Background(), &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: []string{"junk"}})
 	if err != nil {
 		t.Errorf("Acknowledge(junk) = %v", err)

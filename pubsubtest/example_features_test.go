@@ -22,7 +22,7 @@ func ExampleSubscriptionConfig_deadLetter() {
 	defer srv.Close()
 	srv.CreateTopic(ctx, "orders")
 	srv.CreateTopic(ctx, "orders-dead")
-	srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "dead", Topic: "orders-dead"})
+	dead, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "dead", Topic: "orders-dead"})
 	sub, err := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{
 		Name: "orders-sub", Topic: "orders", DeadLetterTopic: "orders-dead", MaxDeliveryAttempts: 5,
 	})
@@ -41,9 +41,9 @@ func ExampleSubscriptionConfig_deadLetter() {
 		fmt.Println("attempt", m.DeliveryAttempt)
 		client.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: []string{m.AckId}, AckDeadlineSeconds: 0})
 	}
-	resp, _ := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: srv.SubscriptionName("dead"), MaxMessages: 1, ReturnImmediately: true})
+	resp, _ := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: dead, MaxMessages: 1, ReturnImmediately: true})
 	m := resp.ReceivedMessages[0].Message
-	fmt.Println(string(m.Data), m.Attributes[pubsubtest.AttrDeadLetterDeliveryCount], m.Attributes[pubsubtest.AttrDeadLetterSubscription])
+	fmt.Println(string(m.Data), m.Attributes["CloudPubSubDeadLetterSourceDeliveryCount"], m.Attributes["CloudPubSubDeadLetterSourceSubscription"])
 	// Output:
 	// attempt 1
 	// attempt 2
@@ -106,7 +106,7 @@ func ExampleWithMaxBacklogBytes() {
 		accepted++
 	}
 	// Each message holds its encoded size (data, id, publish time: a few
-	// bytes more or less with the time) plus HeldOverhead.
+	// bytes more or less with the time) plus 160 bytes of the server's bookkeeping.
 	held := srv.SubscriptionStats("sub").HeldBytes
 	fmt.Println("accepted", accepted, "held within the bound:", held <= 4<<10, "at least 3 × 1000:", held >= 3000)
 	// Output:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
@@ -71,7 +72,7 @@ func ExampleWithBufconn() {
 	}
 	defer conn.Close()
 	pub := pubsubpb.NewPublisherClient(conn)
-	t, err := pub.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.TopicName("topic")})
+	t, err := pub.CreateTopic(ctx, &pubsubpb.Topic{Name: "projects/" + srv.Project() + "/topics/topic"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -99,4 +100,64 @@ func ExampleServer_FailNext() {
 	// Output:
 	// Unavailable
 	// OK 1
+}
+
+// Short names given to the helper methods are expanded with the server's
+// project.
+func ExampleWithProject() {
+	srv, err := pubsubtest.NewServer(pubsubtest.WithProject("my-project"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	topic, err := srv.CreateTopic(context.Background(), "orders")
+	fmt.Println(srv.Project(), topic, err)
+	// Output: my-project projects/my-project/topics/orders <nil>
+}
+
+// The service sets delivery_attempt only on subscriptions with a
+// dead-letter policy; WithDeliveryAttemptAlways sets it on every delivery,
+// for a client that counts attempts.
+func ExampleWithDeliveryAttemptAlways() {
+	ctx := context.Background()
+	srv, err := pubsubtest.NewServer(pubsubtest.WithDeliveryAttemptAlways())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	srv.CreateTopic(ctx, "topic")
+	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic"})
+	srv.Publish(ctx, "topic", &pubsubpb.PubsubMessage{Data: []byte("x")})
+	client := pubsubpb.NewSubscriberClient(srv.ClientConn())
+	for range 2 {
+		resp, err := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 1, ReturnImmediately: true})
+		if err != nil {
+			log.Fatal(err)
+		}
+		m := resp.ReceivedMessages[0]
+		fmt.Println("attempt", m.DeliveryAttempt)
+		client.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: []string{m.AckId}, AckDeadlineSeconds: 0}) // nack
+	}
+	// Output:
+	// attempt 1
+	// attempt 2
+}
+
+// The service refuses ack deadlines under 10 s; WithMinAckDeadline lowers
+// the bound, for tests of expiry that should not wait 10 s.
+func ExampleWithMinAckDeadline() {
+	ctx := context.Background()
+	for _, opts := range [][]pubsubtest.Option{nil, {pubsubtest.WithMinAckDeadline(time.Second)}} {
+		srv, err := pubsubtest.NewServer(opts...)
+		if err != nil {
+			log.Fatal(err)
+		}
+		srv.CreateTopic(ctx, "topic")
+		_, err = srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic", AckDeadline: 2 * time.Second})
+		fmt.Println(status.Code(err))
+		srv.Close()
+	}
+	// Output:
+	// InvalidArgument
+	// OK
 }

@@ -18,7 +18,6 @@ type methodState struct {
 	stats    MethodStats
 	failN    int
 	failCode codes.Code
-	failMsg  string
 	latency  time.Duration
 }
 
@@ -54,7 +53,7 @@ func (s *Server) beginCall(method string) (time.Duration, error) {
 	if m.failN > 0 {
 		m.failN--
 		m.stats.Injected++
-		err = status.Error(m.failCode, m.failMsg)
+		err = status.Error(m.failCode, "pubsubtest: injected fault")
 	}
 	return m.latency, err
 }
@@ -94,7 +93,7 @@ func (s *Server) runCall(ctx context.Context, method string, call func() (any, e
 	latency, fail := s.beginCall(method)
 	if latency > 0 {
 		switch err := s.waitDone(ctx, latency); {
-		case err == ErrClosed:
+		case err == errClosed:
 			return nil, status.Error(codes.Unavailable, "pubsubtest: server closed")
 		case err != nil:
 			return nil, status.FromContextError(err).Err()
@@ -106,20 +105,16 @@ func (s *Server) runCall(ctx context.Context, method string, call func() (any, e
 	return call()
 }
 
-// FailNext makes the next n calls of method fail with code, before the
-// call does anything. method is the short RPC name: "Publish", "Pull",
-// "Acknowledge", "ModifyAckDeadline", "StreamingPull" (the stream fails
-// as it opens), "CreateSubscription", …. n = 0 cancels.
+// FailNext makes the next n calls of method fail with code (and the
+// message "pubsubtest: injected fault") before the call does anything.
+// method is the short RPC name: "Publish", "Pull", "Acknowledge",
+// "ModifyAckDeadline", "StreamingPull" (the stream fails as it opens),
+// "CreateSubscription", …. n = 0 cancels.
 func (s *Server) FailNext(method string, n int, code codes.Code) {
-	s.FailNextWithMessage(method, n, code, "pubsubtest: injected fault")
-}
-
-// FailNextWithMessage is FailNext with a chosen status message.
-func (s *Server) FailNextWithMessage(method string, n int, code codes.Code, msg string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.methodLocked(method)
-	m.failN, m.failCode, m.failMsg = n, code, msg
+	m.failN, m.failCode = n, code
 }
 
 // SetLatency delays every later call of method by d before it runs (for
@@ -133,8 +128,12 @@ func (s *Server) SetLatency(method string, d time.Duration) {
 
 // FailNextAckIDs makes the next n ack ids received on exactly-once
 // subscriptions (in Acknowledge, ModifyAckDeadline or stream requests) fail
-// with the given per-ack-id reason instead of being applied, e.g.
-// ReasonTransientUnordered, which Google's clients retry. n = 0 cancels.
+// with the given per-ack-id reason instead of being applied, as the
+// service reports it: "TRANSIENT_FAILURE_UNORDERED_ACK_ID" (a transient
+// failure, which Google's clients retry; on a stream the ack id comes back
+// as unordered), another "TRANSIENT_FAILURE_…" reason (a temporary
+// failure), or "PERMANENT_FAILURE_INVALID_ACK_ID" (final: the ack id is
+// taken for expired). n = 0 cancels.
 func (s *Server) FailNextAckIDs(n int, reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -151,16 +150,18 @@ func (s *Server) ackFaultLocked(sub *subscription) string {
 	return s.ackReason
 }
 
-// KillStreams ends every open stream with the given status and returns how
-// many it ended. The messages out on them stay out until their deadlines.
-// A stream whose client stopped reading, so that the server is blocked
-// sending to it (HTTP/2 flow control), ends once that send completes or the
-// client goes away: gRPC offers a handler no way to abandon a blocked send.
-func (s *Server) KillStreams(code codes.Code, msg string) int {
+// KillStreams ends open streams with the given status and returns how many
+// it ended: the streams with the given ids (StreamInfo.ID), or every open
+// stream when no id is given. The messages out on them stay out until
+// their deadlines. A stream whose client stopped reading, so that the
+// server is blocked sending to it (HTTP/2 flow control), ends once that
+// send completes or the client goes away: gRPC offers a handler no way to
+// abandon a blocked send.
+func (s *Server) KillStreams(code codes.Code, msg string, ids ...int64) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for _, st := range s.streams {
+	for _, st := range s.streamsLocked(ids) {
 		if !st.finished {
 			s.finishLocked(st, status.Error(code, msg))
 			n++
@@ -169,17 +170,19 @@ func (s *Server) KillStreams(code codes.Code, msg string) int {
 	return n
 }
 
-// KillStream ends one open stream (by StreamInfo.ID) with the given status;
-// it reports whether the stream was open.
-func (s *Server) KillStream(id int64, code codes.Code, msg string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.streamLocked(id)
-	if st == nil || st.finished {
-		return false
+// streamsLocked returns the streams with the given ids that exist, or every
+// stream when ids is empty.
+func (s *Server) streamsLocked(ids []int64) []*stream {
+	if len(ids) == 0 {
+		return s.streams
 	}
-	s.finishLocked(st, status.Error(code, msg))
-	return true
+	var out []*stream
+	for _, id := range ids {
+		if st := s.streamLocked(id); st != nil {
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
 func (s *Server) streamLocked(id int64) *stream {
@@ -189,35 +192,28 @@ func (s *Server) streamLocked(id int64) *stream {
 	return s.streams[id-1] // ids are 1, 2, … in order of opening
 }
 
-// StallStreams stops (true) or resumes (false) sending on every stream,
-// present and future: no message and no heartbeat answer goes out while
-// stalled, but requests are still read and applied. A stream is stalled
-// while either StallStreams or StallStream says so.
-func (s *Server) StallStreams(stalled bool) {
+// StallStreams stops (true) or resumes (false) sending on streams: no
+// message and no heartbeat answer goes out while a stream is stalled, but
+// its requests are still read and applied. With ids (StreamInfo.ID) it
+// stalls or resumes those streams and returns how many of them exist;
+// without, every stream, present and future, and it returns how many
+// exist now. A stream is stalled while either the call without ids or one
+// naming it says so.
+func (s *Server) StallStreams(stalled bool, ids ...int64) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.stallAll = stalled
-	for _, st := range s.streams {
-		st.info.Stalled = stalled || st.stalled
-		if !stalled && !st.finished {
+	if len(ids) == 0 {
+		s.stallAll = stalled
+	}
+	sts := s.streamsLocked(ids)
+	for _, st := range sts {
+		if len(ids) > 0 {
+			st.stalled = stalled
+		}
+		st.info.Stalled = s.stallAll || st.stalled
+		if !st.info.Stalled && !st.finished {
 			st.wake()
 		}
 	}
-}
-
-// StallStream stalls or resumes one stream (see StallStreams); it reports
-// whether the stream exists.
-func (s *Server) StallStream(id int64, stalled bool) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.streamLocked(id)
-	if st == nil {
-		return false
-	}
-	st.stalled = stalled
-	st.info.Stalled = stalled || s.stallAll
-	if !stalled {
-		st.wake()
-	}
-	return true
+	return len(sts)
 }

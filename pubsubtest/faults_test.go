@@ -12,86 +12,101 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// KillStreams ends the streams named, or every open one; it counts only
+// the streams it ended, and the others carry on.
 func TestKillStreams(t *testing.T) {
-	f := newFixture(t, SubscriptionConfig{})
-	a := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
-	b := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
-	waitFor(t, "2 streams", func() bool { return len(f.srv.Streams("sub")) == 2 })
-	if n := f.srv.KillStreams(codes.Unavailable, "bye"); n != 2 {
-		t.Fatalf("KillStreams = %d, want 2", n)
-	}
-	for _, sp := range []pubsubpb.Subscriber_StreamingPullClient{a, b} {
-		_, err := sp.Recv()
-		if st := status.Convert(err); st.Code() != codes.Unavailable || st.Message() != "bye" {
-			t.Errorf("Recv = %v", err)
-		}
-	}
-	for _, info := range f.srv.Streams("sub") {
-		if info.Open || info.Code != codes.Unavailable {
-			t.Errorf("stream %+v", info)
-		}
-	}
-	if n := f.srv.KillStreams(codes.Unavailable, "again"); n != 0 {
-		t.Errorf("second KillStreams = %d", n)
-	}
-}
-
-func TestKillStream(t *testing.T) {
-	f := newFixture(t, SubscriptionConfig{})
-	a := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10, ProtocolVersion: 1})
-	waitFor(t, "stream a", func() bool { return len(f.srv.Streams("sub")) == 1 })
-	b := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10, ProtocolVersion: 1})
-	waitFor(t, "stream b", func() bool { return len(f.srv.Streams("sub")) == 2 })
-	if !f.srv.KillStream(1, codes.Aborted, "one") || f.srv.KillStream(1, codes.Aborted, "twice") || f.srv.KillStream(99, codes.Aborted, "none") {
-		t.Fatal("KillStream results")
-	}
-	if _, err := a.Recv(); status.Code(err) != codes.Aborted {
-		t.Errorf("stream 1 Recv = %v", err)
-	}
-	if err := b.Send(&pubsubpb.StreamingPullRequest{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Recv(); err != nil {
-		t.Errorf("stream 2 Recv = %v, want a heartbeat answer", err)
-	}
-}
-
-func TestFailNext(t *testing.T) {
-	f := newFixture(t, SubscriptionConfig{})
-	ctx := context.Background()
-	f.srv.FailNext("Acknowledge", 2, codes.ResourceExhausted)
-	for i := 0; i < 3; i++ {
-		_, err := f.sub.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: []string{"x"}})
-		if want := codes.ResourceExhausted; i == 2 {
-			if err != nil {
-				t.Errorf("call %d = %v, want success", i, err)
+	for _, tc := range []struct {
+		name   string
+		ids    []int64
+		want   int
+		killed []bool // by stream id - 1
+	}{
+		{"every open stream", nil, 2, []bool{true, true}},
+		{"one by id", []int64{1}, 1, []bool{true, false}},
+		{"an id twice and an unknown one", []int64{2, 2, 99}, 1, []bool{false, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, SubscriptionConfig{})
+			var sps []pubsubpb.Subscriber_StreamingPullClient
+			for i := range 2 { // one at a time, so that ids follow the order
+				sps = append(sps, f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10, ProtocolVersion: 1}))
+				waitFor(t, "stream open", func() bool { return len(f.srv.Streams("sub")) == i+1 })
 			}
-		} else if status.Code(err) != want {
-			t.Errorf("call %d = %v, want %v", i, err, want)
-		}
+			if n := f.srv.KillStreams(codes.Aborted, "bye", tc.ids...); n != tc.want {
+				t.Fatalf("KillStreams = %d, want %d", n, tc.want)
+			}
+			for i, sp := range sps {
+				if tc.killed[i] {
+					_, err := sp.Recv()
+					if st := status.Convert(err); st.Code() != codes.Aborted || st.Message() != "bye" {
+						t.Errorf("stream %d Recv = %v", i+1, err)
+					}
+					if info := f.srv.Streams("")[i]; info.Open || info.Code != codes.Aborted {
+						t.Errorf("stream %+v", info)
+					}
+					continue
+				}
+				if err := sp.Send(&pubsubpb.StreamingPullRequest{}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := sp.Recv(); err != nil {
+					t.Errorf("stream %d Recv = %v, want a heartbeat answer", i+1, err)
+				}
+			}
+			if n := f.srv.KillStreams(codes.Aborted, "again", tc.ids...); n != 0 {
+				t.Errorf("second KillStreams = %d, want 0", n)
+			}
+		})
 	}
-	if ms := f.srv.MethodStats("Acknowledge"); ms.Calls != 3 || ms.Injected != 2 || ms.Errors != 2 {
-		t.Errorf("stats = %+v", ms)
-	}
+}
 
-	f.srv.FailNext("Publish", 1, codes.Internal)
-	msg := &pubsubpb.PubsubMessage{Data: []byte("x")}
-	if _, err := f.pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: f.topic, Messages: []*pubsubpb.PubsubMessage{msg}}); status.Code(err) != codes.Internal {
-		t.Errorf("Publish = %v, want INTERNAL", err)
-	}
-	if _, err := f.pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: f.topic, Messages: []*pubsubpb.PubsubMessage{msg}}); err != nil {
-		t.Errorf("Publish = %v", err)
-	}
-
-	f.srv.FailNext("StreamingPull", 1, codes.Unavailable)
-	sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
-	if _, err := sp.Recv(); status.Code(err) != codes.Unavailable {
-		t.Errorf("failed stream Recv = %v", err)
-	}
-	sp = f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
-	recvN(t, sp, 1)
-	if n := len(f.srv.Streams("sub")); n != 1 {
-		t.Errorf("%d streams recorded, want 1 (the failed one never opened)", n)
+// FailNext fails the next n calls of one method, before they do anything,
+// and counts them; the call after them runs.
+func TestFailNext(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		method string
+		n      int
+		code   codes.Code
+		call   func(t *testing.T, f *fixture) error
+	}{
+		{"Acknowledge", 2, codes.ResourceExhausted, func(t *testing.T, f *fixture) error {
+			_, err := f.sub.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: []string{"x"}})
+			return err
+		}},
+		{"Publish", 1, codes.Internal, func(t *testing.T, f *fixture) error {
+			_, err := f.pub.Publish(ctx, &pubsubpb.PublishRequest{Topic: f.topic, Messages: []*pubsubpb.PubsubMessage{{Data: []byte("x")}}})
+			return err
+		}},
+		// The stream fails as it opens: its first Recv gets the status,
+		// and the server records no stream for it.
+		{"StreamingPull", 1, codes.Unavailable, func(t *testing.T, f *fixture) error {
+			f.publish(t, 1, "")
+			_, err := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10}).Recv()
+			return err
+		}},
+	} {
+		t.Run(tc.method, func(t *testing.T) {
+			f := newFixture(t, SubscriptionConfig{})
+			f.srv.FailNext(tc.method, tc.n, tc.code)
+			for i := range tc.n {
+				if err := tc.call(t, f); status.Code(err) != tc.code {
+					t.Errorf("call %d = %v, want %v", i, err, tc.code)
+				}
+			}
+			if err := tc.call(t, f); err != nil {
+				t.Errorf("call after the faults = %v, want success", err)
+			}
+			want := MethodStats{Calls: int64(tc.n + 1), Errors: int64(tc.n), Injected: int64(tc.n)}
+			if ms := f.srv.MethodStats(tc.method); ms.Calls != want.Calls || ms.Errors != want.Errors || ms.Injected != want.Injected {
+				t.Errorf("stats = %+v, want %+v", ms, want)
+			}
+			if tc.method == "StreamingPull" {
+				if n := len(f.srv.Streams("sub")); n != 1 {
+					t.Errorf("%d streams recorded, want 1 (the failed one never opened)", n)
+				}
+			}
+		})
 	}
 }
 
@@ -146,14 +161,14 @@ func TestSetLatency(t *testing.T) {
 	})
 }
 
-func TestStallStream(t *testing.T) {
+func TestStallStreamsByID(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := bubbleFixture(t, SubscriptionConfig{})
 		sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10, ProtocolVersion: 1})
 		out := pump(sp)
 		synctest.Wait()
-		if !f.srv.StallStream(1, true) || f.srv.StallStream(7, true) {
-			t.Fatal("StallStream results")
+		if f.srv.StallStreams(true, 1) != 1 || f.srv.StallStreams(true, 7) != 0 {
+			t.Fatal("StallStreams results")
 		}
 		f.publish(t, 2, "")
 		if err := sp.Send(&pubsubpb.StreamingPullRequest{}); err != nil {
@@ -164,17 +179,16 @@ func TestStallStream(t *testing.T) {
 		if len(out) != 0 {
 			t.Fatalf("stalled stream sent %d responses", len(out))
 		}
-		info, _ := f.srv.Stream(1)
+		info := f.srv.Streams("")[0]
 		if !info.Stalled || info.Heartbeats != 1 || info.Responses != 0 {
 			t.Errorf("stream info = %+v", info)
 		}
-		f.srv.StallStream(1, false)
+		f.srv.StallStreams(false, 1)
 		resp := <-out
 		if len(resp.ReceivedMessages) != 2 {
 			t.Errorf("after resuming: %v", resp)
 		}
-		info, _ = f.srv.Stream(1)
-		if info.Stalled {
+		if info := f.srv.Streams("")[0]; info.Stalled {
 			t.Errorf("stream info = %+v", info)
 		}
 	})
@@ -191,6 +205,11 @@ func TestStallStreams(t *testing.T) {
 		synctest.Wait()
 		if len(a)+len(b) != 0 || f.srv.SubscriptionStats("sub").Delivered != 0 {
 			t.Fatal("stalled streams sent messages")
+		}
+		for _, info := range f.srv.Streams("sub") {
+			if !info.Stalled {
+				t.Errorf("stream %d opened after StallStreams(true) is not reported stalled", info.ID)
+			}
 		}
 		f.srv.StallStreams(false)
 		n := 0
@@ -236,7 +255,7 @@ func TestRestart(t *testing.T) {
 	if err := f.srv.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.srv.Restart(); !errors.Is(err, ErrClosed) {
+	if err := f.srv.Restart(); !errors.Is(err, errClosed) {
 		t.Errorf("Restart after Close = %v", err)
 	}
 	if err := f.srv.Close(); err != nil {
@@ -273,13 +292,13 @@ func TestDeleteSubscriptionEndsStreams(t *testing.T) {
 	f := newFixture(t, SubscriptionConfig{})
 	sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 10})
 	waitFor(t, "stream", func() bool { return len(f.srv.Streams("sub")) == 1 })
-	if err := f.srv.DeleteSubscription(context.Background(), "sub"); err != nil {
+	if err := deleteSub(f.srv, "sub"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sp.Recv(); status.Code(err) != codes.NotFound {
 		t.Errorf("Recv = %v, want NOT_FOUND", err)
 	}
-	if err := f.srv.DeleteSubscription(context.Background(), "sub"); status.Code(err) != codes.NotFound {
+	if err := deleteSub(f.srv, "sub"); status.Code(err) != codes.NotFound {
 		t.Errorf("second delete = %v", err)
 	}
 }

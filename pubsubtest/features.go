@@ -5,6 +5,8 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/pubsubflow/pubsubflow/internal/ring"
 )
 
 // serverFeatures is the server's state for dead-letter and retry policies,
@@ -17,7 +19,7 @@ type serverFeatures struct {
 	// snapshots by full name.
 	snapshots map[string]*snapshot
 	// heldBytes counts every message held, by its encoded size plus
-	// HeldOverhead: once for each subscription holding it unacknowledged
+	// heldOverhead: once for each subscription holding it unacknowledged
 	// or retained after its ack, once for a topic retaining it, once for
 	// each snapshot holding it. Publish fails with RESOURCE_EXHAUSTED past
 	// the backlog bound.
@@ -29,7 +31,7 @@ type subFeatures struct {
 	filter filter // nil: every message
 	// retained are acknowledged entries kept for Seek while
 	// retain_acked_messages is set, in order of acknowledgement.
-	retained  ring[*entry]
+	retained  ring.Ring[*entry]
 	delayed   int   // entries of this subscription in serverFeatures.delayed
 	heldBytes int64 // this subscription's share of serverFeatures.heldBytes
 }
@@ -38,7 +40,7 @@ type subFeatures struct {
 type topicFeatures struct {
 	// log holds every message published while the topic has a
 	// message_retention_duration, in publish order, for Seek.
-	log      ring[*message]
+	log      ring.Ring[*message]
 	logBytes int64
 	// snaps are the snapshots of subscriptions of this topic: each keeps
 	// the messages published after it was taken.
@@ -52,13 +54,13 @@ const stateDelayed = stateGone + 1
 
 func (m *message) publishTime() time.Time { return m.pb.GetPublishTime().AsTime() }
 
-// HeldOverhead is what the backlog bound counts for each held copy of a
+// heldOverhead is what the backlog bound counts for each held copy of a
 // message beyond its encoded size: the server's bookkeeping for it, so
 // that a backlog of small messages is bounded too.
-const HeldOverhead = 160
+const heldOverhead = 160
 
 // held is what one held copy of m counts against the backlog bound.
-func (m *message) held() int64 { return m.size + HeldOverhead }
+func (m *message) held() int64 { return m.size + heldOverhead }
 
 // holdLocked counts an entry's message as held by its subscription.
 func (s *Server) holdLocked(sub *subscription, size int64) {
@@ -80,16 +82,16 @@ func (s *Server) settledLocked(e *entry) {
 	sub := e.sub
 	e.state = stateAcked
 	if sub.pb.GetRetainAckedMessages() {
-		sub.feat.retained.pushBack(e)
+		sub.feat.retained.Push(e)
 		s.pruneRetainedLocked(sub, time.Now())
 	} else {
 		s.unholdLocked(sub, e.msg.held())
 	}
 	if key := e.msg.pb.OrderingKey; key != "" && sub.ordered() {
-		if q := sub.keys[key]; q != nil && q.len() > 0 {
-			next := q.popFront()
+		if q := sub.keys[key]; q != nil && q.Len() > 0 {
+			next := q.Pop()
 			next.state = stateReady
-			sub.ready.pushBack(next)
+			sub.ready.Push(next)
 			s.wakeSubLocked(sub)
 		} else {
 			delete(sub.keys, key)
@@ -100,9 +102,9 @@ func (s *Server) settledLocked(e *entry) {
 // backlogLocked is the number of messages of sub waiting to be delivered:
 // ready, behind their ordering key, or waiting out a backoff.
 func (sub *subscription) backlogLocked() int64 {
-	n := int64(sub.ready.len() + sub.feat.delayed)
+	n := int64(sub.ready.Len() + sub.feat.delayed)
 	for _, q := range sub.keys {
-		n += int64(q.len())
+		n += int64(q.Len())
 	}
 	return n
 }
@@ -156,7 +158,7 @@ func (s *Server) subDetachedLocked(sub *subscription) {
 		s.releaseLocked(e) // deletes from sub.out, which range allows
 		e.state = stateGone
 	}
-	sub.ready = ring[*entry]{}
-	sub.keys = make(map[string]*ring[*entry])
+	sub.ready = ring.Ring[*entry]{}
+	sub.keys = make(map[string]*ring.Ring[*entry])
 	s.subDeletedLocked(sub)
 }

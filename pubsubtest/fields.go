@@ -13,22 +13,22 @@ import (
 
 // The service's ranges for the features pubsubtest implements.
 const (
-	MinMaxDeliveryAttempts = 5   // dead_letter_policy.max_delivery_attempts, lowest
-	MaxMaxDeliveryAttempts = 100 // dead_letter_policy.max_delivery_attempts, highest
-	// DefaultMaxDeliveryAttempts is used when a dead-letter policy leaves
+	minMaxDeliveryAttempts = 5   // dead_letter_policy.max_delivery_attempts, lowest
+	maxMaxDeliveryAttempts = 100 // dead_letter_policy.max_delivery_attempts, highest
+	// defaultMaxDeliveryAttempts is used when a dead-letter policy leaves
 	// max_delivery_attempts at 0.
-	DefaultMaxDeliveryAttempts = 5
+	defaultMaxDeliveryAttempts = 5
 
-	MaxBackoffLimit = 600 * time.Second // retry_policy backoffs are 0–600 s
-	// DefaultMinBackoff and DefaultMaxBackoff apply when a retry policy
+	maxBackoffLimit = 600 * time.Second // retry_policy backoffs are 0–600 s
+	// defaultMinBackoff and defaultMaxBackoff apply when a retry policy
 	// leaves a backoff unset.
-	DefaultMinBackoff = 10 * time.Second
-	DefaultMaxBackoff = 600 * time.Second
+	defaultMinBackoff = 10 * time.Second
+	defaultMaxBackoff = 600 * time.Second
 
-	MinRetention        = 10 * time.Minute    // message_retention_duration of a subscription or topic, lowest
-	MaxSubRetention     = 7 * 24 * time.Hour  // subscription message_retention_duration, highest
-	MaxTopicRetention   = 31 * 24 * time.Hour // topic message_retention_duration, highest
-	DefaultSubRetention = 7 * 24 * time.Hour  // subscription message_retention_duration when unset
+	minRetention        = 10 * time.Minute    // message_retention_duration of a subscription or topic, lowest
+	maxSubRetention     = 7 * 24 * time.Hour  // subscription message_retention_duration, highest
+	maxTopicRetention   = 31 * 24 * time.Hour // topic message_retention_duration, highest
+	defaultSubRetention = 7 * 24 * time.Hour  // subscription message_retention_duration when unset
 
 	// snapshotLifetimeLimit is how long a snapshot lasts from the
 	// publication of its oldest message.
@@ -93,7 +93,7 @@ func checkTopic(t *pubsubpb.Topic) error {
 		return unsupported(f)
 	}
 	if t.MessageRetentionDuration != nil {
-		if _, err := checkDuration("message_retention_duration", t.MessageRetentionDuration, MinRetention, MaxTopicRetention); err != nil {
+		if _, err := checkDuration("message_retention_duration", t.MessageRetentionDuration, minRetention, maxTopicRetention); err != nil {
 			return err
 		}
 	}
@@ -120,16 +120,16 @@ func (s *Server) checkSubscriptionLocked(sub *pubsubpb.Subscription) (filter, er
 		return nil, unsupported("expiration_policy.ttl")
 	}
 	if sub.MessageRetentionDuration == nil {
-		sub.MessageRetentionDuration = durationpb.New(DefaultSubRetention)
-	} else if _, err := checkDuration("message_retention_duration", sub.MessageRetentionDuration, MinRetention, MaxSubRetention); err != nil {
+		sub.MessageRetentionDuration = durationpb.New(defaultSubRetention)
+	} else if _, err := checkDuration("message_retention_duration", sub.MessageRetentionDuration, minRetention, maxSubRetention); err != nil {
 		return nil, err
 	}
 	if dlp := sub.DeadLetterPolicy; dlp != nil {
 		if dlp.MaxDeliveryAttempts == 0 {
-			dlp.MaxDeliveryAttempts = DefaultMaxDeliveryAttempts
+			dlp.MaxDeliveryAttempts = defaultMaxDeliveryAttempts
 		}
-		if n := dlp.MaxDeliveryAttempts; n < MinMaxDeliveryAttempts || n > MaxMaxDeliveryAttempts {
-			return nil, invalidArg("Invalid dead_letter_policy.max_delivery_attempts: %d; it must be between %d and %d.", n, MinMaxDeliveryAttempts, MaxMaxDeliveryAttempts)
+		if n := dlp.MaxDeliveryAttempts; n < minMaxDeliveryAttempts || n > maxMaxDeliveryAttempts {
+			return nil, invalidArg("Invalid dead_letter_policy.max_delivery_attempts: %d; it must be between %d and %d.", n, minMaxDeliveryAttempts, maxMaxDeliveryAttempts)
 		}
 		if dlp.DeadLetterTopic == "" {
 			return nil, invalidArg("Invalid dead_letter_policy: dead_letter_topic is required.")
@@ -143,16 +143,16 @@ func (s *Server) checkSubscriptionLocked(sub *pubsubpb.Subscription) (filter, er
 	}
 	if rp := sub.RetryPolicy; rp != nil {
 		if rp.MinimumBackoff == nil {
-			rp.MinimumBackoff = durationpb.New(DefaultMinBackoff)
+			rp.MinimumBackoff = durationpb.New(defaultMinBackoff)
 		}
 		if rp.MaximumBackoff == nil {
-			rp.MaximumBackoff = durationpb.New(DefaultMaxBackoff)
+			rp.MaximumBackoff = durationpb.New(defaultMaxBackoff)
 		}
-		lo, err := checkDuration("retry_policy.minimum_backoff", rp.MinimumBackoff, 0, MaxBackoffLimit)
+		lo, err := checkDuration("retry_policy.minimum_backoff", rp.MinimumBackoff, 0, maxBackoffLimit)
 		if err != nil {
 			return nil, err
 		}
-		hi, err := checkDuration("retry_policy.maximum_backoff", rp.MaximumBackoff, 0, MaxBackoffLimit)
+		hi, err := checkDuration("retry_policy.maximum_backoff", rp.MaximumBackoff, 0, maxBackoffLimit)
 		if err != nil {
 			return nil, err
 		}

@@ -6,9 +6,9 @@ import (
 	"strings"
 )
 
-// MaxFilterBytes is the longest subscription filter the real service
+// maxFilterBytes is the longest subscription filter the real service
 // accepts.
-const MaxFilterBytes = 256
+const maxFilterBytes = 256
 
 // filter is a parsed subscription filter: the service's language on
 // message attributes.
@@ -92,8 +92,8 @@ func parseFilter(src string) (filter, error) {
 	if src == "" {
 		return nil, nil
 	}
-	if len(src) > MaxFilterBytes {
-		return nil, &filterError{Filter: src, Pos: MaxFilterBytes + 1, Msg: fmt.Sprintf("longer than %d bytes", MaxFilterBytes)}
+	if len(src) > maxFilterBytes {
+		return nil, &filterError{Filter: src, Pos: maxFilterBytes + 1, Msg: fmt.Sprintf("longer than %d bytes", maxFilterBytes)}
 	}
 	p := &filterParser{src: src}
 	p.next()

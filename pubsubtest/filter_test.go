@@ -73,13 +73,13 @@ func TestGoogleClientFilters(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 	c := newGoogleClient(t, srv)
 	ctx := context.Background()
-	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.TopicName("topic")}); err != nil {
+	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.topicName("topic")}); err != nil {
 		t.Fatal(err)
 	}
 	subs := map[int]string{}
 	for i, tc := range tests {
-		name := srv.SubscriptionName(fmt.Sprintf("filter%d", i))
-		_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{Name: name, Topic: srv.TopicName("topic"), Filter: tc.filter})
+		name := srv.subName(fmt.Sprintf("filter%d", i))
+		_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{Name: name, Topic: srv.topicName("topic"), Filter: tc.filter})
 		if tc.errPos == 0 {
 			if err != nil {
 				t.Errorf("filter %q: %v", tc.filter, err)
@@ -94,7 +94,7 @@ func TestGoogleClientFilters(t *testing.T) {
 	for i, attrs := range filterMessages {
 		msgs = append(msgs, &pubsubpb.PubsubMessage{Data: []byte(fmt.Sprint(i)), Attributes: attrs})
 	}
-	if _, err := c.TopicAdminClient.Publish(ctx, &pubsubpb.PublishRequest{Topic: srv.TopicName("topic"), Messages: msgs}); err != nil {
+	if _, err := c.TopicAdminClient.Publish(ctx, &pubsubpb.PublishRequest{Topic: srv.topicName("topic"), Messages: msgs}); err != nil {
 		t.Fatal(err)
 	}
 	for i, name := range subs {

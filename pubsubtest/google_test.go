@@ -41,15 +41,15 @@ func TestGoogleClientPublishReceive(t *testing.T) {
 	ctx := context.Background()
 
 	// Admin RPCs as Google's client makes them.
-	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.TopicName("topic")}); err != nil {
+	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.topicName("topic")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
-		Name: srv.SubscriptionName("sub"), Topic: srv.TopicName("topic"), AckDeadlineSeconds: 20,
+		Name: srv.subName("sub"), Topic: srv.topicName("topic"), AckDeadlineSeconds: 20,
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: srv.SubscriptionName("sub")}); err != nil || got.AckDeadlineSeconds != 20 {
+	if got, err := c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: srv.subName("sub")}); err != nil || got.AckDeadlineSeconds != 20 {
 		t.Fatalf("GetSubscription = %v, %v", got, err)
 	}
 
@@ -123,7 +123,7 @@ func TestGoogleClientPublishReceive(t *testing.T) {
 		if info.ClientID == "" || info.ProtocolVersion != 1 || info.MaxOutstandingMessages != 1000 || info.Rejected != 0 {
 			t.Errorf("stream %+v", info)
 		}
-		for i, req := range srv.StreamRequests(info.ID)[1:] {
+		for i, req := range info.RequestLog[1:] {
 			if req.Subscription != "" || req.ClientId != "" || req.MaxOutstandingMessages != 0 || req.MaxOutstandingBytes != 0 || req.ProtocolVersion != 0 {
 				t.Errorf("stream %d request %d sets initial-only fields: %v", info.ID, i+1, req)
 			}
@@ -270,7 +270,7 @@ func TestGoogleClientExactlyOnce(t *testing.T) {
 			t.Errorf("ack of expired id: %v, %v; want AcknowledgeStatusInvalidAckID", stale, err)
 		}
 		// A transient failure is retried by the client until it succeeds.
-		srv.FailNextAckIDs(1, ReasonTransientUnordered)
+		srv.FailNextAckIDs(1, reasonTransientUnordered)
 		ok, err := second.m.AckWithResult().Get(ctx)
 		if ok != pubsub.AcknowledgeStatusSuccess || err != nil {
 			t.Errorf("ack: %v, %v; want success", ok, err)

@@ -41,8 +41,8 @@ type SubscriptionConfig struct {
 // subscriptionPB is the subscription cfg describes.
 func (s *Server) subscriptionPB(cfg SubscriptionConfig) *pubsubpb.Subscription {
 	pb := &pubsubpb.Subscription{
-		Name:                      s.SubscriptionName(cfg.Name),
-		Topic:                     s.TopicName(cfg.Topic),
+		Name:                      s.subName(cfg.Name),
+		Topic:                     s.topicName(cfg.Topic),
 		AckDeadlineSeconds:        int32((cfg.AckDeadline + time.Second - 1) / time.Second),
 		EnableMessageOrdering:     cfg.EnableMessageOrdering,
 		EnableExactlyOnceDelivery: cfg.EnableExactlyOnceDelivery,
@@ -50,7 +50,7 @@ func (s *Server) subscriptionPB(cfg SubscriptionConfig) *pubsubpb.Subscription {
 		RetainAckedMessages:       cfg.RetainAckedMessages,
 	}
 	if cfg.DeadLetterTopic != "" {
-		pb.DeadLetterPolicy = &pubsubpb.DeadLetterPolicy{DeadLetterTopic: s.TopicName(cfg.DeadLetterTopic), MaxDeliveryAttempts: cfg.MaxDeliveryAttempts}
+		pb.DeadLetterPolicy = &pubsubpb.DeadLetterPolicy{DeadLetterTopic: s.topicName(cfg.DeadLetterTopic), MaxDeliveryAttempts: cfg.MaxDeliveryAttempts}
 	}
 	if cfg.MinBackoff != 0 || cfg.MaxBackoff != 0 {
 		pb.RetryPolicy = &pubsubpb.RetryPolicy{}
@@ -71,15 +71,13 @@ func (s *Server) subscriptionPB(cfg SubscriptionConfig) *pubsubpb.Subscription {
 // WithProject).
 func (s *Server) Project() string { return s.cfg.project }
 
-// TopicName expands a short topic id to "projects/{project}/topics/{id}";
+// topicName expands a short topic id to "projects/{project}/topics/{id}";
 // a full name is returned unchanged.
-func (s *Server) TopicName(id string) string { return s.expand(id, "topics") }
+func (s *Server) topicName(id string) string { return s.expand(id, "topics") }
 
-// SubscriptionName expands a short subscription id to
+// subName expands a short subscription id to
 // "projects/{project}/subscriptions/{id}"; a full name is returned unchanged.
-func (s *Server) SubscriptionName(id string) string { return s.expand(id, "subscriptions") }
-
-func (s *Server) subName(name string) string { return s.expand(name, "subscriptions") }
+func (s *Server) subName(id string) string { return s.expand(id, "subscriptions") }
 
 func (s *Server) expand(name, kind string) string {
 	if strings.HasPrefix(name, "projects/") || name == "" {
@@ -88,39 +86,31 @@ func (s *Server) expand(name, kind string) string {
 	return "projects/" + s.cfg.project + "/" + kind + "/" + name
 }
 
-// CreateTopic creates a topic directly, without gRPC, and returns its full
-// name.
+// CreateTopic creates a topic directly, without gRPC (so without counters
+// or injected faults), and returns its full name. name is a full name or a
+// short id, which the server expands with its project (WithProject).
 func (s *Server) CreateTopic(ctx context.Context, name string) (string, error) {
-	t, err := s.Publisher().CreateTopic(ctx, &pubsubpb.Topic{Name: s.TopicName(name)})
+	t, err := s.rpc().CreateTopic(ctx, &pubsubpb.Topic{Name: s.topicName(name)})
 	if err != nil {
 		return "", err
 	}
 	return t.Name, nil
 }
 
-// CreateSubscription creates a subscription directly, without gRPC, and
-// returns its full name.
+// CreateSubscription creates a subscription directly, without gRPC (so
+// without counters or injected faults), and returns its full name. The
+// same rules as the CreateSubscription RPC apply.
 func (s *Server) CreateSubscription(ctx context.Context, cfg SubscriptionConfig) (string, error) {
-	sub, err := s.Subscriber().CreateSubscription(ctx, s.subscriptionPB(cfg))
+	sub, err := s.rpc().CreateSubscription(ctx, s.subscriptionPB(cfg))
 	if err != nil {
 		return "", err
 	}
 	return sub.Name, nil
 }
 
-// DeleteSubscription deletes a subscription directly, without gRPC: its open
-// streams end with NOT_FOUND.
-func (s *Server) DeleteSubscription(_ context.Context, name string) error {
-	name = s.SubscriptionName(name)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.deleteSubLocked(name) {
-		return notFound(name)
-	}
-	return nil
-}
-
-// Publish publishes directly, without gRPC, and returns the message ids.
+// Publish publishes to a topic (full name or short id) directly, without
+// gRPC (so without counters or injected faults), and returns the message
+// ids.
 // The messages are copied (their data and attribute map are shared, so do
 // not change them afterwards); the same rules as the Publish RPC apply.
 func (s *Server) Publish(_ context.Context, topicName string, msgs ...*pubsubpb.PubsubMessage) ([]string, error) {
@@ -131,7 +121,7 @@ func (s *Server) Publish(_ context.Context, topicName string, msgs ...*pubsubpb.
 	for i, m := range msgs {
 		own[i] = &pubsubpb.PubsubMessage{Data: m.Data, Attributes: m.Attributes, OrderingKey: m.OrderingKey}
 	}
-	topicName = s.TopicName(topicName)
+	topicName = s.topicName(topicName)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.topics[topicName]
@@ -141,10 +131,6 @@ func (s *Server) Publish(_ context.Context, topicName string, msgs ...*pubsubpb.
 	return s.publishLocked(t, own)
 }
 
-// Publisher returns the server as a pubsubpb.PublisherServer, to call its
-// RPC methods directly (no interceptors: no counters, no injected faults).
-func (s *Server) Publisher() pubsubpb.PublisherServer { return &rpcServer{Server: s} }
-
-// Subscriber returns the server as a pubsubpb.SubscriberServer (see
-// Publisher).
-func (s *Server) Subscriber() pubsubpb.SubscriberServer { return &rpcServer{Server: s} }
+// rpc returns the server's RPC methods, to call them directly (no
+// interceptors: no counters, no injected faults).
+func (s *Server) rpc() *rpcServer { return &rpcServer{Server: s} }

@@ -126,6 +126,13 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// deleteSub deletes a subscription (full name or short id) by calling the
+// RPC method directly.
+func deleteSub(srv *Server, name string) error {
+	_, err := srv.rpc().DeleteSubscription(context.Background(), &pubsubpb.DeleteSubscriptionRequest{Subscription: srv.subName(name)})
+	return err
+}
+
 func ackIDs(msgs []*pubsubpb.ReceivedMessage) []string {
 	ids := make([]string, len(msgs))
 	for i, m := range msgs {

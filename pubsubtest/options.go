@@ -8,49 +8,52 @@ import (
 // Option configures a Server made by NewServer.
 type Option func(*config)
 
+// Sizes the server uses, fixed since a test has no reason to change them.
+const (
+	// bufconnSize is the buffer of the in-memory listener.
+	bufconnSize = 1 << 20
+	// maxResponseBytes is the approximate encoded size above which a
+	// StreamingPull response takes no further message: just under 4 MiB,
+	// gRPC's default receive limit (a larger single message is still sent
+	// alone).
+	maxResponseBytes = 4<<20 - 64<<10
+	// maxRecvMsgSize is what the server receives in one gRPC message, more
+	// than any request the service accepts, so that the service's own
+	// limits, not gRPC's, refuse an oversized request.
+	maxRecvMsgSize = 32 << 20
+)
+
 type config struct {
-	addr               string
-	bufconn            bool
-	bufSize            int
-	minAckDeadline     time.Duration
-	maxPerResponse     int
-	maxResponseBytes   int
-	project            string
-	recordRequests     bool
-	pullWait           time.Duration
-	maxRecvMsgSize     int
-	maxAckRequestBytes int
-	heartbeatDelay     time.Duration
-	maxBacklogBytes    int64 // ≤ 0: no bound (see WithMaxBacklogBytes)
-	alwaysAttempts     bool  // see WithDeliveryAttemptAlways
-	silentHeartbeats   bool
-	msgStatsLimit      int // ≤ 0: no limit (see WithMessageStatsLimit)
+	addr             string
+	bufconn          bool
+	minAckDeadline   time.Duration
+	maxPerResponse   int
+	project          string
+	recordRequests   bool
+	pullWait         time.Duration
+	heartbeatDelay   time.Duration
+	maxBacklogBytes  int64 // ≤ 0: no bound (see WithMaxBacklogBytes)
+	alwaysAttempts   bool  // see WithDeliveryAttemptAlways
+	silentHeartbeats bool
+	msgStatsLimit    int // ≤ 0: no limit (see WithMessageStatsLimit)
 }
 
 func defaultConfig() config {
 	return config{
-		addr:               "127.0.0.1:0",
-		bufSize:            1 << 20,
-		minAckDeadline:     10 * time.Second,
-		maxPerResponse:     100,
-		maxResponseBytes:   4<<20 - 64<<10,
-		project:            "test-project",
-		pullWait:           10 * time.Second,
-		maxRecvMsgSize:     32 << 20,
-		maxAckRequestBytes: 512 << 10,
+		addr:           "127.0.0.1:0",
+		minAckDeadline: 10 * time.Second,
+		maxPerResponse: 100,
+		project:        "test-project",
+		pullWait:       10 * time.Second,
 	}
 }
 
 func (c *config) validate() error {
 	switch {
-	case c.bufSize <= 0:
-		return fmt.Errorf("pubsubtest: bufconn size %d must be positive", c.bufSize)
 	case c.minAckDeadline < 0 || c.minAckDeadline > 600*time.Second:
 		return fmt.Errorf("pubsubtest: min ack deadline %v must be within 0–600s", c.minAckDeadline)
 	case c.maxPerResponse <= 0:
 		return fmt.Errorf("pubsubtest: max messages per response %d must be positive", c.maxPerResponse)
-	case c.maxResponseBytes <= 0:
-		return fmt.Errorf("pubsubtest: max response bytes %d must be positive", c.maxResponseBytes)
 	case c.project == "":
 		return fmt.Errorf("pubsubtest: empty project")
 	case c.heartbeatDelay < 0:
@@ -78,14 +81,10 @@ func WithAddr(addr string) Option { return func(c *config) { c.addr = addr } }
 
 // WithBufconn makes the server listen on an in-memory
 // google.golang.org/grpc/test/bufconn listener instead of TCP. Connect with
-// Server.Dial, Server.DialOptions or Server.ClientConn. Unlike TCP, it works
+// Server.Dial or Server.ClientConn. Unlike TCP, it works
 // inside a testing/synctest bubble when the server and its clients are all
 // created inside the bubble.
 func WithBufconn() Option { return func(c *config) { c.bufconn = true } }
-
-// WithBufconnSize sets the buffer size of the in-memory listener (default
-// 1 MiB); it only matters with WithBufconn.
-func WithBufconnSize(n int) Option { return func(c *config) { c.bufSize = n } }
 
 // WithMinAckDeadline lowers (or raises) the smallest ack deadline accepted on
 // CreateSubscription, UpdateSubscription and StreamingPull (the real service:
@@ -97,18 +96,13 @@ func WithMinAckDeadline(d time.Duration) Option { return func(c *config) { c.min
 // carries at most (default 100).
 func WithMaxMessagesPerResponse(n int) Option { return func(c *config) { c.maxPerResponse = n } }
 
-// WithMaxResponseBytes sets the approximate encoded size above which a
-// StreamingPull response takes no further message (default just under 4 MiB,
-// gRPC's default receive limit; a larger single message is still sent alone).
-func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponseBytes = n } }
-
 // WithProject sets the project used to expand short names given to the
 // helper methods (CreateTopic, CreateSubscription, Publish, …); default
 // "test-project".
 func WithProject(p string) Option { return func(c *config) { c.project = p } }
 
 // WithRecordStreamRequests keeps every StreamingPullRequest received, for
-// Server.StreamRequests. Off by default, since it holds every ack id.
+// StreamInfo.RequestLog. Off by default, since it holds every ack id.
 func WithRecordStreamRequests() Option { return func(c *config) { c.recordRequests = true } }
 
 // WithPullWait sets how long a unary Pull without return_immediately waits

@@ -1,13 +1,17 @@
 package pubsubtest
 
-import "time"
+import (
+	"time"
+
+	"github.com/pubsubflow/pubsubflow/internal/ring"
+)
 
 // subRetention is how long sub keeps messages from their publication.
 func (sub *subscription) retention() time.Duration {
 	if d := sub.pb.GetMessageRetentionDuration(); d != nil {
 		return d.AsDuration()
 	}
-	return DefaultSubRetention
+	return defaultSubRetention
 }
 
 // pruneRetainedLocked drops the retained acknowledged messages of sub
@@ -18,8 +22,8 @@ func (sub *subscription) retention() time.Duration {
 func (s *Server) pruneRetainedLocked(sub *subscription, now time.Time) {
 	r := &sub.feat.retained
 	cutoff := now.Add(-sub.retention())
-	for r.len() > 0 && r.front().msg.publishTime().Before(cutoff) {
-		e := r.popFront()
+	for r.Len() > 0 && r.Front().msg.publishTime().Before(cutoff) {
+		e := r.Pop()
 		e.state = stateGone
 		s.unholdLocked(sub, e.msg.held())
 	}
@@ -28,8 +32,8 @@ func (s *Server) pruneRetainedLocked(sub *subscription, now time.Time) {
 // dropRetainedLocked forgets every retained acknowledged message of sub.
 func (s *Server) dropRetainedLocked(sub *subscription) {
 	r := &sub.feat.retained
-	for r.len() > 0 {
-		e := r.popFront()
+	for r.Len() > 0 {
+		e := r.Pop()
 		e.state = stateGone
 		s.unholdLocked(sub, e.msg.held())
 	}
@@ -40,7 +44,7 @@ func (s *Server) dropRetainedLocked(sub *subscription) {
 func (s *Server) retainPublishedLocked(t *topic, m *message) {
 	now := time.Now()
 	if d := t.pb.GetMessageRetentionDuration(); d != nil {
-		t.feat.log.pushBack(m)
+		t.feat.log.Push(m)
 		t.feat.logBytes += m.held()
 		s.feat.heldBytes += m.held()
 		s.pruneTopicLogLocked(t, now.Add(-d.AsDuration()))
@@ -55,8 +59,8 @@ func (s *Server) retainPublishedLocked(t *topic, m *message) {
 // pruneTopicLogLocked drops the messages of t's log published before cutoff.
 func (s *Server) pruneTopicLogLocked(t *topic, cutoff time.Time) {
 	l := &t.feat.log
-	for l.len() > 0 && l.front().publishTime().Before(cutoff) {
-		m := l.popFront()
+	for l.Len() > 0 && l.Front().publishTime().Before(cutoff) {
+		m := l.Pop()
 		t.feat.logBytes -= m.held()
 		s.feat.heldBytes -= m.held()
 	}
@@ -65,7 +69,7 @@ func (s *Server) pruneTopicLogLocked(t *topic, cutoff time.Time) {
 // dropTopicLogLocked forgets t's log (retention removed, or t deleted).
 func (s *Server) dropTopicLogLocked(t *topic) {
 	s.feat.heldBytes -= t.feat.logBytes
-	t.feat.log = ring[*message]{}
+	t.feat.log = ring.Ring[*message]{}
 	t.feat.logBytes = 0
 }
 
@@ -96,10 +100,10 @@ func (s *Server) dropStaleLocked(e *entry, c cutoff) bool {
 	e.state = stateGone
 	s.unholdLocked(sub, e.msg.held())
 	if key := e.msg.pb.OrderingKey; key != "" && sub.ordered() {
-		if q := sub.keys[key]; q != nil && q.len() > 0 {
-			next := q.popFront()
+		if q := sub.keys[key]; q != nil && q.Len() > 0 {
+			next := q.Pop()
 			next.state = stateReady
-			sub.ready.pushBack(next)
+			sub.ready.Push(next)
 		} else {
 			delete(sub.keys, key)
 		}

@@ -20,12 +20,12 @@ func TestGoogleClientRetryPolicyValidation(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 	c := newGoogleClient(t, srv)
 	ctx := context.Background()
-	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.TopicName("topic")}); err != nil {
+	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.topicName("topic")}); err != nil {
 		t.Fatal(err)
 	}
 	create := func(rp *pubsubpb.RetryPolicy) (*pubsubpb.Subscription, error) {
 		return c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
-			Name: srv.SubscriptionName("sub"), Topic: srv.TopicName("topic"), RetryPolicy: rp,
+			Name: srv.subName("sub"), Topic: srv.topicName("topic"), RetryPolicy: rp,
 		})
 	}
 	for _, tc := range []struct {
@@ -63,14 +63,14 @@ func TestGoogleClientRetryBackoffVirtualTime(t *testing.T) {
 		c := newGoogleClient(t, srv)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.TopicName("topic")}); err != nil {
+		if _, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.topicName("topic")}); err != nil {
 			t.Fatal(err)
 		}
 		for _, sub := range []*pubsubpb.Subscription{
-			{Name: srv.SubscriptionName("backoff"), Topic: srv.TopicName("topic"), RetryPolicy: &pubsubpb.RetryPolicy{
+			{Name: srv.subName("backoff"), Topic: srv.topicName("topic"), RetryPolicy: &pubsubpb.RetryPolicy{
 				MinimumBackoff: durationpb.New(10 * time.Second), MaximumBackoff: durationpb.New(30 * time.Second),
 			}},
-			{Name: srv.SubscriptionName("immediate"), Topic: srv.TopicName("topic")},
+			{Name: srv.subName("immediate"), Topic: srv.topicName("topic")},
 		} {
 			if _, err := c.SubscriptionAdminClient.CreateSubscription(ctx, sub); err != nil {
 				t.Fatal(err)
@@ -126,8 +126,8 @@ func TestRetryBackoffExact(t *testing.T) {
 		if _, err := srv.CreateTopic(ctx, "topic"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := srv.Subscriber().CreateSubscription(ctx, &pubsubpb.Subscription{
-			Name: srv.SubscriptionName("sub"), Topic: srv.TopicName("topic"), AckDeadlineSeconds: 10,
+		if _, err := srv.rpc().CreateSubscription(ctx, &pubsubpb.Subscription{
+			Name: srv.subName("sub"), Topic: srv.topicName("topic"), AckDeadlineSeconds: 10,
 			RetryPolicy: &pubsubpb.RetryPolicy{MinimumBackoff: durationpb.New(3 * time.Second), MaximumBackoff: durationpb.New(5 * time.Second)},
 		}); err != nil {
 			t.Fatal(err)
@@ -136,7 +136,7 @@ func TestRetryBackoffExact(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := sp.Send(&pubsubpb.StreamingPullRequest{Subscription: srv.SubscriptionName("sub"), StreamAckDeadlineSeconds: 10}); err != nil {
+		if err := sp.Send(&pubsubpb.StreamingPullRequest{Subscription: srv.subName("sub"), StreamAckDeadlineSeconds: 10}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := srv.Publish(ctx, "topic", &pubsubpb.PubsubMessage{Data: []byte("x")}); err != nil {

@@ -8,6 +8,8 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/pubsubflow/pubsubflow/internal/ring"
 )
 
 // Seek implements pubsubpb.SubscriberServer.
@@ -44,9 +46,7 @@ func (s *rpcServer) Seek(_ context.Context, req *pubsubpb.SeekRequest) (*pubsubp
 		var extra []*message
 		if t := sub.topic; t != nil && t.pb.MessageRetentionDuration != nil {
 			s.pruneTopicLogLocked(t, now.Add(-t.pb.MessageRetentionDuration.AsDuration()))
-			for i := 0; i < t.feat.log.len(); i++ {
-				extra = append(extra, t.feat.log.buf[(t.feat.log.head+i)%len(t.feat.log.buf)])
-			}
+			extra = slices.AppendSeq(extra, t.feat.log.All())
 			cutoff = time.Time{} // the topic's window, already pruned
 		}
 		s.rebuildLocked(sub, extra, func(m *message) bool {
@@ -87,9 +87,9 @@ func (s *Server) rebuildLocked(sub *subscription, extra []*message, unacked func
 		}
 	}
 	s.dropDelayedLocked(sub)
-	sub.ready = ring[*entry]{}
-	sub.keys = make(map[string]*ring[*entry])
-	sub.feat.retained = ring[*entry]{}
+	sub.ready = ring.Ring[*entry]{}
+	sub.keys = make(map[string]*ring.Ring[*entry])
+	sub.feat.retained = ring.Ring[*entry]{}
 	s.unholdLocked(sub, sub.feat.heldBytes)
 
 	byseq := make(map[uint64]*entry, len(old))
@@ -126,7 +126,7 @@ func (s *Server) rebuildLocked(sub *subscription, extra []*message, unacked func
 		}
 		if e != nil && retain {
 			e.state = stateAcked
-			sub.feat.retained.pushBack(e)
+			sub.feat.retained.Push(e)
 			s.holdLocked(sub, m.held())
 		} else if e != nil {
 			e.state = stateGone

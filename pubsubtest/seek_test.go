@@ -32,7 +32,7 @@ func newAdmin(t *testing.T, srv *Server) *admin {
 
 func (a *admin) topic(id string, retention time.Duration) {
 	a.t.Helper()
-	tp := &pubsubpb.Topic{Name: a.srv.TopicName(id)}
+	tp := &pubsubpb.Topic{Name: a.srv.topicName(id)}
 	if retention > 0 {
 		tp.MessageRetentionDuration = durationpb.New(retention)
 	}
@@ -44,7 +44,7 @@ func (a *admin) topic(id string, retention time.Duration) {
 func (a *admin) subscription(id, topic string, retainAcked bool) {
 	a.t.Helper()
 	if _, err := a.sub.CreateSubscription(context.Background(), &pubsubpb.Subscription{
-		Name: a.srv.SubscriptionName(id), Topic: a.srv.TopicName(topic), RetainAckedMessages: retainAcked,
+		Name: a.srv.subName(id), Topic: a.srv.topicName(topic), RetainAckedMessages: retainAcked,
 	}); err != nil {
 		a.t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func (a *admin) publish(topic string, data ...string) {
 	a.t.Helper()
 	for _, d := range data {
 		if _, err := a.top.Publish(context.Background(), &pubsubpb.PublishRequest{
-			Topic: a.srv.TopicName(topic), Messages: []*pubsubpb.PubsubMessage{{Data: []byte(d)}},
+			Topic: a.srv.topicName(topic), Messages: []*pubsubpb.PubsubMessage{{Data: []byte(d)}},
 		}); err != nil {
 			a.t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func (a *admin) publish(topic string, data ...string) {
 // pull returns what is ready on sub, sorted by data.
 func (a *admin) pull(sub string) []*pubsubpb.ReceivedMessage {
 	a.t.Helper()
-	resp, err := a.sub.Pull(context.Background(), &pubsubpb.PullRequest{Subscription: a.srv.SubscriptionName(sub), MaxMessages: 100, ReturnImmediately: true})
+	resp, err := a.sub.Pull(context.Background(), &pubsubpb.PullRequest{Subscription: a.srv.subName(sub), MaxMessages: 100, ReturnImmediately: true})
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func (a *admin) ack(sub string, ms []*pubsubpb.ReceivedMessage) {
 	if len(ms) == 0 {
 		return
 	}
-	if err := a.sub.Acknowledge(context.Background(), &pubsubpb.AcknowledgeRequest{Subscription: a.srv.SubscriptionName(sub), AckIds: ackIDs(ms)}); err != nil {
+	if err := a.sub.Acknowledge(context.Background(), &pubsubpb.AcknowledgeRequest{Subscription: a.srv.subName(sub), AckIds: ackIDs(ms)}); err != nil {
 		a.t.Fatal(err)
 	}
 }
@@ -115,14 +115,14 @@ func datas(ms []*pubsubpb.ReceivedMessage) []string {
 
 func (a *admin) seekTime(sub string, at time.Time) error {
 	_, err := a.sub.Seek(context.Background(), &pubsubpb.SeekRequest{
-		Subscription: a.srv.SubscriptionName(sub), Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(at)},
+		Subscription: a.srv.subName(sub), Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(at)},
 	})
 	return err
 }
 
 func (a *admin) seekSnapshot(sub, snap string) error {
 	_, err := a.sub.Seek(context.Background(), &pubsubpb.SeekRequest{
-		Subscription: a.srv.SubscriptionName(sub), Target: &pubsubpb.SeekRequest_Snapshot{Snapshot: a.snapName(snap)},
+		Subscription: a.srv.subName(sub), Target: &pubsubpb.SeekRequest_Snapshot{Snapshot: a.snapName(snap)},
 	})
 	return err
 }
@@ -216,16 +216,16 @@ func TestGoogleClientSeekToTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.expect("late after seeking to the start", a.pullAck("late"), "x", "y")
-	got, err := a.sub.GetSubscription(context.Background(), &pubsubpb.GetSubscriptionRequest{Subscription: srv.SubscriptionName("late")})
-	if err != nil || got.TopicMessageRetentionDuration.AsDuration() != time.Hour || got.MessageRetentionDuration.AsDuration() != DefaultSubRetention {
+	got, err := a.sub.GetSubscription(context.Background(), &pubsubpb.GetSubscriptionRequest{Subscription: srv.subName("late")})
+	if err != nil || got.TopicMessageRetentionDuration.AsDuration() != time.Hour || got.MessageRetentionDuration.AsDuration() != defaultSubRetention {
 		t.Errorf("GetSubscription = %v, %v", got, err)
 	}
 
 	// Errors, and an injected fault.
 	ctx := context.Background()
-	_, err = a.sub.Seek(ctx, &pubsubpb.SeekRequest{Subscription: srv.SubscriptionName("keep")})
+	_, err = a.sub.Seek(ctx, &pubsubpb.SeekRequest{Subscription: srv.subName("keep")})
 	wantCode(t, "Seek without target", err, codes.InvalidArgument, "target")
-	wantCode(t, "Seek of a missing subscription", a.seekTime("missing", time.Now()), codes.NotFound, srv.SubscriptionName("missing"))
+	wantCode(t, "Seek of a missing subscription", a.seekTime("missing", time.Now()), codes.NotFound, srv.subName("missing"))
 	srv.FailNext("Seek", 1, codes.PermissionDenied)
 	wantCode(t, "Seek with an injected fault", a.seekTime("keep", time.Now()), codes.PermissionDenied)
 	if ms := srv.MethodStats("Seek"); ms.Injected != 1 {
@@ -242,12 +242,12 @@ func TestGoogleClientRetentionValidation(t *testing.T) {
 	a := newAdmin(t, srv)
 	ctx := context.Background()
 	for _, d := range []time.Duration{5 * time.Minute, 32 * 24 * time.Hour} {
-		_, err := a.top.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.TopicName("topic"), MessageRetentionDuration: durationpb.New(d)})
+		_, err := a.top.CreateTopic(ctx, &pubsubpb.Topic{Name: srv.topicName("topic"), MessageRetentionDuration: durationpb.New(d)})
 		wantCode(t, "topic retention "+d.String(), err, codes.InvalidArgument, "message_retention_duration")
 	}
 	a.topic("topic", 0)
 	for _, d := range []time.Duration{5 * time.Minute, 8 * 24 * time.Hour} {
-		_, err := a.sub.CreateSubscription(ctx, &pubsubpb.Subscription{Name: srv.SubscriptionName("sub"), Topic: srv.TopicName("topic"), MessageRetentionDuration: durationpb.New(d)})
+		_, err := a.sub.CreateSubscription(ctx, &pubsubpb.Subscription{Name: srv.subName("sub"), Topic: srv.topicName("topic"), MessageRetentionDuration: durationpb.New(d)})
 		wantCode(t, "subscription retention "+d.String(), err, codes.InvalidArgument, "message_retention_duration")
 	}
 }
@@ -265,7 +265,7 @@ func TestRetentionWindowVirtualTime(t *testing.T) {
 		a := newAdmin(t, srv)
 		a.topic("topic", 0)
 		if _, err := a.sub.CreateSubscription(context.Background(), &pubsubpb.Subscription{
-			Name: srv.SubscriptionName("sub"), Topic: srv.TopicName("topic"), RetainAckedMessages: true,
+			Name: srv.subName("sub"), Topic: srv.topicName("topic"), RetainAckedMessages: true,
 			MessageRetentionDuration: durationpb.New(10 * time.Minute),
 		}); err != nil {
 			t.Fatal(err)
@@ -312,7 +312,7 @@ func TestGoogleClientSeekReplaysToReceive(t *testing.T) {
 	a.subscription("sub", "topic", true)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: a.snapName("before"), Subscription: srv.SubscriptionName("sub")}); err != nil {
+	if _, err := a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: a.snapName("before"), Subscription: srv.subName("sub")}); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex

@@ -99,7 +99,7 @@ func NewServer(opts ...Option) (*Server, error) {
 
 func (s *Server) listen(addr string) (net.Listener, error) {
 	if s.cfg.bufconn {
-		l := bufconn.Listen(s.cfg.bufSize)
+		l := bufconn.Listen(bufconnSize)
 		s.mu.Lock()
 		s.bufLis = l
 		s.addr = "bufconn"
@@ -120,7 +120,7 @@ func (s *Server) serve(lis net.Listener) {
 	g := grpc.NewServer(
 		grpc.UnaryInterceptor(s.unaryInterceptor),
 		grpc.StreamInterceptor(s.streamInterceptor),
-		grpc.MaxRecvMsgSize(s.cfg.maxRecvMsgSize),
+		grpc.MaxRecvMsgSize(maxRecvMsgSize),
 		grpc.WaitForHandlers(true),
 	)
 	r := &rpcServer{Server: s}
@@ -134,17 +134,18 @@ func (s *Server) serve(lis net.Listener) {
 	}()
 }
 
-// Addr is the address the server listens on: "host:port" for TCP, or
-// "bufconn" with WithBufconn (dial it with Dial or DialOptions).
+// Addr is the address the server listens on: "host:port" for TCP (for a
+// client that dials by address, such as one given PUBSUB_EMULATOR_HOST), or
+// "bufconn" with WithBufconn, which only Dial and ClientConn reach.
 func (s *Server) Addr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.addr
 }
 
-// Target is the gRPC target to pass to grpc.NewClient together with
-// DialOptions.
-func (s *Server) Target() string {
+// target is the gRPC target to pass to grpc.NewClient together with
+// dialOptions.
+func (s *Server) target() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.targetLocked()
@@ -157,11 +158,11 @@ func (s *Server) targetLocked() string {
 	return s.addr
 }
 
-// DialOptions are the options a client needs to reach the server:
+// dialOptions are the options a client needs to reach the server:
 // plaintext, and with WithBufconn a dialer to the in-memory listener (which
 // follows the server across Restart), and the receive limit connect.Dial
 // sets (20 MiB), so tests see what users see.
-func (s *Server) DialOptions() []grpc.DialOption {
+func (s *Server) dialOptions() []grpc.DialOption {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		// The receive limit of connect.Dial (a user's dial), not more, so a
@@ -179,11 +180,14 @@ func (s *Server) DialOptions() []grpc.DialOption {
 	return opts
 }
 
-// Dial returns a new client connection to the server, owned by the caller.
-// The context is unused (grpc.NewClient connects lazily) and kept for
-// symmetry with other dialers.
+// Dial returns a new client connection to the server, owned by the caller:
+// plaintext, with the 20 MiB receive limit connect.Dial sets (so a test
+// sees what a user's connection sees), and with WithBufconn a dialer to the
+// in-memory listener that follows the server across Restart. extra options
+// come after those. The context is unused (grpc.NewClient connects lazily)
+// and kept for symmetry with other dialers.
 func (s *Server) Dial(_ context.Context, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
-	return grpc.NewClient(s.Target(), append(s.DialOptions(), extra...)...)
+	return grpc.NewClient(s.target(), append(s.dialOptions(), extra...)...)
 }
 
 // ClientConn returns a client connection to the server that the server owns
@@ -196,7 +200,7 @@ func (s *Server) ClientConn() *grpc.ClientConn {
 		// grpc.NewClient connects lazily, so this neither blocks nor calls
 		// the dialer (which takes s.mu); it only fails on bad options,
 		// which ours are not.
-		cc, err := grpc.NewClient(s.targetLocked(), s.DialOptions()...)
+		cc, err := grpc.NewClient(s.targetLocked(), s.dialOptions()...)
 		if err != nil {
 			panic(fmt.Sprintf("pubsubtest: dial: %v", err))
 		}
@@ -205,11 +209,12 @@ func (s *Server) ClientConn() *grpc.ClientConn {
 	return s.cc
 }
 
-// ErrClosed is returned by Restart after Close.
-var ErrClosed = errors.New("pubsubtest: server closed")
+// errClosed is returned by Restart after Close.
+var errClosed = errors.New("pubsubtest: server closed")
 
 // Restart stops serving, which ends every open stream and connection (clients
-// see UNAVAILABLE), and serves again on the same address. Topics,
+// see UNAVAILABLE), and serves again on the same address. It fails after
+// Close. Topics,
 // subscriptions, messages, leases and counters are kept: messages
 // outstanding on the old streams expire and are redelivered as usual.
 func (s *Server) Restart() error {
@@ -219,7 +224,7 @@ func (s *Server) Restart() error {
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return ErrClosed
+		return errClosed
 	}
 	s.gsrv.Stop()
 	<-s.serveDone
@@ -264,6 +269,6 @@ func (s *Server) waitDone(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.done:
-		return ErrClosed
+		return errClosed
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/pubsubflow/pubsubflow/internal/ring"
 )
 
 // snapshot is the acknowledgement state of a subscription at one moment:
@@ -68,10 +70,8 @@ func (s *Server) unackedLocked(sub *subscription) []*message {
 // the retained acknowledged ones too, in publish order.
 func (s *Server) entriesLocked(sub *subscription, retained bool) []*entry {
 	var out []*entry
-	addRing := func(r *ring[*entry]) {
-		for i := 0; i < r.len(); i++ {
-			out = append(out, r.buf[(r.head+i)%len(r.buf)])
-		}
+	addRing := func(r *ring.Ring[*entry]) {
+		out = slices.AppendSeq(out, r.All())
 	}
 	addRing(&sub.ready)
 	for _, q := range sub.keys {

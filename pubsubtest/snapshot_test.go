@@ -35,19 +35,19 @@ func TestGoogleClientSnapshots(t *testing.T) {
 
 	// Create: the snapshot holds b, and lasts 7 days from b's publication.
 	snap, err := a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{
-		Name: a.snapName("snap"), Subscription: srv.SubscriptionName("sub"), Labels: map[string]string{"k": "v"},
+		Name: a.snapName("snap"), Subscription: srv.subName("sub"), Labels: map[string]string{"k": "v"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.Topic != srv.TopicName("topic") || !snap.ExpireTime.AsTime().Equal(bTime.Add(7*24*time.Hour)) || snap.Labels["k"] != "v" {
+	if snap.Topic != srv.topicName("topic") || !snap.ExpireTime.AsTime().Equal(bTime.Add(7*24*time.Hour)) || snap.Labels["k"] != "v" {
 		t.Errorf("CreateSnapshot = %v (b published %v)", snap, bTime)
 	}
-	_, err = a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: a.snapName("snap"), Subscription: srv.SubscriptionName("sub")})
+	_, err = a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: a.snapName("snap"), Subscription: srv.subName("sub")})
 	wantCode(t, "CreateSnapshot again", err, codes.AlreadyExists, a.snapName("snap"))
-	_, err = a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: a.snapName("x"), Subscription: srv.SubscriptionName("missing")})
-	wantCode(t, "CreateSnapshot of a missing subscription", err, codes.NotFound, srv.SubscriptionName("missing"))
-	_, err = a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: "snapshots/x", Subscription: srv.SubscriptionName("sub")})
+	_, err = a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: a.snapName("x"), Subscription: srv.subName("missing")})
+	wantCode(t, "CreateSnapshot of a missing subscription", err, codes.NotFound, srv.subName("missing"))
+	_, err = a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: "snapshots/x", Subscription: srv.subName("sub")})
 	wantCode(t, "CreateSnapshot with a bad name", err, codes.InvalidArgument, "snapshots/x")
 
 	// Messages published after the snapshot belong to it too.
@@ -68,14 +68,14 @@ func TestGoogleClientSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.expect("s2 after seeking to the snapshot", a.pullAck("sub2"), "b", "c")
-	wantCode(t, "Seek to a snapshot of another topic", a.seekSnapshot("othersub", "snap"), codes.FailedPrecondition, srv.TopicName("topic"))
+	wantCode(t, "Seek to a snapshot of another topic", a.seekSnapshot("othersub", "snap"), codes.FailedPrecondition, srv.topicName("topic"))
 	wantCode(t, "Seek to a missing snapshot", a.seekSnapshot("sub", "missing"), codes.NotFound, a.snapName("missing"))
 
 	// Get, List, ListTopicSnapshots.
 	if got, err := a.sub.GetSnapshot(ctx, &pubsubpb.GetSnapshotRequest{Snapshot: a.snapName("snap")}); err != nil || got.Name != a.snapName("snap") {
 		t.Errorf("GetSnapshot = %v, %v", got, err)
 	}
-	if _, err := a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: a.snapName("snap2"), Subscription: srv.SubscriptionName("othersub")}); err != nil {
+	if _, err := a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: a.snapName("snap2"), Subscription: srv.subName("othersub")}); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
@@ -94,7 +94,7 @@ func TestGoogleClientSnapshots(t *testing.T) {
 		t.Errorf("ListSnapshots = %v, want %v", names, want)
 	}
 	names = nil
-	tit := a.top.ListTopicSnapshots(ctx, &pubsubpb.ListTopicSnapshotsRequest{Topic: srv.TopicName("topic")})
+	tit := a.top.ListTopicSnapshots(ctx, &pubsubpb.ListTopicSnapshotsRequest{Topic: srv.topicName("topic")})
 	for {
 		n, err := tit.Next()
 		if err == iterator.Done {
@@ -114,11 +114,11 @@ func TestGoogleClientSnapshots(t *testing.T) {
 		Snapshot:   &pubsubpb.Snapshot{Name: a.snapName("snap"), Labels: map[string]string{"k": "w"}},
 		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"labels"}},
 	})
-	if err != nil || upd.Labels["k"] != "w" || upd.Topic != srv.TopicName("topic") {
+	if err != nil || upd.Labels["k"] != "w" || upd.Topic != srv.topicName("topic") {
 		t.Errorf("UpdateSnapshot labels = %v, %v", upd, err)
 	}
 	_, err = a.sub.UpdateSnapshot(ctx, &pubsubpb.UpdateSnapshotRequest{
-		Snapshot:   &pubsubpb.Snapshot{Name: a.snapName("snap"), Topic: srv.TopicName("other")},
+		Snapshot:   &pubsubpb.Snapshot{Name: a.snapName("snap"), Topic: srv.topicName("other")},
 		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"topic"}},
 	})
 	wantCode(t, "UpdateSnapshot of the topic", err, codes.InvalidArgument, "topic")
@@ -153,7 +153,7 @@ func TestGoogleClientSnapshots(t *testing.T) {
 
 	// Snapshot calls take injected faults like every call.
 	srv.FailNext("CreateSnapshot", 1, codes.PermissionDenied)
-	_, err = a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: a.snapName("f"), Subscription: srv.SubscriptionName("sub")})
+	_, err = a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: a.snapName("f"), Subscription: srv.subName("sub")})
 	wantCode(t, "CreateSnapshot with an injected fault", err, codes.PermissionDenied)
 }
 
@@ -173,7 +173,7 @@ func TestSnapshotLifetimeVirtualTime(t *testing.T) {
 		a.subscription("sub", "topic", false)
 		a.publish("topic", "old")
 		time.Sleep(24 * time.Hour)
-		snap, err := a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: a.snapName("snap"), Subscription: srv.SubscriptionName("sub")})
+		snap, err := a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: a.snapName("snap"), Subscription: srv.subName("sub")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +181,7 @@ func TestSnapshotLifetimeVirtualTime(t *testing.T) {
 			t.Errorf("snapshot of a day-old message expires in %v, want 6 days", left)
 		}
 		time.Sleep(6*24*time.Hour - 30*time.Minute)
-		_, err = a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: a.snapName("late"), Subscription: srv.SubscriptionName("sub")})
+		_, err = a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: a.snapName("late"), Subscription: srv.subName("sub")})
 		wantCode(t, "CreateSnapshot expiring within the hour", err, codes.FailedPrecondition, "hour")
 		time.Sleep(30 * time.Minute)
 		_, err = a.sub.GetSnapshot(ctx, &pubsubpb.GetSnapshotRequest{Snapshot: a.snapName("snap")})

@@ -40,8 +40,8 @@ type SubStats struct {
 	Backlog int64
 	// HeldBytes is what the messages the subscription holds count against
 	// the backlog bound (WithMaxBacklogBytes), now: their encoded size
-	// plus HeldOverhead each, unacknowledged ones and acknowledged ones it
-	// retains.
+	// plus 160 bytes each (the server's bookkeeping), unacknowledged ones
+	// and acknowledged ones it retains.
 	HeldBytes int64
 	// RejectedRequests counts requests refused with INVALID_ARGUMENT: a
 	// later StreamingPull request with initial-only fields, a bad ack
@@ -52,8 +52,8 @@ type SubStats struct {
 
 // MessageStats are the counters of one message over all subscriptions.
 type MessageStats struct {
-	Deliveries int64
-	Acks       int64
+	Deliveries int64 // deliveries, first ones and redeliveries
+	Acks       int64 // successful acks (the first one on each subscription)
 }
 
 // MethodStats are the counters of one RPC method.
@@ -69,7 +69,7 @@ type MethodStats struct {
 
 // StreamInfo describes one StreamingPull stream, open or closed.
 type StreamInfo struct {
-	ID           int64 // 1, 2, … in order of opening, for KillStream and StallStream
+	ID           int64 // 1, 2, … in order of opening, for KillStreams and StallStreams
 	Subscription string
 	// Values of the initial request.
 	ClientID               string
@@ -98,6 +98,11 @@ type StreamInfo struct {
 	Stalled bool
 	Code    codes.Code // final status code once closed (OK while open)
 	Err     string     // final error text, if any
+
+	// RequestLog is every request received on the stream, the initial
+	// one first, when the server records them (WithRecordStreamRequests);
+	// nil otherwise. The requests must not be modified.
+	RequestLog []*pubsubpb.StreamingPullRequest
 }
 
 // SubscriptionStats returns the counters of a subscription (full name, or
@@ -146,7 +151,8 @@ func (s *Server) MethodStats(method string) MethodStats {
 
 // Streams describes every stream ever opened on a subscription (full name
 // or short id), open and closed, in order of opening. An empty name means
-// every subscription.
+// every subscription, so that Streams("")[id-1] is the stream with that
+// StreamInfo.ID.
 func (s *Server) Streams(sub string) []StreamInfo {
 	if sub != "" {
 		sub = s.subName(sub)
@@ -162,33 +168,12 @@ func (s *Server) Streams(sub string) []StreamInfo {
 	return out
 }
 
-// Stream describes one stream by id.
-func (s *Server) Stream(id int64) (StreamInfo, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.streamLocked(id)
-	if st == nil {
-		return StreamInfo{}, false
-	}
-	return st.infoLocked(), true
-}
-
 func (st *stream) infoLocked() StreamInfo {
 	i := st.info
 	i.Outstanding = st.outMsgs
 	i.OutstandingBytes = st.outBytes
+	// The log only grows, by append under s.mu, so the caller may read
+	// this prefix of it without the lock.
+	i.RequestLog = st.requests[:len(st.requests):len(st.requests)]
 	return i
-}
-
-// StreamRequests returns every request received on a stream, the initial
-// one first. It needs WithRecordStreamRequests; otherwise it returns nil.
-// The requests must not be modified.
-func (s *Server) StreamRequests(id int64) []*pubsubpb.StreamingPullRequest {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.streamLocked(id)
-	if st == nil {
-		return nil
-	}
-	return append([]*pubsubpb.StreamingPullRequest(nil), st.requests...)
 }

@@ -145,6 +145,7 @@ func (s *Server) openStream(req *pubsubpb.StreamingPullRequest) (*stream, error)
 			AckDeadline:            deadline,
 			Requests:               1,
 			Open:                   true,
+			Stalled:                s.stallAll, // StallStreams without ids covers streams opened later
 		},
 	}
 	if s.cfg.recordRequests {
@@ -184,7 +185,7 @@ func (s *Server) recvLoop(ss pubsubpb.Subscriber_StreamingPullServer, st *stream
 func (s *Server) checkLaterRequest(req *pubsubpb.StreamingPullRequest) error {
 	if req.Subscription != "" || req.ClientId != "" || req.MaxOutstandingMessages != 0 ||
 		req.MaxOutstandingBytes != 0 || req.ProtocolVersion != 0 {
-		return status.Error(codes.InvalidArgument, MsgInitialOnly)
+		return status.Error(codes.InvalidArgument, msgInitialOnly)
 	}
 	if err := s.checkModacks(req); err != nil {
 		return err
@@ -272,9 +273,9 @@ func (s *Server) applyStreamAcksLocked(st *stream, req *pubsubpb.StreamingPullRe
 		switch {
 		case ok:
 			st.ackConf.AckIds = append(st.ackConf.AckIds, id)
-		case reason == ReasonTransientUnordered:
+		case reason == reasonTransientUnordered:
 			st.ackConf.UnorderedAckIds = append(st.ackConf.UnorderedAckIds, id)
-		case reason != "" && reason != ReasonInvalidAckID:
+		case reason != "" && reason != reasonInvalidAckID:
 			st.ackConf.TemporaryFailedAckIds = append(st.ackConf.TemporaryFailedAckIds, id)
 		default:
 			st.ackConf.InvalidAckIds = append(st.ackConf.InvalidAckIds, id)
@@ -292,7 +293,7 @@ func (s *Server) applyStreamAcksLocked(st *stream, req *pubsubpb.StreamingPullRe
 		switch {
 		case ok:
 			st.modConf.AckIds = append(st.modConf.AckIds, id)
-		case reason != "" && reason != ReasonInvalidAckID:
+		case reason != "" && reason != reasonInvalidAckID:
 			st.modConf.TemporaryFailedAckIds = append(st.modConf.TemporaryFailedAckIds, id)
 		default:
 			st.modConf.InvalidAckIds = append(st.modConf.InvalidAckIds, id)
@@ -342,15 +343,15 @@ func (s *Server) nextResponse(st *stream) (resp *pubsubpb.StreamingPullResponse,
 	}
 	sub := st.sub
 	var msgs []*pubsubpb.ReceivedMessage
-	if n := sub.ready.len(); n > 0 && !st.atLimit() {
+	if n := sub.ready.Len(); n > 0 && !st.atLimit() {
 		msgs = make([]*pubsubpb.ReceivedMessage, 0, min(n, s.cfg.maxPerResponse))
 		now := time.Now()
-		budget := int64(s.cfg.maxResponseBytes)
+		budget := int64(maxResponseBytes)
 		stale := retentionCutoff(sub, now)
-		for sub.ready.len() > 0 && len(msgs) < s.cfg.maxPerResponse && st.admits(sub.ready.front().msg.size) {
-			e := sub.ready.front()
+		for sub.ready.Len() > 0 && len(msgs) < s.cfg.maxPerResponse && st.admits(sub.ready.Front().msg.size) {
+			e := sub.ready.Front()
 			if s.dropStaleLocked(e, stale) {
-				sub.ready.popFront()
+				sub.ready.Pop()
 				continue
 			}
 			size := e.msg.size + 32 // ack id and framing
@@ -358,7 +359,7 @@ func (s *Server) nextResponse(st *stream) (resp *pubsubpb.StreamingPullResponse,
 				break
 			}
 			budget -= size
-			sub.ready.popFront()
+			sub.ready.Pop()
 			msgs = append(msgs, s.deliverLocked(e, st, st.ackDeadline, now))
 		}
 	}

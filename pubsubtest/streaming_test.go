@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 func TestStreamingPullInitialRequestValidation(t *testing.T) {
@@ -68,8 +70,8 @@ func TestLaterRequestWithInitialOnlyFieldAbortsStream(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := sp.Recv()
-			if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() != MsgInitialOnly {
-				t.Fatalf("Recv = %v, want INVALID_ARGUMENT %q", err, MsgInitialOnly)
+			if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() != msgInitialOnly {
+				t.Fatalf("Recv = %v, want INVALID_ARGUMENT %q", err, msgInitialOnly)
 			}
 			n++
 			infos := f.srv.Streams("sub")
@@ -77,7 +79,7 @@ func TestLaterRequestWithInitialOnlyFieldAbortsStream(t *testing.T) {
 			if last.Open || last.Code != codes.InvalidArgument || last.Rejected != 1 || last.Requests != 2 {
 				t.Errorf("stream info = %+v", last)
 			}
-			if reqs := f.srv.StreamRequests(last.ID); len(reqs) != 2 || !proto.Equal(reqs[1], later) {
+			if reqs := last.RequestLog; len(reqs) != 2 || !proto.Equal(reqs[1], later) {
 				t.Errorf("recorded requests = %v", reqs)
 			}
 		})
@@ -198,13 +200,9 @@ func TestFlowControlMessages(t *testing.T) {
 
 func TestFlowControlBytes(t *testing.T) {
 	f := newFixture(t, SubscriptionConfig{})
-	ids := f.publish(t, 10, "") // "m0".."m9": all the same size
-	_ = ids
-	size := int64(0)
+	f.publish(t, 10, "") // "m0".."m9": all the same size
 	f.srv.mu.Lock()
-	for _, e := range f.srv.subs[f.subn].ready.buf[:1] {
-		size = e.msg.size
-	}
+	size := f.srv.subs[f.subn].ready.Front().msg.size
 	f.srv.mu.Unlock()
 	sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 60, MaxOutstandingBytes: 3 * size})
 	got := recvN(t, sp, 3)
@@ -312,16 +310,22 @@ func TestAckRequestSizeLimit(t *testing.T) {
 	ctx := context.Background()
 	long := string(make([]byte, 200))
 	var ids []string
-	for proto.Size(&pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: ids}) <= MaxAckRequestBytes {
+	for proto.Size(&pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: ids}) <= limits.MaxAckRequestBytes {
 		ids = append(ids, long)
 	}
-	_, err := f.sub.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: ids})
-	if status.Code(err) != codes.InvalidArgument {
-		t.Errorf("Acknowledge over 512 KiB = %v, want INVALID_ARGUMENT", err)
-	}
-	_, err = f.sub.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: f.subn, AckIds: ids, AckDeadlineSeconds: 10})
-	if status.Code(err) != codes.InvalidArgument {
-		t.Errorf("ModifyAckDeadline over 512 KiB = %v, want INVALID_ARGUMENT", err)
+	for name, call := range map[string]func() error{
+		"Acknowledge": func() error {
+			_, err := f.sub.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: ids})
+			return err
+		},
+		"ModifyAckDeadline": func() error {
+			_, err := f.sub.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: f.subn, AckIds: ids, AckDeadlineSeconds: 10})
+			return err
+		},
+	} {
+		if err := call(); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s over 512 KiB = %v, want INVALID_ARGUMENT", name, err)
+		}
 	}
 	// One ack id fewer fits.
 	if _, err := f.sub.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: f.subn, AckIds: ids[1:]}); err != nil {
@@ -331,7 +335,7 @@ func TestAckRequestSizeLimit(t *testing.T) {
 		t.Errorf("RejectedRequests = %d, want 2", got)
 	}
 	ms := f.srv.MethodStats("Acknowledge")
-	if ms.Calls != 2 || ms.Errors != 1 || ms.MaxRequestBytes <= MaxAckRequestBytes {
+	if ms.Calls != 2 || ms.Errors != 1 || ms.MaxRequestBytes <= limits.MaxAckRequestBytes {
 		t.Errorf("Acknowledge stats = %+v", ms)
 	}
 }
@@ -465,7 +469,7 @@ func TestHeartbeatDelay(t *testing.T) {
 			t.Errorf("answered after %v, want 5s", d)
 		}
 		synctest.Wait()
-		if info, _ := f.srv.Stream(1); info.Heartbeats != 2 || info.HeartbeatReplies != 1 {
+		if info := f.srv.Streams("")[0]; info.Heartbeats != 2 || info.HeartbeatReplies != 1 {
 			t.Errorf("stream info = %+v", info)
 		}
 	})

@@ -17,26 +17,22 @@ import (
 // Reasons carried per ack id in the ErrorInfo metadata of a failed
 // Acknowledge or ModifyAckDeadline on an exactly-once subscription.
 const (
-	// ReasonInvalidAckID: the ack id is not live (expired, already
+	// reasonInvalidAckID: the ack id is not live (expired, already
 	// settled, superseded by a redelivery, or malformed). Final.
-	ReasonInvalidAckID = "PERMANENT_FAILURE_INVALID_ACK_ID"
-	// ReasonTransientUnordered is a transient failure; clients retry it.
+	reasonInvalidAckID = "PERMANENT_FAILURE_INVALID_ACK_ID"
+	// reasonTransientUnordered is a transient failure; clients retry it.
 	// Injected by FailNextAckIDs.
-	ReasonTransientUnordered = "TRANSIENT_FAILURE_UNORDERED_ACK_ID"
-	// ErrorInfoReason is the ErrorInfo.reason of those errors.
-	ErrorInfoReason = "EXACTLY_ONCE_ACKID_FAILURE"
-	// ErrorInfoDomain is the ErrorInfo.domain of those errors.
-	ErrorInfoDomain = "pubsub.googleapis.com"
+	reasonTransientUnordered = "TRANSIENT_FAILURE_UNORDERED_ACK_ID"
+	// errorInfoReason is the ErrorInfo.reason of those errors.
+	errorInfoReason = "EXACTLY_ONCE_ACKID_FAILURE"
+	// errorInfoDomain is the ErrorInfo.domain of those errors.
+	errorInfoDomain = "pubsub.googleapis.com"
 )
 
-// MaxAckRequestBytes is the largest encoded Acknowledge or ModifyAckDeadline
-// request the real service accepts (512 KiB).
-const MaxAckRequestBytes = 512 << 10
-
-// MsgInitialOnly is the status message of the INVALID_ARGUMENT that ends a
+// msgInitialOnly is the status message of the INVALID_ARGUMENT that ends a
 // stream whose later request sets an initial-only field, as the real
 // service words it.
-const MsgInitialOnly = "You must only set max_outstanding_messages and max_outstanding_bytes on the initial request."
+const msgInitialOnly = "You must only set max_outstanding_messages and max_outstanding_bytes on the initial request."
 
 // Publish implements pubsubpb.PublisherServer: 1–1000 messages, each with
 // data or attributes. Ids are decimal strings, unique per server.
@@ -81,9 +77,9 @@ func checkMessages(msgs []*pubsubpb.PubsubMessage) error {
 // checkAckRequest enforces the real service's 512 KiB request limit,
 // counting a rejection against the subscription.
 func (s *Server) checkAckRequest(req proto.Message, subName string, ids int) error {
-	if n := proto.Size(req); n > MaxAckRequestBytes {
+	if n := proto.Size(req); n > limits.MaxAckRequestBytes {
 		s.rejectRequest(subName)
-		return invalidArg("Request payload size exceeds the limit: %d bytes.", MaxAckRequestBytes)
+		return invalidArg("Request payload size exceeds the limit: %d bytes.", limits.MaxAckRequestBytes)
 	}
 	if subName == "" {
 		s.rejectRequest(subName)
@@ -128,7 +124,7 @@ func (s *rpcServer) Acknowledge(_ context.Context, req *pubsubpb.AcknowledgeRequ
 			continue
 		}
 		if !s.ackLocked(sub, id) && sub.exactlyOnce() {
-			failed = addFailure(failed, id, ReasonInvalidAckID)
+			failed = addFailure(failed, id, reasonInvalidAckID)
 		}
 	}
 	s.mu.Unlock()
@@ -162,7 +158,7 @@ func (s *rpcServer) ModifyAckDeadline(_ context.Context, req *pubsubpb.ModifyAck
 			continue
 		}
 		if !s.modackLocked(sub, id, req.AckDeadlineSeconds, now) && sub.exactlyOnce() {
-			failed = addFailure(failed, id, ReasonInvalidAckID)
+			failed = addFailure(failed, id, reasonInvalidAckID)
 		}
 	}
 	s.mu.Unlock()
@@ -185,7 +181,7 @@ func addFailure(m map[string]string, id, reason string) map[string]string {
 // reasons from the ErrorInfo metadata.
 func ackIDError(failed map[string]string) error {
 	st := status.New(codes.InvalidArgument, "Some acknowledgement ids in the request were invalid. This could be because the acknowledgement ids have expired or the acknowledgement ids were malformed.")
-	st, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ErrorInfoReason, Domain: ErrorInfoDomain, Metadata: failed})
+	st, err := st.WithDetails(&errdetails.ErrorInfo{Reason: errorInfoReason, Domain: errorInfoDomain, Metadata: failed})
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
@@ -211,13 +207,13 @@ func (s *rpcServer) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsu
 			s.mu.Unlock()
 			return nil, notFound(req.GetSubscription())
 		}
-		if sub.ready.len() > 0 || req.ReturnImmediately {
+		if sub.ready.Len() > 0 || req.ReturnImmediately {
 			resp := &pubsubpb.PullResponse{}
 			now := time.Now()
 			d := time.Duration(sub.pb.AckDeadlineSeconds) * time.Second
 			stale := retentionCutoff(sub, now)
-			for sub.ready.len() > 0 && len(resp.ReceivedMessages) < int(req.MaxMessages) {
-				if e := sub.ready.popFront(); !s.dropStaleLocked(e, stale) {
+			for sub.ready.Len() > 0 && len(resp.ReceivedMessages) < int(req.MaxMessages) {
+				if e := sub.ready.Pop(); !s.dropStaleLocked(e, stale) {
 					resp.ReceivedMessages = append(resp.ReceivedMessages, s.deliverLocked(e, nil, d, now))
 				}
 			}

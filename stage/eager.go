@@ -1,6 +1,10 @@
 package stage
 
-import "context"
+import (
+	"context"
+
+	"github.com/pubsubflow/pubsubflow/internal/ring"
+)
 
 // DefaultBound is the buffer bound of an Eager stage that sets none. It
 // matches the 1000 outstanding messages of the Pub/Sub clients' defaults.
@@ -83,7 +87,7 @@ func (e *Eager[T]) bound() int {
 
 func (e *Eager[T]) loop(ctx context.Context, in <-chan T, out chan<- T) error {
 	bound := e.bound()
-	buf := NewRing[T](min(bound, 1024))
+	buf := ring.New[T](min(bound, 1024))
 	var (
 		pending    T
 		hasPending bool
@@ -185,7 +189,7 @@ func (e *Eager[T]) loop(ctx context.Context, in <-chan T, out chan<- T) error {
 }
 
 // receive runs the on-receipt hook and buffers v.
-func (e *Eager[T]) receive(ctx context.Context, v T, buf *Ring[T]) error {
+func (e *Eager[T]) receive(ctx context.Context, v T, buf *ring.Ring[T]) error {
 	if e.OnReceive != nil {
 		if err := e.OnReceive(ctx, v); err != nil {
 			if e.OnDrop != nil {

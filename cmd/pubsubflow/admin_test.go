@@ -89,7 +89,7 @@ func TestTopicsCommands(t *testing.T) {
 		t.Fatalf("create --json: %v", tp)
 	}
 	// The server has what the command said.
-	got, err := srv.Publisher().GetTopic(context.Background(), &pubsubpb.GetTopicRequest{Topic: "projects/test-project/topics/audit"})
+	got, err := pubsubpb.NewPublisherClient(srv.ClientConn()).GetTopic(context.Background(), &pubsubpb.GetTopicRequest{Topic: "projects/test-project/topics/audit"})
 	if err != nil || got.GetMessageRetentionDuration().AsDuration() != 48*time.Hour {
 		t.Fatalf("server's topic: %v, %v", got, err)
 	}
@@ -159,7 +159,7 @@ func TestSubscriptionsCommands(t *testing.T) {
 		}
 	}
 	checkSub("create --json", fromJSON(t, out, &pubsubpb.Subscription{}))
-	got, err := srv.Subscriber().GetSubscription(context.Background(), &pubsubpb.GetSubscriptionRequest{Subscription: want.Name})
+	got, err := pubsubpb.NewSubscriberClient(srv.ClientConn()).GetSubscription(context.Background(), &pubsubpb.GetSubscriptionRequest{Subscription: want.Name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestSubscriptionsCommands(t *testing.T) {
 		t.Fatalf("delete output %q", out)
 	}
 	wantFailure(t, srv, "subscription projects/test-project/subscriptions/orders-sub not found", "subscriptions", "delete", "orders-sub")
-	if _, err := srv.Subscriber().GetSubscription(context.Background(), &pubsubpb.GetSubscriptionRequest{Subscription: want.Name}); err == nil {
+	if _, err := pubsubpb.NewSubscriberClient(srv.ClientConn()).GetSubscription(context.Background(), &pubsubpb.GetSubscriptionRequest{Subscription: want.Name}); err == nil {
 		t.Fatal("the subscription is still on the server")
 	}
 }

@@ -28,7 +28,7 @@ func closedAddr(t testing.TB) string {
 // pullAll pulls everything the subscription has, without acking.
 func (s *testServer) pullAll(t testing.TB) []*pubsubpb.PubsubMessage {
 	t.Helper()
-	resp, err := s.srv.Subscriber().Pull(context.Background(), &pubsubpb.PullRequest{Subscription: s.sub, MaxMessages: 1000})
+	resp, err := pubsubpb.NewSubscriberClient(s.srv.ClientConn()).Pull(context.Background(), &pubsubpb.PullRequest{Subscription: s.sub, MaxMessages: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}

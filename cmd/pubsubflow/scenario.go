@@ -129,7 +129,7 @@ func startEmbedded(ctx context.Context, s scenario) (*embedded, error) {
 		_ = srv.Close()
 		return nil, fmt.Errorf("setting up the embedded server: %w", err)
 	}
-	return &embedded{srv: srv, topic: topic, sub: srv.SubscriptionName(embeddedSub)}, nil
+	return &embedded{srv: srv, topic: topic, sub: "projects/" + srv.Project() + "/subscriptions/" + embeddedSub}, nil
 }
 
 func (e *embedded) dial(ctx context.Context, opts ...grpc.DialOption) (*grpc.ClientConn, error) {

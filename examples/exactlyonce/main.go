@@ -76,7 +76,7 @@ func runEmbedded(ctx context.Context, w io.Writer, n, transient int) (Counts, er
 		return Counts{}, err
 	}
 	// Receipt modacks and acks alike may hit these; both are retried.
-	srv.FailNextAckIDs(transient, pubsubtest.ReasonTransientUnordered)
+	srv.FailNextAckIDs(transient, "TRANSIENT_FAILURE_UNORDERED_ACK_ID")
 
 	c, err := Run(ctx, srv.ClientConn(), subName, n)
 	if err != nil {

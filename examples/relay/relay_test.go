@@ -56,7 +56,7 @@ func TestRelayNacksInputWhosePublishFailed(t *testing.T) {
 	}
 	// Every input was acked exactly once; the nacked ones were delivered
 	// twice and acked only on the second delivery.
-	resp, err := srv.Subscriber().Pull(ctx, &pubsubpb.PullRequest{Subscription: srv.SubscriptionName(outputSub), MaxMessages: 1000})
+	resp, err := pubsubpb.NewSubscriberClient(srv.ClientConn()).Pull(ctx, &pubsubpb.PullRequest{Subscription: "projects/" + srv.Project() + "/subscriptions/" + outputSub, MaxMessages: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}

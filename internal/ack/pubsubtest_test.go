@@ -1,7 +1,6 @@
 package ack
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/pubsubflow/pubsubflow/internal/limits"
+	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
@@ -17,21 +18,8 @@ import (
 // synctest bubble) with a topic and a subscription.
 func newServer(t *testing.T, sub pubsubtest.SubscriptionConfig) (*pubsubtest.Server, pubsubpb.SubscriberClient, string) {
 	t.Helper()
-	srv, err := pubsubtest.NewServer(pubsubtest.WithBufconn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	ctx := context.Background()
-	if _, err := srv.CreateTopic(ctx, "topic"); err != nil {
-		t.Fatal(err)
-	}
-	sub.Topic = "topic"
-	name, err := srv.CreateSubscription(ctx, sub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srv, pubsubpb.NewSubscriberClient(srv.ClientConn()), name
+	f := testfix.New(t, sub, pubsubtest.WithBufconn())
+	return f.Server, f.Subscriber, f.Sub
 }
 
 // TestLongAckIDsServer: 2,000 acks with long ack ids never make a request
@@ -53,13 +41,13 @@ func TestLongAckIDsServer(t *testing.T) {
 					t.Fatal(err)
 				}
 				ms := srv.MethodStats("Acknowledge")
-				if ms.MaxRequestBytes > pubsubtest.MaxAckRequestBytes || ms.Errors != 0 {
-					t.Fatalf("Acknowledge: %+v; want no request over %d bytes", ms, pubsubtest.MaxAckRequestBytes)
+				if ms.MaxRequestBytes > limits.MaxAckRequestBytes || ms.Errors != 0 {
+					t.Fatalf("Acknowledge: %+v; want no request over %d bytes", ms, limits.MaxAckRequestBytes)
 				}
 				if rej := srv.SubscriptionStats(sub).RejectedRequests; rej != 0 {
 					t.Fatalf("%d requests rejected", rej)
 				}
-				if min := (2000*(n+3) + pubsubtest.MaxAckRequestBytes - 1) / pubsubtest.MaxAckRequestBytes; ms.Calls < int64(min) || ms.Calls > int64(min)+2 {
+				if min := (2000*(n+3) + limits.MaxAckRequestBytes - 1) / limits.MaxAckRequestBytes; ms.Calls < int64(min) || ms.Calls > int64(min)+2 {
 					t.Fatalf("%d calls, want about %d", ms.Calls, min)
 				}
 			})
@@ -97,8 +85,8 @@ func TestExactlyOnceExpiredAckID(t *testing.T) {
 
 		err = expired.Wait(ctx)
 		var ie *IDError
-		if !errors.As(err, &ie) || !errors.Is(err, ErrPermanent) || ie.Reason != pubsubtest.ReasonInvalidAckID {
-			t.Fatalf("expired ack id: %v, want a permanent %s failure", err, pubsubtest.ReasonInvalidAckID)
+		if !errors.As(err, &ie) || !errors.Is(err, ErrPermanent) || ie.Reason != ReasonInvalidAckID {
+			t.Fatalf("expired ack id: %v, want a permanent %s failure", err, ReasonInvalidAckID)
 		}
 		if err := live.Wait(ctx); err != nil {
 			t.Fatalf("live ack id: %v", err)

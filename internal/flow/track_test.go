@@ -20,6 +20,7 @@ import (
 	"github.com/pubsubflow/pubsubflow/internal/lease"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/internal/source"
+	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
@@ -276,6 +277,7 @@ func TestDemandDrivenTrackerRedelivers(t *testing.T) {
 // trkFixture is a pubsubtest server on bufconn with one topic and one
 // subscription; made inside a synctest bubble it runs in virtual time.
 type trkFixture struct {
+	fix    *testfix.Fixture
 	srv    *pubsubtest.Server
 	client pubsubpb.SubscriberClient
 	topic  string
@@ -284,38 +286,14 @@ type trkFixture struct {
 
 func trkNewFixture(t *testing.T, sc pubsubtest.SubscriptionConfig) *trkFixture {
 	t.Helper()
-	srv, err := pubsubtest.NewServer(pubsubtest.WithBufconn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "topic")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc.Name, sc.Topic = "sub", "topic"
-	sub, err := srv.CreateSubscription(ctx, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := srv.Dial(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	return &trkFixture{srv: srv, client: pubsubpb.NewSubscriberClient(cc), topic: topic, sub: sub}
+	sc.Name = "sub"
+	f := testfix.New(t, sc, pubsubtest.WithBufconn())
+	return &trkFixture{fix: f, srv: f.Server, client: f.Subscriber, topic: f.Topic, sub: f.Sub}
 }
 
 func (f *trkFixture) publish(t *testing.T, n int) {
 	t.Helper()
-	msgs := make([]*pubsubpb.PubsubMessage, n)
-	for i := range msgs {
-		msgs[i] = &pubsubpb.PubsubMessage{Data: fmt.Appendf(nil, "m%d", i)}
-	}
-	if _, err := f.srv.Publish(context.Background(), f.topic, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	f.fix.Backlog(t, n)
 }
 
 // TestEagerTrackExactlyOnce: on an exactly-once subscription a message is
@@ -334,7 +312,7 @@ func TestEagerTrackExactlyOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.srv.SetLatency("ModifyAckDeadline", 2*time.Second)
-		f.srv.FailNextAckIDs(1, pubsubtest.ReasonInvalidAckID)
+		f.srv.FailNextAckIDs(1, "PERMANENT_FAILURE_INVALID_ACK_ID")
 		var (
 			mu     sync.Mutex
 			handed = map[*message.Message]time.Duration{} // → receipt to hand-off

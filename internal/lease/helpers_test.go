@@ -15,6 +15,7 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
@@ -142,6 +143,7 @@ func (s *settler) outcome(m *message.Message) message.Outcome {
 // fixture is a pubsubtest server on bufconn (usable inside a synctest
 // bubble when made inside it) with one topic and one subscription.
 type fixture struct {
+	fix    *testfix.Fixture
 	srv    *pubsubtest.Server
 	client pubsubpb.SubscriberClient
 	topic  string
@@ -151,38 +153,14 @@ type fixture struct {
 
 func newFixture(t *testing.T, sc pubsubtest.SubscriptionConfig, opts ...pubsubtest.Option) *fixture {
 	t.Helper()
-	srv, err := pubsubtest.NewServer(append([]pubsubtest.Option{pubsubtest.WithBufconn(), pubsubtest.WithDeliveryAttemptAlways()}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "topic")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc.Name, sc.Topic = "sub", "topic"
-	sub, err := srv.CreateSubscription(ctx, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := srv.Dial(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	return &fixture{srv: srv, client: pubsubpb.NewSubscriberClient(cc), topic: topic, sub: sub, eo: sc.EnableExactlyOnceDelivery}
+	sc.Name = "sub"
+	f := testfix.New(t, sc, append([]pubsubtest.Option{pubsubtest.WithBufconn()}, opts...)...)
+	return &fixture{fix: f, srv: f.Server, client: f.Subscriber, topic: f.Topic, sub: f.Sub, eo: sc.EnableExactlyOnceDelivery}
 }
 
 func (f *fixture) publish(t *testing.T, n int) {
 	t.Helper()
-	msgs := make([]*pubsubpb.PubsubMessage, n)
-	for i := range msgs {
-		msgs[i] = &pubsubpb.PubsubMessage{Data: fmt.Appendf(nil, "m%d", i)}
-	}
-	if _, err := f.srv.Publish(context.Background(), f.topic, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	f.fix.Backlog(t, n)
 }
 
 // pull receives up to n messages by unary Pull (the lease tests need

@@ -11,8 +11,8 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
 	"github.com/pubsubflow/pubsubflow/internal/event"
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
 // TestMaxExtension: a lease held past MaxExtension is dropped, the message
@@ -74,7 +74,7 @@ func TestLongAckIDsStayWithinRequestLimits(t *testing.T) {
 				synctest.Wait()
 				rounds := map[string]int{}
 				for _, r := range c.requests() {
-					if len(r.ids) > ackids.MaxIDs || r.bytes > pubsubtest.MaxAckRequestBytes {
+					if len(r.ids) > ackids.MaxIDs || r.bytes > limits.MaxAckRequestBytes {
 						t.Errorf("request of %d ids, %d bytes", len(r.ids), r.bytes)
 					}
 					for _, id := range r.ids {
@@ -88,7 +88,7 @@ func TestLongAckIDsStayWithinRequestLimits(t *testing.T) {
 				}
 				ms := f.srv.MethodStats("ModifyAckDeadline")
 				st := f.srv.SubscriptionStats(f.sub)
-				if len(rounds) != 5000 || ms.Errors != 0 || st.RejectedRequests != 0 || ms.MaxRequestBytes > pubsubtest.MaxAckRequestBytes {
+				if len(rounds) != 5000 || ms.Errors != 0 || st.RejectedRequests != 0 || ms.MaxRequestBytes > limits.MaxAckRequestBytes {
 					t.Fatalf("%d ids modacked; server errors %d, rejected %d, largest %d bytes", len(rounds), ms.Errors, st.RejectedRequests, ms.MaxRequestBytes)
 				}
 				t.Logf("%d requests, largest %d bytes; %d extended", ms.Calls, ms.MaxRequestBytes, ev.count(event.Extend))
@@ -166,7 +166,7 @@ func TestExactlyOnceReceipt(t *testing.T) {
 		if !msgs[0].ExactlyOnce {
 			t.Fatal("fixture: message not exactly-once")
 		}
-		f.srv.FailNextAckIDs(1, pubsubtest.ReasonInvalidAckID)
+		f.srv.FailNextAckIDs(1, "PERMANENT_FAILURE_INVALID_ACK_ID")
 		var waits []<-chan struct{}
 		for _, m := range msgs[:2] {
 			e.Track(m)
@@ -189,7 +189,7 @@ func TestExactlyOnceReceipt(t *testing.T) {
 			t.Fatalf("confirmed message: settled %v, Len %d", msgs[1].Settled(), e.Len())
 		}
 
-		f.srv.FailNextAckIDs(1, pubsubtest.ReasonTransientUnordered)
+		f.srv.FailNextAckIDs(1, "TRANSIENT_FAILURE_UNORDERED_ACK_ID")
 		e.Track(msgs[2])
 		<-e.Confirmed(msgs[2])
 		if msgs[2].Settled() || len(ev.of(event.Retry)) != 1 {
@@ -229,7 +229,7 @@ func TestExactlyOncePermanentExtensionFailure(t *testing.T) {
 				<-w
 			}
 		}
-		f.srv.FailNextAckIDs(1, pubsubtest.ReasonInvalidAckID)
+		f.srv.FailNextAckIDs(1, "PERMANENT_FAILURE_INVALID_ACK_ID")
 		time.Sleep(2 * time.Minute)
 		synctest.Wait()
 		ex := ev.of(event.Expired)

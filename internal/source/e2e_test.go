@@ -86,7 +86,7 @@ func TestHeartbeatsKeepStreamOpen(t *testing.T) {
 		if st.MaxOutstandingMessages != 100 || st.MaxOutstandingBytes != 10<<20 || st.ClientID != src.ClientID() || st.ProtocolVersion != 1 {
 			t.Fatalf("initial request seen by the server: %+v", st)
 		}
-		for i, r := range h.srv.StreamRequests(st.ID)[1:] {
+		for i, r := range st.RequestLog[1:] {
 			if r.ClientId != "" || r.MaxOutstandingMessages != 0 || r.MaxOutstandingBytes != 0 || r.Subscription != "" || r.ProtocolVersion != 0 {
 				t.Fatalf("later request %d carries initial-only fields: %v", i, r)
 			}
@@ -252,7 +252,7 @@ func TestTerminalAfterOneAttempt(t *testing.T) {
 				h := newHarness(t, pubsubtest.SubscriptionConfig{})
 				sub := h.sub
 				if c.code == codes.NotFound {
-					sub = h.srv.SubscriptionName("absent")
+					sub = "projects/" + h.srv.Project() + "/subscriptions/absent"
 				} else {
 					h.srv.FailNext("StreamingPull", 1, codes.PermissionDenied)
 				}

@@ -2,7 +2,6 @@ package source
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
 	"github.com/pubsubflow/pubsubflow/internal/event"
+	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
@@ -22,52 +22,23 @@ type harness struct {
 	client pubsubpb.SubscriberClient
 	topic  string
 	sub    string
+	fix    *testfix.Fixture
 }
 
 func newHarness(t *testing.T, sc pubsubtest.SubscriptionConfig, opts ...pubsubtest.Option) *harness {
 	t.Helper()
-	srv, err := pubsubtest.NewServer(append([]pubsubtest.Option{pubsubtest.WithBufconn(), pubsubtest.WithDeliveryAttemptAlways()}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	cc, err := srv.Dial(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "topic")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sc.Name == "" {
-		sc.Name = "sub"
-	}
-	sc.Topic = topic
-	sub, err := srv.CreateSubscription(ctx, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &harness{srv: srv, client: pubsubpb.NewSubscriberClient(cc), topic: topic, sub: sub}
+	f := testfix.New(t, sc, append([]pubsubtest.Option{pubsubtest.WithBufconn()}, opts...)...)
+	return &harness{srv: f.Server, client: f.Subscriber, topic: f.Topic, sub: f.Sub, fix: f}
 }
 
 // publish publishes n messages of size bytes each ("m<i>" padded).
 func (h *harness) publish(t *testing.T, n, size int) {
 	t.Helper()
-	for start := 0; start < n; start += 1000 {
-		batch := make([]*pubsubpb.PubsubMessage, 0, min(1000, n-start))
-		for i := start; i < min(start+1000, n); i++ {
-			data := fmt.Appendf(nil, "m%d", i)
-			if len(data) < size {
-				data = append(data, make([]byte, size-len(data))...)
-			}
-			batch = append(batch, &pubsubpb.PubsubMessage{Data: data})
+	h.fix.Publish(t, testfix.Messages(n, func(_ int, m *pubsubpb.PubsubMessage) {
+		if len(m.Data) < size {
+			m.Data = append(m.Data, make([]byte, size-len(m.Data))...)
 		}
-		if _, err := h.srv.Publish(context.Background(), h.topic, batch...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})...)
 }
 
 // ack acknowledges ids by unary RPC, split as the acknowledger splits.

@@ -75,7 +75,7 @@ func TestWatchdogRestartsSilentStreamOnceAnswered(t *testing.T) {
 		if st := h.srv.Streams(h.sub)[0]; st.HeartbeatReplies != 1 {
 			t.Fatalf("stream 1 after 31 s: %+v, want its first heartbeat answered", st)
 		}
-		if !h.srv.StallStream(1, true) {
+		if h.srv.StallStreams(true, 1) != 1 {
 			t.Fatal("stream 1 not open")
 		}
 		time.Sleep(74*time.Second - time.Since(start))
@@ -85,7 +85,7 @@ func TestWatchdogRestartsSilentStreamOnceAnswered(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second) // past 75 s and the first backoff delay (≤ 100 ms)
 		synctest.Wait()
-		if !h.srv.StallStream(2, true) {
+		if h.srv.StallStreams(true, 2) != 1 {
 			t.Fatalf("no second stream after the watchdog fired: %+v", h.srv.Streams(h.sub))
 		}
 		time.Sleep(50 * time.Second)
