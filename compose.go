@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"runtime/debug"
 	"time"
@@ -53,7 +54,7 @@ func (ss *subSource) Run(g *stage.Group) <-chan *Message {
 	if rg == nil {
 		rg = g
 	}
-	return stage.Unbatch(rg, out, ss.s.unsentOne)
+	return batch.Unbatch(rg, out, ss.s.unsentOne)
 }
 
 func (ss *subSource) RunBatches(g *stage.Group) <-chan []*Message {

@@ -2,13 +2,14 @@ package operators
 
 import (
 	"context"
+	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"sync"
 	"time"
 
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// Batched input and output of an Unordered ParallelMap (stage.BatchFlow).
+// Batched input and output of an Unordered ParallelMap (batch.Flow).
 // The workers share the batches that arrive: a worker that receives one
 // keeps its first element and queues the rest, waking idle workers, so a
 // batch of a hundred slow elements is spread over all the workers while a
@@ -24,8 +25,11 @@ const (
 )
 
 // unorderedFlow is an Unordered ParallelMap: a stage.Flow and a
-// stage.BatchFlow.
+// batch.Flow.
 type unorderedFlow[T, R any] struct{ pm *parallelMap[T, R] }
+
+// The batch path is what makes an unordered ParallelMap cheap.
+var _ batch.Flow[int, int] = unorderedFlow[int, int]{}
 
 func (u unorderedFlow[T, R]) Run(g *stage.Group, in <-chan T) <-chan R { return u.pm.unordered(g, in) }
 

@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"github.com/pubsubflow/pubsubflow/internal/batch"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/stage"
@@ -18,8 +19,11 @@ import (
 // group is cancelled first, or p's validation error.
 func Acknowledge(p Policy) stage.Sink[*message.Message] { return ackSink{p} }
 
-// ackSink is Acknowledge: a stage.Sink and a stage.BatchSink.
+// ackSink is Acknowledge: a stage.Sink and a batch.Sink.
 type ackSink struct{ p Policy }
+
+// The batch path is what makes Acknowledge cheap; keep it compiled in.
+var _ batch.Sink[*message.Message] = ackSink{}
 
 func (a ackSink) Run(g *stage.Group, in <-chan *message.Message) error {
 	return a.run(g, func(ctx context.Context) (bool, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,7 +109,7 @@ func (s *Source) Properties() (exactlyOnce, ordered bool) {
 // Run starts the streams under g and returns the merged output, one
 // element per received message (RunBatches without the batches).
 func (s *Source) Run(g *stage.Group) <-chan *message.Message {
-	return stage.Unbatch(g, s.RunBatches(g), s.unsentOne)
+	return batch.Unbatch(g, s.RunBatches(g), s.unsentOne)
 }
 
 // RunBatches starts the streams under g and returns the merged output in
