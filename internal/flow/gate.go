@@ -18,7 +18,7 @@ import (
 // where it decodes a response, and the Gate is then also the source's
 // Budget (Open, Closed, Room, Wake): streams read only while there is room
 // and ask the server only for the room that is left. That is how a
-// Subscriber composes it, and how a hand-built chain should.
+// Subscriber composes it.
 //
 // Permits are returned by the settle path (FlowControl.ReleaseMessage), not
 // by the gate. A message settled while buffered (its lease expired, say) is

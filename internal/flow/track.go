@@ -29,8 +29,7 @@ var errNilExtender = errors.New("flow: EagerTrack needs a lease.Extender")
 // The same tracking is also a receipt step (Receive), which a source runs
 // where it decodes a response (source.Config.Receipt): then no message
 // waits anywhere, not even in the source, before it is leased. That is how
-// a Subscriber composes it, and how a hand-built chain should (see the
-// package example).
+// a Subscriber composes it.
 //
 // On an exactly-once subscription a message is emitted only after its
 // receipt modack was confirmed. A message settled while buffered (its lease
