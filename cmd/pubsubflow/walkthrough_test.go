@@ -191,7 +191,8 @@ func runWalkthrough(t *testing.T, w walkthrough, bin, addr string) {
 		t.Fatalf("publish printed %q for %q", id, data)
 	}
 
-	// tail --nack shows the one message five times, attempts 1 to 5.
+	// tail --nack shows the one message five times, attempts 1 to 5, and
+	// no sixth time: the service dead-letters it instead.
 	nacks := parseTail(t, outputs[w.step(t, "tail", "--nack")])
 	if len(nacks) != 5 {
 		t.Fatalf("tail --nack printed %d messages, want 5", len(nacks))
