@@ -365,6 +365,7 @@ type StuckHandlersError struct {
 	Running int // handlers still running when Run returned
 }
 
+// Error says how many handlers were left running.
 func (e *StuckHandlersError) Error() string {
 	return fmt.Sprintf("pubsubflow: Run: %d handler(s) still running after the drain timeout and cancellation; their messages were nacked", e.Running)
 }

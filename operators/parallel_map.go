@@ -54,6 +54,7 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error names the value passed to panic.
 func (e *PanicError) Error() string { return fmt.Sprintf("pubsubflow: panicked: %v", e.Value) }
 
 // ParallelMap returns a flow that applies f to each element with n fixed

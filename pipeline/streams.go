@@ -18,6 +18,7 @@ type TypeError struct {
 	Got  any
 }
 
+// Error names the type that arrived and the one expected.
 func (e *TypeError) Error() string {
 	return fmt.Sprintf("pipeline: go-streams element of type %T, want %v", e.Got, e.Want)
 }
