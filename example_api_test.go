@@ -290,3 +290,80 @@ func ExampleNewPublisher() {
 	fmt.Println(id != "", err, pub.Close())
 	// Output: true <nil> <nil>
 }
+
+// Stats is a cheap snapshot: what was received and settled, and what the
+// subscriber holds right now (Outstanding = Buffered + Processing).
+func ExampleSubscriber_Stats() {
+	srv, subscription := embedded(5)
+	defer srv.Close()
+	sub, err := pubsubflow.NewSubscriber(context.Background(), subscription,
+		pubsubflow.SubscriberConfig{Conn: srv.ClientConn()})
+	if err != nil {
+		panic(err)
+	}
+	closed := closeWhenAcked(sub, 5)
+	err = sub.Run(context.Background(), 1, func(context.Context, *pubsubflow.Message) error { return nil })
+	<-closed
+	st := sub.Stats()
+	fmt.Println(err, st.Received, st.Acked, st.Outstanding, st.Buffered, st.Processing)
+	// Output: <nil> 5 5 0 0 0
+}
+
+// Close drains: nothing new arrives, what is in processing settles, the
+// acks are flushed. A second Close returns the first one's result.
+func ExampleSubscriber_Close() {
+	srv, subscription := embedded(0)
+	defer srv.Close()
+	sub, err := pubsubflow.NewSubscriber(context.Background(), subscription,
+		pubsubflow.SubscriberConfig{Conn: srv.ClientConn()})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(sub.Close(), sub.Close())
+	// Output: <nil> <nil>
+}
+
+// Acknowledge is the sink paired with Source: a message that reaches it
+// without an outcome gets OnSuccess (ack); one a stage already settled is
+// left alone.
+func ExampleSubscriber_Acknowledge() {
+	srv, subscription := embedded(4)
+	defer srv.Close()
+	sub, err := pubsubflow.NewSubscriber(context.Background(), subscription,
+		pubsubflow.SubscriberConfig{Conn: srv.ClientConn(), OnShutdown: pubsubflow.NoOp})
+	if err != nil {
+		panic(err)
+	}
+	nackedOnce := map[string]bool{} // Filter runs on one goroutine
+	nackOdd := pipeline.Filter(func(m *pubsubflow.Message) bool {
+		var n int
+		fmt.Sscanf(string(m.Data), "order %d", &n)
+		if n%2 == 1 && !nackedOnce[m.ID] {
+			nackedOnce[m.ID] = true
+			m.Nack() // settled here: Acknowledge leaves it alone
+		}
+		return true
+	}, nil)
+	closed := closeWhenAcked(sub, 4) // the nacked ones come back and are acked
+	err = pipeline.From(sub.Source()).Via(nackOdd).To(sub.Acknowledge())
+	st := sub.Stats()
+	fmt.Println(err, <-closed, st.Acked, st.Nacked)
+	// Output: <nil> <nil> 4 2
+}
+
+// ValidateSubscription applies the service's name rules, as the CLI does.
+func ExampleValidateSubscription() {
+	fmt.Println(pubsubflow.ValidateSubscription("projects/my-project/subscriptions/orders"))
+	fmt.Println(pubsubflow.ValidateSubscription("projects/my-project/subscriptions/goog-orders") != nil)
+	// Output:
+	// <nil>
+	// true
+}
+
+// FixedLease requests the same deadline every time: for handlers whose
+// time is known and steady.
+func ExampleFixedLease() {
+	cfg := pubsubflow.SubscriberConfig{Lease: pubsubflow.FixedLease(10*time.Second, 60*time.Second)}
+	fmt.Println(cfg.Validate())
+	// Output: <nil>
+}

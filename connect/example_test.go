@@ -3,6 +3,7 @@ package connect_test
 import (
 	"context"
 	"fmt"
+	"golang.org/x/oauth2"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
@@ -28,4 +29,12 @@ func ExampleDialOptions() {
 	opts, target, err := connect.DialOptions(context.Background(), connect.Options{Endpoint: "localhost:8085", Insecure: true})
 	fmt.Println(len(opts) > 0, target, err)
 	// Output: true localhost:8085 <nil>
+}
+
+// Validate refuses options that cannot work together: credentials must
+// never travel in plaintext.
+func ExampleOptions_Validate() {
+	err := connect.Options{Insecure: true, TokenSource: oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "t"})}.Validate()
+	fmt.Println(err != nil)
+	// Output: true
 }

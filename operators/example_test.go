@@ -2,6 +2,7 @@ package operators_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -36,4 +37,27 @@ func ExampleParallelMap_keyed() {
 		}))
 	fmt.Println(alice, err)
 	// Output: [1 2 3] <nil>
+}
+
+// OnError turns a failure into a result instead of failing the pipeline;
+// a panic arrives there as a *PanicError.
+func ExampleOptions() {
+	var failed []string // OnError runs on the workers; one at a time here
+	parse := operators.ParallelMap(1, func(_ context.Context, s string) (int, error) {
+		if s == "boom" {
+			panic("cannot parse")
+		}
+		return len(s), nil
+	}, operators.Options[string, int]{
+		Mode: operators.Ordered,
+		OnError: func(s string, err error) (int, bool) {
+			var pe *operators.PanicError
+			failed = append(failed, fmt.Sprint(s, " panicked: ", errors.As(err, &pe)))
+			return -1, true
+		},
+	})
+	err := pipeline.Map(pipeline.From(pipeline.Slice("ab", "boom", "c")), parse).
+		To(pipeline.ForEach(func(_ context.Context, n int) error { fmt.Print(n, " "); return nil }))
+	fmt.Println(err, failed)
+	// Output: 2 -1 1 <nil> [boom panicked: true]
 }

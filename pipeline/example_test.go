@@ -46,3 +46,87 @@ func ExampleNewStreamsSink() {
 	fmt.Println(sum.Load(), g.Wait())
 	// Output: 12 <nil>
 }
+
+// Map changes the element type along a pipeline (a method cannot take a
+// type parameter, so it is a function).
+func ExampleMap() {
+	lengths := stage.FlowFunc[string, int](func(g *stage.Group, in <-chan string) <-chan int {
+		out := make(chan int)
+		g.Go(func(ctx context.Context) error {
+			defer close(out)
+			for s := range in {
+				if !stage.Send(ctx, out, len(s)) {
+					return nil
+				}
+			}
+			return nil
+		})
+		return out
+	})
+	total := 0
+	err := pipeline.Map(pipeline.From(pipeline.Slice("ab", "cde")), lengths).
+		To(pipeline.ForEach(func(_ context.Context, n int) error { total += n; return nil }))
+	fmt.Println(total, err)
+	// Output: 5 <nil>
+}
+
+// FromContext runs a pipeline until ctx is done; a pipeline cancelled
+// from outside returns the context's error.
+func ExampleFromContext() {
+	ctx, cancel := context.WithCancel(context.Background())
+	err := pipeline.FromContext(ctx, pipeline.Slice(1, 2, 3)).
+		To(pipeline.ForEach(func(_ context.Context, v int) error {
+			if v == 2 {
+				cancel()
+			}
+			return nil
+		}))
+	fmt.Println(err)
+	// Output: context canceled
+}
+
+// Filter drops what keep refuses, and hands each dropped element to the
+// second function (a message pipeline nacks there).
+func ExampleFilter() {
+	var dropped []int
+	even := pipeline.Filter(func(v int) bool { return v%2 == 0 }, func(v int) { dropped = append(dropped, v) })
+	var kept []int
+	err := pipeline.From(pipeline.Slice(1, 2, 3, 4)).Via(even).
+		To(pipeline.ForEach(func(_ context.Context, v int) error { kept = append(kept, v); return nil }))
+	fmt.Println(kept, dropped, err)
+	// Output: [2 4] [1 3] <nil>
+}
+
+// ForEach ends the pipeline with the first error its function returns.
+func ExampleForEach() {
+	err := pipeline.From(pipeline.Slice(1, 2, 3)).
+		To(pipeline.ForEach(func(_ context.Context, v int) error {
+			if v == 2 {
+				return fmt.Errorf("bad element %d", v)
+			}
+			return nil
+		}))
+	fmt.Println(err)
+	// Output: bad element 2
+}
+
+// Slice is a source of fixed elements, handy in tests.
+func ExampleSlice() {
+	var got []string
+	err := pipeline.From(pipeline.Slice("a", "b")).
+		To(pipeline.ForEach(func(_ context.Context, v string) error { got = append(got, v); return nil }))
+	fmt.Println(got, err)
+	// Output: [a b] <nil>
+}
+
+// One of our flows inside a go-streams graph, between go-streams
+// operators.
+func ExampleNewStreamsFlow() {
+	g := stage.NewGroup(context.Background())
+	aboveOne := pipeline.NewStreamsFlow(g, pipeline.Filter(func(v int) bool { return v > 1 }, nil))
+	var sum atomic.Int64
+	sink := pipeline.NewStreamsSink(g, pipeline.ForEach(func(_ context.Context, v int) error { sum.Add(int64(v)); return nil }))
+	pipeline.NewStreamsSource(g, pipeline.Slice(1, 2, 3)).Via(aboveOne).To(sink)
+	fmt.Println(sum.Load(), g.Wait())
+	// Output: 5 <nil>
+}

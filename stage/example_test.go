@@ -42,3 +42,39 @@ func ExampleGroup() {
 	fmt.Println(g.Wait())
 	// Output: stage failed
 }
+
+// A flow of your own: every send and receive in a select on the group's
+// context (Send, Recv), the output closed when the input ends, the first
+// error failing the group.
+func ExampleFlowFunc() {
+	g := stage.NewGroup(context.Background())
+	in := make(chan int)
+	double := stage.FlowFunc[int, int](func(g *stage.Group, in <-chan int) <-chan int {
+		out := make(chan int)
+		g.Go(func(ctx context.Context) error {
+			defer close(out)
+			for {
+				v, ok := stage.Recv(ctx, in)
+				if !ok {
+					return nil
+				}
+				if !stage.Send(ctx, out, 2*v) {
+					return nil
+				}
+			}
+		})
+		return out
+	})
+	out := double.Run(g, in)
+	go func() {
+		defer close(in)
+		for v := range 3 {
+			in <- v
+		}
+	}()
+	for v := range out {
+		fmt.Print(v, " ")
+	}
+	fmt.Println(g.Wait())
+	// Output: 0 2 4 <nil>
+}
