@@ -87,16 +87,30 @@ func (s *Server) settledLocked(e *entry) {
 	} else {
 		s.unholdLocked(sub, e.msg.held())
 	}
-	if key := e.msg.pb.OrderingKey; key != "" && sub.ordered() {
-		if q := sub.keys[key]; q != nil && q.Len() > 0 {
-			next := q.Pop()
-			next.state = stateReady
-			sub.ready.Push(next)
-			s.wakeSubLocked(sub)
-		} else {
-			delete(sub.keys, key)
-		}
+	if sub.releaseKeyLocked(e) {
+		s.wakeSubLocked(sub)
 	}
+}
+
+// releaseKeyLocked is for an entry leaving the backlog for good (settled,
+// or dropped past retention): the next message of its ordering key becomes
+// ready, or, with none waiting, the key is free again. It reports whether a
+// message became ready; the caller wakes the subscription's receivers if
+// it needs to.
+func (sub *subscription) releaseKeyLocked(e *entry) bool {
+	key := e.msg.pb.OrderingKey
+	if key == "" || !sub.ordered() {
+		return false
+	}
+	q := sub.keys[key]
+	if q == nil || q.Len() == 0 {
+		delete(sub.keys, key)
+		return false
+	}
+	next := q.Pop()
+	next.state = stateReady
+	sub.ready.Push(next)
+	return true
 }
 
 // backlogLocked is the number of messages of sub waiting to be delivered:

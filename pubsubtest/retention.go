@@ -99,14 +99,9 @@ func (s *Server) dropStaleLocked(e *entry, c cutoff) bool {
 	sub.stats.Discarded++
 	e.state = stateGone
 	s.unholdLocked(sub, e.msg.held())
-	if key := e.msg.pb.OrderingKey; key != "" && sub.ordered() {
-		if q := sub.keys[key]; q != nil && q.Len() > 0 {
-			next := q.Pop()
-			next.state = stateReady
-			sub.ready.Push(next)
-		} else {
-			delete(sub.keys, key)
-		}
-	}
+	// No wake: Pull and StreamingPull drop while taking from the ready
+	// queue and go on to the message released here; pruneAllLocked's
+	// Publish wakes every subscription if it goes ahead.
+	sub.releaseKeyLocked(e)
 	return true
 }
