@@ -178,11 +178,9 @@ func listPage[V any, P proto.Message](all map[string]V, project string, size int
 
 // ListTopics implements pubsubpb.PublisherServer.
 func (s *rpcServer) ListTopics(_ context.Context, req *pubsubpb.ListTopicsRequest) (*pubsubpb.ListTopicsResponse, error) {
-	topics, next, err := list(s.Server, topicKind, req.GetProject(), req.GetPageSize(), req.GetPageToken())
-	if err != nil {
-		return nil, err
-	}
-	return &pubsubpb.ListTopicsResponse{Topics: topics, NextPageToken: next}, nil
+	return list(s.Server, topicKind, req, func(topics []*pubsubpb.Topic, next string) *pubsubpb.ListTopicsResponse {
+		return &pubsubpb.ListTopicsResponse{Topics: topics, NextPageToken: next}
+	})
 }
 
 // ListTopicSubscriptions implements pubsubpb.PublisherServer.
@@ -324,11 +322,9 @@ func (s *rpcServer) UpdateSubscription(_ context.Context, req *pubsubpb.UpdateSu
 
 // ListSubscriptions implements pubsubpb.SubscriberServer.
 func (s *rpcServer) ListSubscriptions(_ context.Context, req *pubsubpb.ListSubscriptionsRequest) (*pubsubpb.ListSubscriptionsResponse, error) {
-	subs, next, err := list(s.Server, subKind, req.GetProject(), req.GetPageSize(), req.GetPageToken())
-	if err != nil {
-		return nil, err
-	}
-	return &pubsubpb.ListSubscriptionsResponse{Subscriptions: subs, NextPageToken: next}, nil
+	return list(s.Server, subKind, req, func(subs []*pubsubpb.Subscription, next string) *pubsubpb.ListSubscriptionsResponse {
+		return &pubsubpb.ListSubscriptionsResponse{Subscriptions: subs, NextPageToken: next}
+	})
 }
 
 // DeleteSubscription implements pubsubpb.SubscriberServer: its open streams

@@ -92,17 +92,31 @@ func get[V any, P named](s *Server, k kind[V, P], name string) (P, error) {
 	return with(s, k, name, func(v *V) (P, error) { return clone(k.pb(v)), nil })
 }
 
-// list is the List RPC of a kind: one page of copies of the configs of
-// project's resources, by name.
-func list[V any, P named](s *Server, k kind[V, P], project string, size int32, token string) ([]P, string, error) {
+// listRequest is what the List RPCs of topics, subscriptions and snapshots
+// ask for.
+type listRequest interface {
+	GetProject() string
+	GetPageSize() int32
+	GetPageToken() string
+}
+
+// list is the List RPC of a kind: one page of copies of the configs of the
+// project's resources, by name, in the response resp makes of them.
+func list[V any, P named, R any](s *Server, k kind[V, P], req listRequest, resp func(page []P, next string) R) (R, error) {
 	if k.limit != "" {
-		if err := checkProject(project); err != nil {
-			return nil, "", err
+		if err := checkProject(req.GetProject()); err != nil {
+			var zero R
+			return zero, err
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return listPage(k.all(s), project, size, token, k.pb)
+	page, next, err := listPage(k.all(s), req.GetProject(), req.GetPageSize(), req.GetPageToken(), k.pb)
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	return resp(page, next), nil
 }
 
 // update is the Update RPC of a kind: the top-level fields of src named in

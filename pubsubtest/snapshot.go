@@ -168,11 +168,9 @@ func (s *rpcServer) GetSnapshot(_ context.Context, req *pubsubpb.GetSnapshotRequ
 
 // ListSnapshots implements pubsubpb.SubscriberServer.
 func (s *rpcServer) ListSnapshots(_ context.Context, req *pubsubpb.ListSnapshotsRequest) (*pubsubpb.ListSnapshotsResponse, error) {
-	snaps, next, err := list(s.Server, snapshotKind(time.Now()), req.GetProject(), req.GetPageSize(), req.GetPageToken())
-	if err != nil {
-		return nil, err
-	}
-	return &pubsubpb.ListSnapshotsResponse{Snapshots: snaps, NextPageToken: next}, nil
+	return list(s.Server, snapshotKind(time.Now()), req, func(snaps []*pubsubpb.Snapshot, next string) *pubsubpb.ListSnapshotsResponse {
+		return &pubsubpb.ListSnapshotsResponse{Snapshots: snaps, NextPageToken: next}
+	})
 }
 
 // topicSnapshotsLocked returns one page of the names of t's snapshots.
