@@ -189,6 +189,10 @@ func (s *rpcServer) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsu
 	if req.GetMaxMessages() <= 0 {
 		return nil, invalidArg("max_messages must be positive.")
 	}
+	// return_immediately is deprecated, but clients still send it and the
+	// service still honours it, so pubsubtest does too.
+	//lint:ignore SA1019 pubsubtest serves the field as the service does, for the clients that send it
+	returnNow := req.GetReturnImmediately()
 	var timeout <-chan time.Time
 	for {
 		s.mu.Lock()
@@ -197,7 +201,7 @@ func (s *rpcServer) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsu
 			s.mu.Unlock()
 			return nil, err
 		}
-		if sub.ready.Len() > 0 || req.ReturnImmediately {
+		if sub.ready.Len() > 0 || returnNow {
 			resp := &pubsubpb.PullResponse{}
 			now := time.Now()
 			d := time.Duration(sub.pb.AckDeadlineSeconds) * time.Second
@@ -223,18 +227,11 @@ func (s *rpcServer) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsu
 		select {
 		case <-wait:
 		case <-timeout:
-			// Go round once more to return what is there, or nothing.
-			return s.pullNow(req)
+			returnNow = true // go round once more to return what is there, or nothing
 		case <-ctx.Done():
 			return nil, status.FromContextError(ctx.Err()).Err()
 		case <-s.done:
 			return nil, status.Error(codes.Unavailable, "server closed")
 		}
 	}
-}
-
-func (s *rpcServer) pullNow(req *pubsubpb.PullRequest) (*pubsubpb.PullResponse, error) {
-	r := clone(req)
-	r.ReturnImmediately = true
-	return s.Pull(context.Background(), r)
 }
