@@ -107,7 +107,6 @@ func (s *rpcServer) UpdateTopic(_ context.Context, req *pubsubpb.UpdateTopicRequ
 				return err
 			}
 			s.topicUpdatedLocked(t, next)
-			t.pb = next
 			return nil
 		})
 }

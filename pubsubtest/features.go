@@ -123,13 +123,14 @@ func (sub *subscription) backlogLocked() int64 {
 	return n
 }
 
-// topicUpdatedLocked applies a topic's new config: without retention its
+// topicUpdatedLocked installs a topic's new config: without retention its
 // log goes, and its subscriptions report the new retention.
 func (s *Server) topicUpdatedLocked(t *topic, next *pubsubpb.Topic) {
+	t.pb = next // pruneTopicLogLocked reads the new window
 	if next.MessageRetentionDuration == nil {
 		s.dropTopicLogLocked(t)
 	} else {
-		s.pruneTopicLogLocked(t, time.Now().Add(-next.MessageRetentionDuration.AsDuration()))
+		s.pruneTopicLogLocked(t, time.Now())
 	}
 	for _, sub := range t.subs {
 		cfg := proto.Clone(sub.pb).(*pubsubpb.Subscription)

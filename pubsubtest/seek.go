@@ -57,10 +57,10 @@ func (s *rpcServer) Seek(_ context.Context, req *pubsubpb.SeekRequest) (*pubsubp
 
 // seekTimeLocked seeks sub to the time at: see Seek.
 func (s *Server) seekTimeLocked(sub *subscription, at, now time.Time) {
-	cutoff := now.Add(-sub.retention())
+	cutoff := sub.retainedSince(now)
 	var extra []*message
 	if t := sub.topic; t != nil && t.pb.MessageRetentionDuration != nil {
-		s.pruneTopicLogLocked(t, now.Add(-t.pb.MessageRetentionDuration.AsDuration()))
+		s.pruneTopicLogLocked(t, now)
 		extra = slices.AppendSeq(extra, t.feat.log.All())
 		cutoff = time.Time{} // the topic's window, already pruned
 	}
