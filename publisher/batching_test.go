@@ -41,7 +41,7 @@ func TestPublishBasic(t *testing.T) {
 	if got := e.srv.SubscriptionStats(e.sub).Published; got != n {
 		t.Fatalf("subscription got %d messages, want %d", got, n)
 	}
-	resp, err := pubsubpb.NewSubscriberClient(e.srv.ClientConn()).Pull(context.Background(), &pubsubpb.PullRequest{Subscription: e.sub, MaxMessages: n, ReturnImmediately: true})
+	resp, err := pubsubpb.NewSubscriberClient(e.srv.ClientConn()).Pull(context.Background(), &pubsubpb.PullRequest{Subscription: e.sub, MaxMessages: n})
 	if err != nil || len(resp.ReceivedMessages) != n {
 		t.Fatalf("pull: %v, %d messages", err, len(resp.GetReceivedMessages()))
 	}

@@ -20,10 +20,9 @@ const tracerName = "github.com/pubsubflow/pubsubflow/publisher"
 // pubTracer is a Publisher's tracing; the Publisher holds nil when
 // Config.TracerProvider is unset.
 type pubTracer struct {
-	tr      trace.Tracer
-	prefix  string // "<topic id> "
-	common  []attribute.KeyValue
-	ordered bool
+	tr     trace.Tracer
+	prefix string // "<topic id> "
+	common []attribute.KeyValue
 }
 
 func newPubTracer(tp trace.TracerProvider, topic string) *pubTracer {

@@ -79,7 +79,7 @@ func (s *rpcServer) CreateTopic(_ context.Context, req *pubsubpb.Topic) (*pubsub
 	if err := checkName(limits.Topics, req.GetName()); err != nil {
 		return nil, err
 	}
-	pb := proto.Clone(req).(*pubsubpb.Topic)
+	pb := clone(req)
 	if err := checkTopic(pb); err != nil {
 		return nil, err
 	}
@@ -90,48 +90,25 @@ func (s *rpcServer) CreateTopic(_ context.Context, req *pubsubpb.Topic) (*pubsub
 	}
 	t := &topic{pb: pb, subs: make(map[string]*subscription)}
 	s.topics[req.Name] = t
-	return proto.Clone(t.pb).(*pubsubpb.Topic), nil
+	return clone(t.pb), nil
 }
 
 // GetTopic implements pubsubpb.PublisherServer.
 func (s *rpcServer) GetTopic(_ context.Context, req *pubsubpb.GetTopicRequest) (*pubsubpb.Topic, error) {
-	if err := checkName(limits.Topics, req.GetTopic()); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.topics[req.GetTopic()]
-	if t == nil {
-		return nil, notFound(req.GetTopic())
-	}
-	return proto.Clone(t.pb).(*pubsubpb.Topic), nil
+	return get(s.Server, topicKind, req.GetTopic())
 }
 
 // UpdateTopic implements pubsubpb.PublisherServer: it copies the top-level
 // fields named in update_mask.
 func (s *rpcServer) UpdateTopic(_ context.Context, req *pubsubpb.UpdateTopicRequest) (*pubsubpb.Topic, error) {
-	if req.GetTopic() == nil || len(req.GetUpdateMask().GetPaths()) == 0 {
-		return nil, invalidArg("topic and update_mask are required")
-	}
-	if err := checkName(limits.Topics, req.GetTopic().GetName()); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.topics[req.Topic.GetName()]
-	if t == nil {
-		return nil, notFound(req.Topic.GetName())
-	}
-	next := proto.Clone(t.pb).(*pubsubpb.Topic)
-	if err := applyMask(next, req.Topic, req.UpdateMask.Paths, "name"); err != nil {
-		return nil, err
-	}
-	if err := checkTopic(next); err != nil {
-		return nil, err
-	}
-	s.topicUpdatedLocked(t, next)
-	t.pb = next
-	return proto.Clone(next).(*pubsubpb.Topic), nil
+	return update(s.Server, topicKind, req.GetTopic(), req.GetUpdateMask().GetPaths(), []string{"name"},
+		func(t *topic, next *pubsubpb.Topic) error {
+			if err := checkTopic(next); err != nil {
+				return err
+			}
+			s.topicUpdatedLocked(t, next)
+			return nil
+		})
 }
 
 // applyMask copies the top-level fields in paths from src to dst.
@@ -193,114 +170,78 @@ func listPage[V any, P proto.Message](all map[string]V, project string, size int
 	}
 	out := make([]P, 0, len(names))
 	for _, n := range names {
-		out = append(out, proto.Clone(pb(all[n])).(P))
+		out = append(out, clone(pb(all[n])))
 	}
 	return out, next, nil
 }
 
 // ListTopics implements pubsubpb.PublisherServer.
 func (s *rpcServer) ListTopics(_ context.Context, req *pubsubpb.ListTopicsRequest) (*pubsubpb.ListTopicsResponse, error) {
-	if err := checkProject(req.GetProject()); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	topics, next, err := listPage(s.topics, req.GetProject(), req.GetPageSize(), req.GetPageToken(),
-		func(t *topic) *pubsubpb.Topic { return t.pb })
-	if err != nil {
-		return nil, err
-	}
-	return &pubsubpb.ListTopicsResponse{Topics: topics, NextPageToken: next}, nil
+	return list(s.Server, topicKind, req, func(topics []*pubsubpb.Topic, next string) *pubsubpb.ListTopicsResponse {
+		return &pubsubpb.ListTopicsResponse{Topics: topics, NextPageToken: next}
+	})
 }
 
 // ListTopicSubscriptions implements pubsubpb.PublisherServer.
 func (s *rpcServer) ListTopicSubscriptions(_ context.Context, req *pubsubpb.ListTopicSubscriptionsRequest) (*pubsubpb.ListTopicSubscriptionsResponse, error) {
-	if err := checkName(limits.Topics, req.GetTopic()); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.topics[req.GetTopic()]
-	if t == nil {
-		return nil, notFound(req.GetTopic())
-	}
-	var names []string
-	for n := range t.subs {
-		names = append(names, n)
-	}
-	names, next, err := page(names, req.GetPageSize(), req.GetPageToken())
-	if err != nil {
-		return nil, err
-	}
-	return &pubsubpb.ListTopicSubscriptionsResponse{Subscriptions: names, NextPageToken: next}, nil
+	return with(s.Server, topicKind, req.GetTopic(), func(t *topic) (*pubsubpb.ListTopicSubscriptionsResponse, error) {
+		var names []string
+		for n := range t.subs {
+			names = append(names, n)
+		}
+		names, next, err := page(names, req.GetPageSize(), req.GetPageToken())
+		if err != nil {
+			return nil, err
+		}
+		return &pubsubpb.ListTopicSubscriptionsResponse{Subscriptions: names, NextPageToken: next}, nil
+	})
 }
 
 // ListTopicSnapshots implements pubsubpb.PublisherServer.
 func (s *rpcServer) ListTopicSnapshots(_ context.Context, req *pubsubpb.ListTopicSnapshotsRequest) (*pubsubpb.ListTopicSnapshotsResponse, error) {
-	if err := checkName(limits.Topics, req.GetTopic()); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.topics[req.GetTopic()]
-	if t == nil {
-		return nil, notFound(req.GetTopic())
-	}
-	names, next, err := s.topicSnapshotsLocked(t, req.GetPageSize(), req.GetPageToken())
-	if err != nil {
-		return nil, err
-	}
-	return &pubsubpb.ListTopicSnapshotsResponse{Snapshots: names, NextPageToken: next}, nil
+	return with(s.Server, topicKind, req.GetTopic(), func(t *topic) (*pubsubpb.ListTopicSnapshotsResponse, error) {
+		names, next, err := s.topicSnapshotsLocked(t, req.GetPageSize(), req.GetPageToken())
+		if err != nil {
+			return nil, err
+		}
+		return &pubsubpb.ListTopicSnapshotsResponse{Snapshots: names, NextPageToken: next}, nil
+	})
 }
 
 // DeleteTopic implements pubsubpb.PublisherServer. As in the real service,
 // its subscriptions remain, with topic "_deleted-topic_".
 func (s *rpcServer) DeleteTopic(_ context.Context, req *pubsubpb.DeleteTopicRequest) (*emptypb.Empty, error) {
-	if err := checkName(limits.Topics, req.GetTopic()); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.topics[req.GetTopic()]
-	if t == nil {
-		return nil, notFound(req.GetTopic())
-	}
-	delete(s.topics, req.Topic)
-	s.topicDeletedLocked(t)
-	for _, sub := range t.subs {
-		cfg := proto.Clone(sub.pb).(*pubsubpb.Subscription)
-		cfg.Topic = deletedTopic
-		sub.setConfig(cfg)
-		sub.topic = nil
-	}
-	return &emptypb.Empty{}, nil
+	return with(s.Server, topicKind, req.GetTopic(), func(t *topic) (*emptypb.Empty, error) {
+		delete(s.topics, req.Topic)
+		s.topicDeletedLocked(t)
+		for _, sub := range t.subs {
+			cfg := clone(sub.pb)
+			cfg.Topic = deletedTopic
+			sub.setConfig(cfg)
+			sub.topic = nil
+		}
+		return &emptypb.Empty{}, nil
+	})
 }
 
 // DetachSubscription implements pubsubpb.PublisherServer: the subscription
 // is marked detached, its open streams end with FAILED_PRECONDITION, its
 // messages are dropped and it receives no further message.
 func (s *rpcServer) DetachSubscription(_ context.Context, req *pubsubpb.DetachSubscriptionRequest) (*pubsubpb.DetachSubscriptionResponse, error) {
-	if err := checkName(limits.Subscriptions, req.GetSubscription()); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sub := s.subs[req.GetSubscription()]
-	if sub == nil {
-		return nil, notFound(req.GetSubscription())
-	}
-	cfg := proto.Clone(sub.pb).(*pubsubpb.Subscription)
-	cfg.Detached = true
-	sub.setConfig(cfg)
-	s.subDetachedLocked(sub)
-	if sub.topic != nil {
-		delete(sub.topic.subs, sub.name)
-		sub.topic = nil
-	}
-	for st := range sub.streams {
-		s.finishLocked(st, status.Error(codes.FailedPrecondition, "Subscription is detached."))
-	}
-	return &pubsubpb.DetachSubscriptionResponse{}, nil
+	return with(s.Server, subKind, req.GetSubscription(), func(sub *subscription) (*pubsubpb.DetachSubscriptionResponse, error) {
+		cfg := clone(sub.pb)
+		cfg.Detached = true
+		sub.setConfig(cfg)
+		s.subDetachedLocked(sub)
+		if sub.topic != nil {
+			delete(sub.topic.subs, sub.name)
+			sub.topic = nil
+		}
+		for st := range sub.streams {
+			s.finishLocked(st, status.Error(codes.FailedPrecondition, "Subscription is detached."))
+		}
+		return &pubsubpb.DetachSubscriptionResponse{}, nil
+	})
 }
 
 // CreateSubscription implements pubsubpb.SubscriberServer. An ack deadline
@@ -314,7 +255,7 @@ func (s *rpcServer) CreateSubscription(_ context.Context, req *pubsubpb.Subscrip
 	if err := checkName(limits.Topics, req.GetTopic()); err != nil {
 		return nil, err
 	}
-	cfg := proto.Clone(req).(*pubsubpb.Subscription)
+	cfg := clone(req)
 	if cfg.AckDeadlineSeconds == 0 {
 		cfg.AckDeadlineSeconds = 10
 	}
@@ -323,9 +264,9 @@ func (s *rpcServer) CreateSubscription(_ context.Context, req *pubsubpb.Subscrip
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.topics[cfg.Topic]
-	if t == nil {
-		return nil, notFound(cfg.Topic)
+	t, err := lookup(s.topics, cfg.Topic)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Detached {
 		return nil, invalidArg("detached cannot be set on a new subscription; use DetachSubscription.")
@@ -348,91 +289,54 @@ func (s *rpcServer) CreateSubscription(_ context.Context, req *pubsubpb.Subscrip
 	sub.setConfig(cfg)
 	s.subs[cfg.Name] = sub
 	t.subs[cfg.Name] = sub
-	return proto.Clone(cfg).(*pubsubpb.Subscription), nil
+	return clone(cfg), nil
 }
 
 // GetSubscription implements pubsubpb.SubscriberServer.
 func (s *rpcServer) GetSubscription(_ context.Context, req *pubsubpb.GetSubscriptionRequest) (*pubsubpb.Subscription, error) {
-	if err := checkName(limits.Subscriptions, req.GetSubscription()); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sub := s.subs[req.GetSubscription()]
-	if sub == nil {
-		return nil, notFound(req.GetSubscription())
-	}
-	return proto.Clone(sub.pb).(*pubsubpb.Subscription), nil
+	return get(s.Server, subKind, req.GetSubscription())
 }
 
 // UpdateSubscription implements pubsubpb.SubscriberServer: it copies the
 // top-level fields named in update_mask. Name, topic and message ordering
 // cannot change, as in the real service.
 func (s *rpcServer) UpdateSubscription(_ context.Context, req *pubsubpb.UpdateSubscriptionRequest) (*pubsubpb.Subscription, error) {
-	if req.GetSubscription() == nil || len(req.GetUpdateMask().GetPaths()) == 0 {
-		return nil, invalidArg("subscription and update_mask are required")
-	}
-	if err := checkName(limits.Subscriptions, req.GetSubscription().GetName()); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sub := s.subs[req.Subscription.GetName()]
-	if sub == nil {
-		return nil, notFound(req.Subscription.GetName())
-	}
-	next := proto.Clone(sub.pb).(*pubsubpb.Subscription)
-	if err := applyMask(next, req.Subscription, req.UpdateMask.Paths, "name", "topic", "enable_message_ordering", "filter", "detached"); err != nil {
-		return nil, err
-	}
-	if _, err := s.checkSubscriptionLocked(next); err != nil {
-		return nil, err
-	}
-	if next.AckDeadlineSeconds == 0 {
-		next.AckDeadlineSeconds = 10
-	}
-	if err := s.checkAckDeadline(next.AckDeadlineSeconds); err != nil {
-		return nil, err
-	}
-	s.subUpdatedLocked(sub, next)
-	sub.setConfig(next)
-	return proto.Clone(next).(*pubsubpb.Subscription), nil
+	return update(s.Server, subKind, req.GetSubscription(), req.GetUpdateMask().GetPaths(),
+		[]string{"name", "topic", "enable_message_ordering", "filter", "detached"},
+		func(sub *subscription, next *pubsubpb.Subscription) error {
+			if _, err := s.checkSubscriptionLocked(next); err != nil {
+				return err
+			}
+			if next.AckDeadlineSeconds == 0 {
+				next.AckDeadlineSeconds = 10
+			}
+			if err := s.checkAckDeadline(next.AckDeadlineSeconds); err != nil {
+				return err
+			}
+			s.subUpdatedLocked(sub, next)
+			sub.setConfig(next)
+			return nil
+		})
 }
 
 // ListSubscriptions implements pubsubpb.SubscriberServer.
 func (s *rpcServer) ListSubscriptions(_ context.Context, req *pubsubpb.ListSubscriptionsRequest) (*pubsubpb.ListSubscriptionsResponse, error) {
-	if err := checkProject(req.GetProject()); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	subs, next, err := listPage(s.subs, req.GetProject(), req.GetPageSize(), req.GetPageToken(),
-		func(sub *subscription) *pubsubpb.Subscription { return sub.pb })
-	if err != nil {
-		return nil, err
-	}
-	return &pubsubpb.ListSubscriptionsResponse{Subscriptions: subs, NextPageToken: next}, nil
+	return list(s.Server, subKind, req, func(subs []*pubsubpb.Subscription, next string) *pubsubpb.ListSubscriptionsResponse {
+		return &pubsubpb.ListSubscriptionsResponse{Subscriptions: subs, NextPageToken: next}
+	})
 }
 
 // DeleteSubscription implements pubsubpb.SubscriberServer: its open streams
 // end with NOT_FOUND and its messages are dropped.
 func (s *rpcServer) DeleteSubscription(_ context.Context, req *pubsubpb.DeleteSubscriptionRequest) (*emptypb.Empty, error) {
-	if err := checkName(limits.Subscriptions, req.GetSubscription()); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.deleteSubLocked(req.GetSubscription()) {
-		return nil, notFound(req.GetSubscription())
-	}
-	return &emptypb.Empty{}, nil
+	return with(s.Server, subKind, req.GetSubscription(), func(sub *subscription) (*emptypb.Empty, error) {
+		s.deleteSubLocked(sub)
+		return &emptypb.Empty{}, nil
+	})
 }
 
-func (s *Server) deleteSubLocked(name string) bool {
-	sub := s.subs[name]
-	if sub == nil {
-		return false
-	}
+func (s *Server) deleteSubLocked(sub *subscription) {
+	name := sub.name
 	delete(s.subs, name)
 	if sub.topic != nil {
 		delete(sub.topic.subs, name)
@@ -452,23 +356,15 @@ func (s *Server) deleteSubLocked(name string) bool {
 		close(sub.pullWait)
 		sub.pullWait = nil
 	}
-	return true
 }
 
 // ModifyPushConfig implements pubsubpb.SubscriberServer: pubsubtest has no
 // push subscriptions, so only an empty push config (pull) is accepted.
 func (s *rpcServer) ModifyPushConfig(_ context.Context, req *pubsubpb.ModifyPushConfigRequest) (*emptypb.Empty, error) {
-	if err := checkName(limits.Subscriptions, req.GetSubscription()); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sub := s.subs[req.GetSubscription()]
-	if sub == nil {
-		return nil, notFound(req.GetSubscription())
-	}
-	if pc := req.GetPushConfig(); pc != nil && proto.Size(pc) > 0 {
-		return nil, unsupported("push_config (push subscriptions)")
-	}
-	return &emptypb.Empty{}, nil
+	return with(s.Server, subKind, req.GetSubscription(), func(*subscription) (*emptypb.Empty, error) {
+		if pc := req.GetPushConfig(); pc != nil && proto.Size(pc) > 0 {
+			return nil, unsupported("push_config (push subscriptions)")
+		}
+		return &emptypb.Empty{}, nil
+	})
 }

@@ -104,9 +104,7 @@ func (s *Server) pruneAllLocked(now time.Time) {
 		}
 	}
 	for _, t := range s.topics {
-		if d := t.pb.GetMessageRetentionDuration(); d != nil {
-			s.pruneTopicLogLocked(t, now.Add(-d.AsDuration()))
-		}
+		s.pruneTopicLogLocked(t, now)
 	}
 	if s.feat.snapshots != nil {
 		s.snapshotsLocked(now)

@@ -134,7 +134,7 @@ func TestMessageStatsLimit(t *testing.T) {
 			t.Fatalf("%d counters kept under a limit of 3", n)
 		}
 	}
-	msgs, err := f.sub.Pull(context.Background(), &pubsubpb.PullRequest{Subscription: f.subn, MaxMessages: 10, ReturnImmediately: true})
+	msgs, err := f.sub.Pull(context.Background(), &pubsubpb.PullRequest{Subscription: f.subn, MaxMessages: 10})
 	if err != nil || len(msgs.ReceivedMessages) != 10 {
 		t.Fatalf("Pull = %d messages, %v", len(msgs.GetReceivedMessages()), err)
 	}
@@ -222,7 +222,7 @@ func TestBoundPrunesExpiredVirtualTime(t *testing.T) {
 		if topicRetention {
 			return srv, client, nil
 		}
-		resp, err := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: srv.subName("sub"), MaxMessages: 100, ReturnImmediately: true})
+		resp, err := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: srv.subName("sub"), MaxMessages: 100})
 		if err != nil || len(resp.ReceivedMessages) != n {
 			t.Fatalf("Pull = %d of %d, %v", len(resp.GetReceivedMessages()), n, err)
 		}

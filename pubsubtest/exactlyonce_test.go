@@ -111,3 +111,53 @@ func TestNotExactlyOnceIgnoresStaleAckIDs(t *testing.T) {
 		t.Errorf("Acknowledge(junk) = %v", err)
 	}
 }
+
+// TestStreamConfirmationsFileInjectedFailures checks where a stream's
+// confirmations put ack ids that fail: a transient unordered failure is
+// unordered for an ack but temporary for a modack (whose confirmation has
+// no unordered list), another transient failure is temporary, and a
+// permanent one is invalid.
+func TestStreamConfirmationsFileInjectedFailures(t *testing.T) {
+	f := newFixture(t, SubscriptionConfig{EnableExactlyOnceDelivery: true})
+	f.publish(t, 2, "")
+	sp := f.open(t, &pubsubpb.StreamingPullRequest{StreamAckDeadlineSeconds: 60})
+	got := recvN(t, sp, 2)
+	a, b := got[0].AckId, got[1].AckId
+	confirm := func(reason string) (*pubsubpb.StreamingPullResponse_AcknowledgeConfirmation, *pubsubpb.StreamingPullResponse_ModifyAckDeadlineConfirmation) {
+		t.Helper()
+		if reason != "" {
+			f.srv.FailNextAckIDs(2, reason) // the ack id, then the modack id
+		}
+		req := &pubsubpb.StreamingPullRequest{AckIds: []string{a}, ModifyDeadlineAckIds: []string{b}, ModifyDeadlineSeconds: []int32{30}}
+		if err := sp.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := sp.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetAcknowledgeConfirmation(), resp.GetModifyAckDeadlineConfirmation()
+	}
+	one := func(l []string, id string) bool { return len(l) == 1 && l[0] == id }
+
+	ac, mc := confirm(reasonTransientUnordered)
+	if !one(ac.GetUnorderedAckIds(), a) || len(ac.GetAckIds())+len(ac.GetTemporaryFailedAckIds())+len(ac.GetInvalidAckIds()) != 0 {
+		t.Errorf("unordered: ack confirmation = %v, want %s unordered", ac, a)
+	}
+	if !one(mc.GetTemporaryFailedAckIds(), b) || len(mc.GetAckIds())+len(mc.GetInvalidAckIds()) != 0 {
+		t.Errorf("unordered: modack confirmation = %v, want %s temporary", mc, b)
+	}
+	ac, mc = confirm("TRANSIENT_FAILURE_OTHER")
+	if !one(ac.GetTemporaryFailedAckIds(), a) || !one(mc.GetTemporaryFailedAckIds(), b) {
+		t.Errorf("transient: confirmations = %v, %v; want both temporary", ac, mc)
+	}
+	ac, mc = confirm(reasonInvalidAckID)
+	if !one(ac.GetInvalidAckIds(), a) || !one(mc.GetInvalidAckIds(), b) {
+		t.Errorf("permanent: confirmations = %v, %v; want both invalid", ac, mc)
+	}
+	// The failures were not applied: both ack ids are still live.
+	ac, mc = confirm("")
+	if !one(ac.GetAckIds(), a) || !one(mc.GetAckIds(), b) {
+		t.Errorf("no fault: confirmations = %v, %v; want both confirmed", ac, mc)
+	}
+}

@@ -141,7 +141,7 @@ func ExampleServer_FailNextAckIDs() {
 	defer srv.Close()
 	srv.Publish(ctx, "topic", &pubsubpb.PubsubMessage{Data: []byte("x")})
 	client := pubsubpb.NewSubscriberClient(srv.ClientConn())
-	resp, err := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 1, ReturnImmediately: true})
+	resp, err := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 1})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func ExampleServer_MessageStats() {
 	ids, _ := srv.Publish(ctx, "topic", &pubsubpb.PubsubMessage{Data: []byte("x")})
 	client := pubsubpb.NewSubscriberClient(srv.ClientConn())
 	pull := func() string {
-		resp, err := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 1, ReturnImmediately: true})
+		resp, err := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 1})
 		if err != nil || len(resp.ReceivedMessages) != 1 {
 			log.Fatal("nothing to pull: ", err)
 		}

@@ -32,16 +32,18 @@ func ExampleSubscriptionConfig_deadLetter() {
 	srv.Publish(ctx, "orders", &pubsubpb.PubsubMessage{Data: []byte("bad order")})
 
 	client := pubsubpb.NewSubscriberClient(srv.ClientConn())
-	for {
-		resp, _ := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 1, ReturnImmediately: true})
-		if len(resp.ReceivedMessages) == 0 {
-			break
+	for range 5 { // each nack is a failed delivery; the fifth sends the message on
+		resp, err := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 1})
+		if err != nil {
+			log.Fatal(err)
 		}
 		m := resp.ReceivedMessages[0]
 		fmt.Println("attempt", m.DeliveryAttempt)
 		client.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: []string{m.AckId}, AckDeadlineSeconds: 0})
 	}
-	resp, _ := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: dead, MaxMessages: 1, ReturnImmediately: true})
+	st := srv.SubscriptionStats(sub)
+	fmt.Println("dead-lettered", st.DeadLettered, "backlog", st.Backlog)
+	resp, _ := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: dead, MaxMessages: 1})
 	m := resp.ReceivedMessages[0].Message
 	fmt.Println(string(m.Data), m.Attributes["CloudPubSubDeadLetterSourceDeliveryCount"], m.Attributes["CloudPubSubDeadLetterSourceSubscription"])
 	// Output:
@@ -50,6 +52,7 @@ func ExampleSubscriptionConfig_deadLetter() {
 	// attempt 3
 	// attempt 4
 	// attempt 5
+	// dead-lettered 1 backlog 0
 	// bad order 5 orders-sub
 }
 
@@ -74,7 +77,7 @@ func ExampleSubscriptionConfig_filter() {
 		&pubsubpb.PubsubMessage{Data: []byte("2"), Attributes: map[string]string{"kind": "order", "region": "us-east1"}},
 		&pubsubpb.PubsubMessage{Data: []byte("3"), Attributes: map[string]string{"kind": "refund", "region": "eu-west1"}},
 	)
-	resp, _ := pubsubpb.NewSubscriberClient(srv.ClientConn()).Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 10, ReturnImmediately: true})
+	resp, _ := pubsubpb.NewSubscriberClient(srv.ClientConn()).Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 10})
 	for _, m := range resp.ReceivedMessages {
 		fmt.Println("received", string(m.Message.Data))
 	}

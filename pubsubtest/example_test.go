@@ -130,7 +130,7 @@ func ExampleWithDeliveryAttemptAlways() {
 	srv.Publish(ctx, "topic", &pubsubpb.PubsubMessage{Data: []byte("x")})
 	client := pubsubpb.NewSubscriberClient(srv.ClientConn())
 	for range 2 {
-		resp, err := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 1, ReturnImmediately: true})
+		resp, err := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 1})
 		if err != nil {
 			log.Fatal(err)
 		}

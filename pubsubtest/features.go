@@ -87,16 +87,30 @@ func (s *Server) settledLocked(e *entry) {
 	} else {
 		s.unholdLocked(sub, e.msg.held())
 	}
-	if key := e.msg.pb.OrderingKey; key != "" && sub.ordered() {
-		if q := sub.keys[key]; q != nil && q.Len() > 0 {
-			next := q.Pop()
-			next.state = stateReady
-			sub.ready.Push(next)
-			s.wakeSubLocked(sub)
-		} else {
-			delete(sub.keys, key)
-		}
+	if sub.releaseKeyLocked(e) {
+		s.wakeSubLocked(sub)
 	}
+}
+
+// releaseKeyLocked is for an entry leaving the backlog for good (settled,
+// or dropped past retention): the next message of its ordering key becomes
+// ready, or, with none waiting, the key is free again. It reports whether a
+// message became ready; the caller wakes the subscription's receivers if
+// it needs to.
+func (sub *subscription) releaseKeyLocked(e *entry) bool {
+	key := e.msg.pb.OrderingKey
+	if key == "" || !sub.ordered() {
+		return false
+	}
+	q := sub.keys[key]
+	if q == nil || q.Len() == 0 {
+		delete(sub.keys, key)
+		return false
+	}
+	next := q.Pop()
+	next.state = stateReady
+	sub.ready.Push(next)
+	return true
 }
 
 // backlogLocked is the number of messages of sub waiting to be delivered:
@@ -109,13 +123,14 @@ func (sub *subscription) backlogLocked() int64 {
 	return n
 }
 
-// topicUpdatedLocked applies a topic's new config: without retention its
+// topicUpdatedLocked installs a topic's new config: without retention its
 // log goes, and its subscriptions report the new retention.
 func (s *Server) topicUpdatedLocked(t *topic, next *pubsubpb.Topic) {
+	t.pb = next // pruneTopicLogLocked reads the new window
 	if next.MessageRetentionDuration == nil {
 		s.dropTopicLogLocked(t)
 	} else {
-		s.pruneTopicLogLocked(t, time.Now().Add(-next.MessageRetentionDuration.AsDuration()))
+		s.pruneTopicLogLocked(t, time.Now())
 	}
 	for _, sub := range t.subs {
 		cfg := proto.Clone(sub.pb).(*pubsubpb.Subscription)

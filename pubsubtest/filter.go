@@ -275,10 +275,9 @@ func (p *filterParser) term() (filter, error) {
 		if err != nil {
 			return nil, err
 		}
-		if p.tok.kind != tokRParen {
-			return nil, p.errf("expected \")\", found %s", p.tok)
+		if err := p.expect(tokRParen, `")"`); err != nil {
+			return nil, err
 		}
-		p.next()
 		return f, nil
 	case p.isWord("attributes"):
 		p.next()
@@ -310,37 +309,47 @@ func (p *filterParser) term() (filter, error) {
 		return nil, p.errf("expected \":\" or \".\" after attributes, found %s", p.tok)
 	case p.isWord("hasPrefix"):
 		p.next()
-		if p.tok.kind != tokLParen {
-			return nil, p.errf("expected \"(\" after hasPrefix, found %s", p.tok)
-		}
-		p.next()
-		if !p.isWord("attributes") {
-			return nil, p.errf("expected attributes.KEY, found %s", p.tok)
-		}
-		p.next()
-		if p.tok.kind != tokDot {
-			return nil, p.errf("expected \".\" after attributes, found %s", p.tok)
-		}
-		p.next()
-		key, err := p.key()
-		if err != nil {
-			return nil, err
-		}
-		if p.tok.kind != tokComma {
-			return nil, p.errf("expected \",\", found %s", p.tok)
-		}
-		p.next()
-		prefix, err := p.str()
-		if err != nil {
-			return nil, err
-		}
-		if p.tok.kind != tokRParen {
-			return nil, p.errf("expected \")\", found %s", p.tok)
-		}
-		p.next()
-		return filterPrefix{key: key, prefix: prefix}, nil
+		return p.hasPrefix()
 	}
 	return nil, p.errf("expected attributes, hasPrefix, NOT or \"(\", found %s", p.tok)
+}
+
+// hasPrefix := "(" attributes "." key "," string ")", after hasPrefix.
+func (p *filterParser) hasPrefix() (filter, error) {
+	var key, prefix string
+	err := p.expect(tokLParen, `"(" after hasPrefix`)
+	if err == nil && !p.isWord("attributes") {
+		err = p.errf("expected attributes.KEY, found %s", p.tok)
+	}
+	if err == nil {
+		p.next()
+		err = p.expect(tokDot, `"." after attributes`)
+	}
+	if err == nil {
+		key, err = p.key()
+	}
+	if err == nil {
+		err = p.expect(tokComma, `","`)
+	}
+	if err == nil {
+		prefix, err = p.str()
+	}
+	if err == nil {
+		err = p.expect(tokRParen, `")"`)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return filterPrefix{key: key, prefix: prefix}, nil
+}
+
+// expect consumes a token of kind k, or fails with "expected what, found …".
+func (p *filterParser) expect(k tokKind, what string) error {
+	if p.tok.kind != k {
+		return p.errf("expected %s, found %s", what, p.tok)
+	}
+	p.next()
+	return nil
 }
 
 func (p *filterParser) key() (string, error) {

@@ -57,6 +57,12 @@ func TestGoogleClientFilters(t *testing.T) {
 		{filter: `attributes:k AND attributes:x OR attributes:y`, errPos: 31, errMsg: "parentheses"},
 		{filter: `(attributes:k`, errPos: 14, errMsg: `expected ")"`},
 		{filter: `hasPrefix(attributes.k)`, errPos: 23, errMsg: `expected ","`},
+		{filter: `hasPrefix attributes.k`, errPos: 11, errMsg: `expected "(" after hasPrefix`},
+		{filter: `hasPrefix(attrs.k, "v")`, errPos: 11, errMsg: `expected attributes.KEY`},
+		{filter: `hasPrefix(attributes:k, "v")`, errPos: 21, errMsg: `expected "." after attributes`},
+		{filter: `hasPrefix(attributes., "v")`, errPos: 22, errMsg: `expected an attribute key`},
+		{filter: `hasPrefix(attributes.k, v)`, errPos: 25, errMsg: `expected a string literal`},
+		{filter: `hasPrefix(attributes.k, "v"`, errPos: 28, errMsg: `expected ")"`},
 		{filter: `attributes.k = "v`, errPos: 16, errMsg: "unterminated"},
 		{filter: `attributes.k == "v"`, errPos: 15, errMsg: "string literal"},
 		{filter: `attrs:k`, errPos: 1, errMsg: "expected attributes"},
@@ -99,6 +105,9 @@ func TestGoogleClientFilters(t *testing.T) {
 	}
 	for i, name := range subs {
 		tc := tests[i]
+		// A filter may match nothing: the Pull must then come back at once,
+		// empty, rather than wait for a message.
+		//lint:ignore SA1019 the empty answer needs return_immediately, which pubsubtest still honours
 		resp, err := c.SubscriptionAdminClient.Pull(ctx, &pubsubpb.PullRequest{Subscription: name, MaxMessages: 100, ReturnImmediately: true})
 		if err != nil {
 			t.Fatalf("Pull %q: %v", tc.filter, err)

@@ -124,9 +124,9 @@ func (s *Server) Publish(_ context.Context, topicName string, msgs ...*pubsubpb.
 	topicName = s.topicName(topicName)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.topics[topicName]
-	if t == nil {
-		return nil, notFound(topicName)
+	t, err := lookup(s.topics, topicName)
+	if err != nil {
+		return nil, err
 	}
 	return s.publishLocked(t, own)
 }

@@ -6,12 +6,14 @@ import (
 	"github.com/pubsubflow/pubsubflow/internal/ring"
 )
 
-// subRetention is how long sub keeps messages from their publication.
-func (sub *subscription) retention() time.Duration {
-	if d := sub.pb.GetMessageRetentionDuration(); d != nil {
-		return d.AsDuration()
+// retainedSince is the oldest publish time sub keeps a message for at now:
+// its message_retention_duration ago, by default defaultSubRetention.
+func (sub *subscription) retainedSince(now time.Time) time.Time {
+	d := defaultSubRetention
+	if r := sub.pb.GetMessageRetentionDuration(); r != nil {
+		d = r.AsDuration()
 	}
-	return defaultSubRetention
+	return now.Add(-d)
 }
 
 // pruneRetainedLocked drops the retained acknowledged messages of sub
@@ -21,7 +23,7 @@ func (sub *subscription) retention() time.Duration {
 // (Seek looks at publish times, so it never replays it).
 func (s *Server) pruneRetainedLocked(sub *subscription, now time.Time) {
 	r := &sub.feat.retained
-	cutoff := now.Add(-sub.retention())
+	cutoff := sub.retainedSince(now)
 	for r.Len() > 0 && r.Front().msg.publishTime().Before(cutoff) {
 		e := r.Pop()
 		e.state = stateGone
@@ -42,12 +44,11 @@ func (s *Server) dropRetainedLocked(sub *subscription) {
 // retainPublishedLocked keeps a message just published to t in t's
 // retention log (when t retains messages) and in every snapshot of t.
 func (s *Server) retainPublishedLocked(t *topic, m *message) {
-	now := time.Now()
-	if d := t.pb.GetMessageRetentionDuration(); d != nil {
+	if t.pb.GetMessageRetentionDuration() != nil {
 		t.feat.log.Push(m)
 		t.feat.logBytes += m.held()
 		s.feat.heldBytes += m.held()
-		s.pruneTopicLogLocked(t, now.Add(-d.AsDuration()))
+		s.pruneTopicLogLocked(t, time.Now())
 	}
 	for sn := range t.feat.snaps {
 		sn.after = append(sn.after, m)
@@ -56,8 +57,14 @@ func (s *Server) retainPublishedLocked(t *topic, m *message) {
 	}
 }
 
-// pruneTopicLogLocked drops the messages of t's log published before cutoff.
-func (s *Server) pruneTopicLogLocked(t *topic, cutoff time.Time) {
+// pruneTopicLogLocked drops the messages of t's log published before its
+// message_retention_duration at now. A topic without one keeps no log.
+func (s *Server) pruneTopicLogLocked(t *topic, now time.Time) {
+	d := t.pb.GetMessageRetentionDuration()
+	if d == nil {
+		return
+	}
+	cutoff := now.Add(-d.AsDuration())
 	l := &t.feat.log
 	for l.Len() > 0 && l.Front().publishTime().Before(cutoff) {
 		m := l.Pop()
@@ -82,7 +89,7 @@ type cutoff struct {
 }
 
 func retentionCutoff(sub *subscription, now time.Time) cutoff {
-	c := now.Add(-sub.retention())
+	c := sub.retainedSince(now)
 	return cutoff{sec: c.Unix(), nsec: int32(c.Nanosecond())}
 }
 
@@ -99,14 +106,9 @@ func (s *Server) dropStaleLocked(e *entry, c cutoff) bool {
 	sub.stats.Discarded++
 	e.state = stateGone
 	s.unholdLocked(sub, e.msg.held())
-	if key := e.msg.pb.OrderingKey; key != "" && sub.ordered() {
-		if q := sub.keys[key]; q != nil && q.Len() > 0 {
-			next := q.Pop()
-			next.state = stateReady
-			sub.ready.Push(next)
-		} else {
-			delete(sub.keys, key)
-		}
-	}
+	// No wake: Pull and StreamingPull drop while taking from the ready
+	// queue and go on to the message released here; pruneAllLocked's
+	// Publish wakes every subscription if it goes ahead.
+	sub.releaseKeyLocked(e)
 	return true
 }

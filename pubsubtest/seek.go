@@ -30,47 +30,54 @@ import (
 // acknowledged messages are retained if the subscription retains them.
 func (s *rpcServer) Seek(_ context.Context, req *pubsubpb.SeekRequest) (*pubsubpb.SeekResponse, error) {
 	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sub := s.subs[req.GetSubscription()]
-	if sub == nil {
-		return nil, notFound(req.GetSubscription())
+	// The name is not checked by the service's rules here: a malformed one
+	// is simply NOT_FOUND, as it always has been in pubsubtest.
+	return with(s.Server, subKind.unchecked(), req.GetSubscription(), func(sub *subscription) (*pubsubpb.SeekResponse, error) {
+		switch target := req.Target.(type) {
+		case *pubsubpb.SeekRequest_Time:
+			if err := target.Time.CheckValid(); err != nil {
+				return nil, invalidArg("Invalid seek time: %v.", err)
+			}
+			s.seekTimeLocked(sub, target.Time.AsTime(), now)
+		case *pubsubpb.SeekRequest_Snapshot:
+			sn, err := lookup(s.snapshotsLocked(now), target.Snapshot)
+			if err != nil {
+				return nil, err
+			}
+			if sub.pb.Topic != sn.pb.Topic {
+				return nil, status.Errorf(codes.FailedPrecondition, "The snapshot's topic %s is not the subscription's topic %s.", sn.pb.Topic, sub.pb.Topic)
+			}
+			s.seekSnapshotLocked(sub, sn)
+		default:
+			return nil, invalidArg("A seek target (time or snapshot) is required.")
+		}
+		return &pubsubpb.SeekResponse{}, nil
+	})
+}
+
+// seekTimeLocked seeks sub to the time at: see Seek.
+func (s *Server) seekTimeLocked(sub *subscription, at, now time.Time) {
+	cutoff := sub.retainedSince(now)
+	var extra []*message
+	if t := sub.topic; t != nil && t.pb.MessageRetentionDuration != nil {
+		s.pruneTopicLogLocked(t, now)
+		extra = slices.AppendSeq(extra, t.feat.log.All())
+		cutoff = time.Time{} // the topic's window, already pruned
 	}
-	switch target := req.Target.(type) {
-	case *pubsubpb.SeekRequest_Time:
-		if err := target.Time.CheckValid(); err != nil {
-			return nil, invalidArg("Invalid seek time: %v.", err)
-		}
-		at := target.Time.AsTime()
-		cutoff := now.Add(-sub.retention())
-		var extra []*message
-		if t := sub.topic; t != nil && t.pb.MessageRetentionDuration != nil {
-			s.pruneTopicLogLocked(t, now.Add(-t.pb.MessageRetentionDuration.AsDuration()))
-			extra = slices.AppendSeq(extra, t.feat.log.All())
-			cutoff = time.Time{} // the topic's window, already pruned
-		}
-		s.rebuildLocked(sub, extra, func(m *message) bool {
-			pt := m.publishTime()
-			return !pt.Before(at) && !pt.Before(cutoff)
-		})
-	case *pubsubpb.SeekRequest_Snapshot:
-		sn := s.snapshotsLocked(now)[target.Snapshot]
-		if sn == nil {
-			return nil, notFound(target.Snapshot)
-		}
-		if sub.pb.Topic != sn.pb.Topic {
-			return nil, status.Errorf(codes.FailedPrecondition, "The snapshot's topic %s is not the subscription's topic %s.", sn.pb.Topic, sub.pb.Topic)
-		}
-		in := make(map[uint64]bool, len(sn.msgs))
-		for _, m := range sn.msgs {
-			in[m.seq] = true
-		}
-		extra := append(append([]*message(nil), sn.msgs...), sn.after...)
-		s.rebuildLocked(sub, extra, func(m *message) bool { return in[m.seq] || m.seq > sn.seq })
-	default:
-		return nil, invalidArg("A seek target (time or snapshot) is required.")
+	s.rebuildLocked(sub, extra, func(m *message) bool {
+		pt := m.publishTime()
+		return !pt.Before(at) && !pt.Before(cutoff)
+	})
+}
+
+// seekSnapshotLocked seeks sub to sn, a snapshot of its topic: see Seek.
+func (s *Server) seekSnapshotLocked(sub *subscription, sn *snapshot) {
+	in := make(map[uint64]bool, len(sn.msgs))
+	for _, m := range sn.msgs {
+		in[m.seq] = true
 	}
-	return &pubsubpb.SeekResponse{}, nil
+	extra := append(append([]*message(nil), sn.msgs...), sn.after...)
+	s.rebuildLocked(sub, extra, func(m *message) bool { return in[m.seq] || m.seq > sn.seq })
 }
 
 // rebuildLocked resets sub so that, among the messages it holds and extra,

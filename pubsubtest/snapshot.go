@@ -9,7 +9,6 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -110,81 +109,68 @@ func compareSeq(a, b *message) int {
 // name gets one made up.
 func (s *rpcServer) CreateSnapshot(_ context.Context, req *pubsubpb.CreateSnapshotRequest) (*pubsubpb.Snapshot, error) {
 	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sub := s.subs[req.GetSubscription()]
-	if sub == nil {
-		return nil, notFound(req.GetSubscription())
-	}
-	name := req.GetName()
-	if name == "" {
-		project, _ := splitName(sub.name)
-		name = "projects/" + project + "/snapshots/snapshot-" + strconv.FormatUint(s.lastSeqLocked(), 10) + "-" + strconv.FormatInt(now.UnixNano(), 36)
-	}
-	if !validName(name, "snapshots") {
-		return nil, invalidArg("Invalid [snapshots] name: (name=%s)", name)
-	}
-	snaps := s.snapshotsLocked(now)
-	if snaps[name] != nil {
-		return nil, status.Errorf(codes.AlreadyExists, "Snapshot already exists (resource=%s).", name)
-	}
-	t := sub.topic
-	if t == nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "The subscription's topic was deleted (resource=%s).", sub.name)
-	}
-	msgs := s.unackedLocked(sub)
-	oldest := now
-	var size int64
-	for _, m := range msgs {
-		size += m.held()
-		if pt := m.publishTime(); pt.Before(oldest) {
-			oldest = pt
+	// The name is not checked by the service's rules here: a malformed one
+	// is simply NOT_FOUND, as it always has been in pubsubtest.
+	return with(s.Server, subKind.unchecked(), req.GetSubscription(), func(sub *subscription) (*pubsubpb.Snapshot, error) {
+		name := req.GetName()
+		if name == "" {
+			project, _ := splitName(sub.name)
+			name = "projects/" + project + "/snapshots/snapshot-" + strconv.FormatUint(s.lastSeqLocked(), 10) + "-" + strconv.FormatInt(now.UnixNano(), 36)
 		}
-	}
-	expire := oldest.Add(snapshotLifetimeLimit)
-	if expire.Sub(now) < time.Hour {
-		return nil, status.Errorf(codes.FailedPrecondition, "The snapshot would expire in less than an hour: its oldest message was published at %v.", oldest)
-	}
-	if limit := s.cfg.maxBacklogBytes; limit > 0 && s.feat.heldBytes+size > limit {
-		return nil, status.Errorf(codes.ResourceExhausted, "pubsubtest: the backlog bound of %d bytes is reached (%d bytes held, the snapshot needs %d)", limit, s.feat.heldBytes, size)
-	}
-	sn := &snapshot{
-		pb:    &pubsubpb.Snapshot{Name: name, Topic: t.pb.Name, ExpireTime: timestamppb.New(expire), Labels: req.GetLabels()},
-		topic: t,
-		msgs:  msgs,
-		bytes: size,
-		seq:   s.lastSeqLocked(),
-	}
-	s.feat.heldBytes += size
-	snaps[name] = sn
-	if t.feat.snaps == nil {
-		t.feat.snaps = make(map[*snapshot]struct{})
-	}
-	t.feat.snaps[sn] = struct{}{}
-	return proto.Clone(sn.pb).(*pubsubpb.Snapshot), nil
+		if !validName(name, "snapshots") {
+			return nil, invalidArg("Invalid [snapshots] name: (name=%s)", name)
+		}
+		snaps := s.snapshotsLocked(now)
+		if snaps[name] != nil {
+			return nil, status.Errorf(codes.AlreadyExists, "Snapshot already exists (resource=%s).", name)
+		}
+		t := sub.topic
+		if t == nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "The subscription's topic was deleted (resource=%s).", sub.name)
+		}
+		msgs := s.unackedLocked(sub)
+		oldest := now
+		var size int64
+		for _, m := range msgs {
+			size += m.held()
+			if pt := m.publishTime(); pt.Before(oldest) {
+				oldest = pt
+			}
+		}
+		expire := oldest.Add(snapshotLifetimeLimit)
+		if expire.Sub(now) < time.Hour {
+			return nil, status.Errorf(codes.FailedPrecondition, "The snapshot would expire in less than an hour: its oldest message was published at %v.", oldest)
+		}
+		if limit := s.cfg.maxBacklogBytes; limit > 0 && s.feat.heldBytes+size > limit {
+			return nil, status.Errorf(codes.ResourceExhausted, "pubsubtest: the backlog bound of %d bytes is reached (%d bytes held, the snapshot needs %d)", limit, s.feat.heldBytes, size)
+		}
+		sn := &snapshot{
+			pb:    &pubsubpb.Snapshot{Name: name, Topic: t.pb.Name, ExpireTime: timestamppb.New(expire), Labels: req.GetLabels()},
+			topic: t,
+			msgs:  msgs,
+			bytes: size,
+			seq:   s.lastSeqLocked(),
+		}
+		s.feat.heldBytes += size
+		snaps[name] = sn
+		if t.feat.snaps == nil {
+			t.feat.snaps = make(map[*snapshot]struct{})
+		}
+		t.feat.snaps[sn] = struct{}{}
+		return clone(sn.pb), nil
+	})
 }
 
 // GetSnapshot implements pubsubpb.SubscriberServer.
 func (s *rpcServer) GetSnapshot(_ context.Context, req *pubsubpb.GetSnapshotRequest) (*pubsubpb.Snapshot, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sn := s.snapshotsLocked(time.Now())[req.GetSnapshot()]
-	if sn == nil {
-		return nil, notFound(req.GetSnapshot())
-	}
-	return proto.Clone(sn.pb).(*pubsubpb.Snapshot), nil
+	return get(s.Server, snapshotKind(time.Now()), req.GetSnapshot())
 }
 
 // ListSnapshots implements pubsubpb.SubscriberServer.
 func (s *rpcServer) ListSnapshots(_ context.Context, req *pubsubpb.ListSnapshotsRequest) (*pubsubpb.ListSnapshotsResponse, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	snaps, next, err := listPage(s.snapshotsLocked(time.Now()), req.GetProject(), req.GetPageSize(), req.GetPageToken(),
-		func(sn *snapshot) *pubsubpb.Snapshot { return sn.pb })
-	if err != nil {
-		return nil, err
-	}
-	return &pubsubpb.ListSnapshotsResponse{Snapshots: snaps, NextPageToken: next}, nil
+	return list(s.Server, snapshotKind(time.Now()), req, func(snaps []*pubsubpb.Snapshot, next string) *pubsubpb.ListSnapshotsResponse {
+		return &pubsubpb.ListSnapshotsResponse{Snapshots: snaps, NextPageToken: next}
+	})
 }
 
 // topicSnapshotsLocked returns one page of the names of t's snapshots.
@@ -201,34 +187,21 @@ func (s *Server) topicSnapshotsLocked(t *topic, size int32, token string) ([]str
 // UpdateSnapshot implements pubsubpb.SubscriberServer: labels and
 // expire_time can change (expire_time only to a time in the future).
 func (s *rpcServer) UpdateSnapshot(_ context.Context, req *pubsubpb.UpdateSnapshotRequest) (*pubsubpb.Snapshot, error) {
-	if req.GetSnapshot() == nil || len(req.GetUpdateMask().GetPaths()) == 0 {
-		return nil, invalidArg("snapshot and update_mask are required")
-	}
 	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sn := s.snapshotsLocked(now)[req.Snapshot.GetName()]
-	if sn == nil {
-		return nil, notFound(req.Snapshot.GetName())
-	}
-	next := proto.Clone(sn.pb).(*pubsubpb.Snapshot)
-	if err := applyMask(next, req.Snapshot, req.UpdateMask.Paths, "name", "topic"); err != nil {
-		return nil, err
-	}
-	if next.ExpireTime == nil || !next.ExpireTime.AsTime().After(now) {
-		return nil, invalidArg("Invalid expire_time: it must be in the future.")
-	}
-	sn.pb = next
-	return proto.Clone(next).(*pubsubpb.Snapshot), nil
+	return update(s.Server, snapshotKind(now), req.GetSnapshot(), req.GetUpdateMask().GetPaths(), []string{"name", "topic"},
+		func(sn *snapshot, next *pubsubpb.Snapshot) error {
+			if next.ExpireTime == nil || !next.ExpireTime.AsTime().After(now) {
+				return invalidArg("Invalid expire_time: it must be in the future.")
+			}
+			sn.pb = next
+			return nil
+		})
 }
 
 // DeleteSnapshot implements pubsubpb.SubscriberServer.
 func (s *rpcServer) DeleteSnapshot(_ context.Context, req *pubsubpb.DeleteSnapshotRequest) (*emptypb.Empty, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.snapshotsLocked(time.Now())
-	if !s.deleteSnapshotLocked(req.GetSnapshot()) {
-		return nil, notFound(req.GetSnapshot())
-	}
-	return &emptypb.Empty{}, nil
+	return with(s.Server, snapshotKind(time.Now()), req.GetSnapshot(), func(*snapshot) (*emptypb.Empty, error) {
+		s.deleteSnapshotLocked(req.GetSnapshot())
+		return &emptypb.Empty{}, nil
+	})
 }

@@ -259,49 +259,65 @@ func (s *Server) answerHeartbeatLocked(st *stream) {
 // applyStreamAcksLocked applies the acks and modacks of a stream request;
 // on an exactly-once subscription the next response confirms them.
 func (s *Server) applyStreamAcksLocked(st *stream, req *pubsubpb.StreamingPullRequest, now time.Time) {
-	sub := st.sub
-	eod := sub.exactlyOnce()
 	for _, id := range req.AckIds {
-		reason := s.ackFaultLocked(sub)
-		ok := reason == "" && s.ackLocked(sub, id)
-		if !eod {
-			continue
-		}
-		if st.ackConf == nil {
-			st.ackConf = &pubsubpb.StreamingPullResponse_AcknowledgeConfirmation{}
-		}
-		switch {
-		case ok:
-			st.ackConf.AckIds = append(st.ackConf.AckIds, id)
-		case reason == reasonTransientUnordered:
-			st.ackConf.UnorderedAckIds = append(st.ackConf.UnorderedAckIds, id)
-		case reason != "" && reason != reasonInvalidAckID:
-			st.ackConf.TemporaryFailedAckIds = append(st.ackConf.TemporaryFailedAckIds, id)
-		default:
-			st.ackConf.InvalidAckIds = append(st.ackConf.InvalidAckIds, id)
-		}
+		s.applyStreamAckLocked(st.sub, id, s.ackLocked, st.ackLists)
 	}
 	for i, id := range req.ModifyDeadlineAckIds {
-		reason := s.ackFaultLocked(sub)
-		ok := reason == "" && s.modackLocked(sub, id, req.ModifyDeadlineSeconds[i], now)
-		if !eod {
-			continue
-		}
-		if st.modConf == nil {
-			st.modConf = &pubsubpb.StreamingPullResponse_ModifyAckDeadlineConfirmation{}
-		}
-		switch {
-		case ok:
-			st.modConf.AckIds = append(st.modConf.AckIds, id)
-		case reason != "" && reason != reasonInvalidAckID:
-			st.modConf.TemporaryFailedAckIds = append(st.modConf.TemporaryFailedAckIds, id)
-		default:
-			st.modConf.InvalidAckIds = append(st.modConf.InvalidAckIds, id)
-		}
+		secs := req.ModifyDeadlineSeconds[i]
+		modack := func(sub *subscription, id string) bool { return s.modackLocked(sub, id, secs, now) }
+		s.applyStreamAckLocked(st.sub, id, modack, st.modLists)
 	}
 	if st.ackConf != nil || st.modConf != nil {
 		st.wake()
 	}
+}
+
+// applyStreamAckLocked applies one ack id of a stream request, an injected
+// ack fault first, and on an exactly-once subscription files it in the
+// confirmation lists that lists returns.
+func (s *Server) applyStreamAckLocked(sub *subscription, id string, apply func(*subscription, string) bool, lists func() confLists) {
+	reason := s.ackFaultLocked(sub)
+	ok := reason == "" && apply(sub, id)
+	if !sub.exactlyOnce() {
+		return
+	}
+	c := lists()
+	l := c.invalid
+	switch {
+	case ok:
+		l = c.ok
+	case reason == reasonTransientUnordered && c.unordered != nil:
+		l = c.unordered
+	case reason != "" && reason != reasonInvalidAckID:
+		l = c.temporary
+	}
+	*l = append(*l, id)
+}
+
+// confLists are the ack id lists of a confirmation in a StreamingPull
+// response, by outcome.
+type confLists struct {
+	ok, unordered, temporary, invalid *[]string
+}
+
+// ackLists are the lists of the stream's next acknowledge confirmation.
+func (st *stream) ackLists() confLists {
+	if st.ackConf == nil {
+		st.ackConf = &pubsubpb.StreamingPullResponse_AcknowledgeConfirmation{}
+	}
+	c := st.ackConf
+	return confLists{ok: &c.AckIds, unordered: &c.UnorderedAckIds, temporary: &c.TemporaryFailedAckIds, invalid: &c.InvalidAckIds}
+}
+
+// modLists are the lists of the stream's next modack confirmation, which
+// has no list of unordered ack ids: that transient failure is filed as
+// temporary.
+func (st *stream) modLists() confLists {
+	if st.modConf == nil {
+		st.modConf = &pubsubpb.StreamingPullResponse_ModifyAckDeadlineConfirmation{}
+	}
+	c := st.modConf
+	return confLists{ok: &c.AckIds, temporary: &c.TemporaryFailedAckIds, invalid: &c.InvalidAckIds}
 }
 
 // sendLoop runs on the handler goroutine: it sends whatever nextResponse

@@ -423,6 +423,9 @@ func TestOrdering(t *testing.T) {
 func TestPull(t *testing.T) {
 	f := newFixture(t, SubscriptionConfig{AckDeadline: 30 * time.Second})
 	ctx := context.Background()
+	// Clients still send return_immediately: with nothing ready, the
+	// server answers at once, empty.
+	//lint:ignore SA1019 this checks that the server still honours return_immediately
 	resp, err := f.sub.Pull(ctx, &pubsubpb.PullRequest{Subscription: f.subn, MaxMessages: 10, ReturnImmediately: true})
 	if err != nil || len(resp.ReceivedMessages) != 0 {
 		t.Fatalf("Pull on empty = %v, %v", resp, err)
@@ -450,6 +453,22 @@ func TestPull(t *testing.T) {
 	if st.Acked != int64(len(r.ReceivedMessages)) || st.Backlog != 3-st.Acked {
 		t.Errorf("stats = %+v", st)
 	}
+}
+
+// Without return_immediately and with nothing ready, Pull waits the
+// server's pull wait for a message, then answers, empty.
+func TestPullWaitsThePullWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := bubbleFixture(t, SubscriptionConfig{}, WithPullWait(5*time.Second))
+		start := time.Now()
+		resp, err := f.sub.Pull(context.Background(), &pubsubpb.PullRequest{Subscription: f.subn, MaxMessages: 10})
+		if err != nil || len(resp.ReceivedMessages) != 0 {
+			t.Fatalf("Pull = %v, %v; want an empty answer", resp, err)
+		}
+		if d := time.Since(start); d != 5*time.Second {
+			t.Errorf("answered after %v, want the pull wait, 5s", d)
+		}
+	})
 }
 
 func TestHeartbeatDelay(t *testing.T) {

@@ -48,9 +48,9 @@ func (s *rpcServer) Publish(_ context.Context, req *pubsubpb.PublishRequest) (*p
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := s.topics[req.GetTopic()]
-	if t == nil {
-		return nil, notFound(req.GetTopic())
+	t, err := lookup(s.topics, req.GetTopic())
+	if err != nil {
+		return nil, err
 	}
 	ids, err := s.publishLocked(t, req.Messages)
 	if err != nil {
@@ -111,27 +111,7 @@ func (s *rpcServer) Acknowledge(_ context.Context, req *pubsubpb.AcknowledgeRequ
 	if err := s.checkAckRequest(req, req.GetSubscription(), len(req.GetAckIds())); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	sub := s.subs[req.Subscription]
-	if sub == nil {
-		s.mu.Unlock()
-		return nil, notFound(req.Subscription)
-	}
-	var failed map[string]string
-	for _, id := range req.AckIds {
-		if reason := s.ackFaultLocked(sub); reason != "" {
-			failed = addFailure(failed, id, reason)
-			continue
-		}
-		if !s.ackLocked(sub, id) && sub.exactlyOnce() {
-			failed = addFailure(failed, id, reasonInvalidAckID)
-		}
-	}
-	s.mu.Unlock()
-	if failed != nil {
-		return nil, ackIDError(failed)
-	}
-	return &emptypb.Empty{}, nil
+	return s.settleAckIDs(req.Subscription, req.AckIds, s.ackLocked)
 }
 
 // ModifyAckDeadline implements pubsubpb.SubscriberServer: seconds must be
@@ -145,19 +125,29 @@ func (s *rpcServer) ModifyAckDeadline(_ context.Context, req *pubsubpb.ModifyAck
 		return nil, invalidArg("Invalid ack deadline given: %d seconds; it must be between 0 and 600.", d)
 	}
 	now := time.Now()
+	return s.settleAckIDs(req.Subscription, req.AckIds, func(sub *subscription, id string) bool {
+		return s.modackLocked(sub, id, req.AckDeadlineSeconds, now)
+	})
+}
+
+// settleAckIDs is Acknowledge and ModifyAckDeadline once their request is
+// checked: apply settles each ack id of the subscription under s.mu (an
+// injected ack fault first), reporting whether the ack id was live. Only an
+// exactly-once subscription reports the ack ids that failed.
+func (s *Server) settleAckIDs(subName string, ids []string, apply func(sub *subscription, id string) bool) (*emptypb.Empty, error) {
 	s.mu.Lock()
-	sub := s.subs[req.Subscription]
-	if sub == nil {
+	sub, err := lookup(s.subs, subName)
+	if err != nil {
 		s.mu.Unlock()
-		return nil, notFound(req.Subscription)
+		return nil, err
 	}
 	var failed map[string]string
-	for _, id := range req.AckIds {
+	for _, id := range ids {
 		if reason := s.ackFaultLocked(sub); reason != "" {
 			failed = addFailure(failed, id, reason)
 			continue
 		}
-		if !s.modackLocked(sub, id, req.AckDeadlineSeconds, now) && sub.exactlyOnce() {
+		if !apply(sub, id) && sub.exactlyOnce() {
 			failed = addFailure(failed, id, reasonInvalidAckID)
 		}
 	}
@@ -199,15 +189,19 @@ func (s *rpcServer) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsu
 	if req.GetMaxMessages() <= 0 {
 		return nil, invalidArg("max_messages must be positive.")
 	}
+	// return_immediately is deprecated, but clients still send it and the
+	// service still honours it, so pubsubtest does too.
+	//lint:ignore SA1019 pubsubtest serves the field as the service does, for the clients that send it
+	returnNow := req.GetReturnImmediately()
 	var timeout <-chan time.Time
 	for {
 		s.mu.Lock()
-		sub := s.subs[req.GetSubscription()]
-		if sub == nil {
+		sub, err := lookup(s.subs, req.GetSubscription())
+		if err != nil {
 			s.mu.Unlock()
-			return nil, notFound(req.GetSubscription())
+			return nil, err
 		}
-		if sub.ready.Len() > 0 || req.ReturnImmediately {
+		if sub.ready.Len() > 0 || returnNow {
 			resp := &pubsubpb.PullResponse{}
 			now := time.Now()
 			d := time.Duration(sub.pb.AckDeadlineSeconds) * time.Second
@@ -233,18 +227,11 @@ func (s *rpcServer) Pull(ctx context.Context, req *pubsubpb.PullRequest) (*pubsu
 		select {
 		case <-wait:
 		case <-timeout:
-			// Go round once more to return what is there, or nothing.
-			return s.pullNow(req)
+			returnNow = true // go round once more to return what is there, or nothing
 		case <-ctx.Done():
 			return nil, status.FromContextError(ctx.Err()).Err()
 		case <-s.done:
 			return nil, status.Error(codes.Unavailable, "server closed")
 		}
 	}
-}
-
-func (s *rpcServer) pullNow(req *pubsubpb.PullRequest) (*pubsubpb.PullResponse, error) {
-	r := proto.Clone(req).(*pubsubpb.PullRequest)
-	r.ReturnImmediately = true
-	return s.Pull(context.Background(), r)
 }
