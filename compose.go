@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pubsubflow/pubsubflow/internal/batch"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 	"runtime/debug"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pubsubflow/pubsubflow/internal/batch"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/internal/sink"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
@@ -319,9 +319,13 @@ func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) 
 	}()
 
 	done := make(chan error, 1)
+	s.handling.Add(1)
 	go func() {
 		src := &subSource{s: s} // processing starts in the handler
-		done <- pipeline.FromContext(pctx, stage.Source[*Message](src)).Via(s.process(parallelism, handler, unsettled)).To(s.Acknowledge())
+		err := pipeline.FromContext(pctx, stage.Source[*Message](src)).Via(s.process(parallelism, handler, unsettled)).To(s.Acknowledge())
+		s.handling.Add(-1)
+		ping(s.runsDone)
+		done <- err
 	}()
 	select {
 	case err := <-done:

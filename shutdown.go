@@ -73,11 +73,14 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 }
 
 // drain waits until no pipeline of ours runs and nothing is in processing,
-// or until the drain timeout or ctx ends.
+// or until the drain timeout or ctx ends. Run's pipelines count until they
+// have ended: their workers settle the messages still queued for them
+// (with the OnShutdown outcome) after the handlers before them return, and
+// those settlements must reach the acknowledger before it closes.
 func (s *Subscriber) drain(ctx context.Context) {
 	timeout := time.NewTimer(s.cfg.DrainTimeout)
 	defer timeout.Stop()
-	for s.active.Load() > 0 || s.Stats().Processing > 0 {
+	for s.active.Load() > 0 || s.handling.Load() > 0 || s.Stats().Processing > 0 {
 		select {
 		case <-s.settledCh:
 		case <-s.runsDone:

@@ -62,6 +62,7 @@ type Subscriber struct {
 	settledCh chan struct{} // pinged on settle while draining
 	runs      sync.WaitGroup
 	active    atomic.Int64  // running Source pipelines
+	handling  atomic.Int64  // Run pipelines not yet ended (their workers settle what they queued)
 	nextRun   atomic.Uint64 // hand-off owner ids (from 2; 1 is MarkHandedOff's)
 	runsDone  chan struct{}
 	abandon   context.Context // done when the drain timeout has passed

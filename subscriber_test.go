@@ -129,7 +129,7 @@ func TestDrainOnClose(t *testing.T) {
 		}
 		held := ss.Outstanding
 		if held != 100-ss.Acked {
-			t.Fatalf("server holds %d, want %d nacked with a delay", held, 100-ss.Acked)
+			t.Fatalf("server holds %d, want %d nacked with a delay: %+v; client %+v", held, 100-ss.Acked, ss, s.Stats())
 		}
 		time.Sleep(15 * time.Second) // inside the 20 s nack delay: still held
 		if got := e.srv.SubscriptionStats(e.sub).Outstanding; got != held {
@@ -137,7 +137,7 @@ func TestDrainOnClose(t *testing.T) {
 		}
 		time.Sleep(10 * time.Second) // past it: back in the backlog
 		if got := e.srv.SubscriptionStats(e.sub).Outstanding; got != 0 {
-			t.Fatalf("after 25 s the server still holds %d", got)
+			t.Fatalf("after 25 s the server still holds %d: %+v", got, e.srv.SubscriptionStats(e.sub))
 		}
 		if st := s.Stats(); st.Outstanding != 0 || st.Leases != 0 {
 			t.Fatalf("after Close: %+v", st)
