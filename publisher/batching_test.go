@@ -1,8 +1,6 @@
 package publisher
 
 import (
-	"github.com/pubsubflow/pubsubflow/internal/limits"
-
 	"bytes"
 	"context"
 	"errors"
@@ -13,6 +11,7 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 

@@ -1,13 +1,13 @@
 package publisher
 
 import (
-	"github.com/pubsubflow/pubsubflow/internal/limits"
-
 	"strings"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 func TestConfigValidate(t *testing.T) {
