@@ -3,7 +3,6 @@ package pubsubflow
 import (
 	"context"
 	"errors"
-	"github.com/pubsubflow/pubsubflow/internal/source"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/connect"
+	"github.com/pubsubflow/pubsubflow/internal/source"
 )
 
 // TestSubscriberRefusesBadNamesAndConfigs: names the service refuses and

@@ -3,9 +3,9 @@ package connect_test
 import (
 	"context"
 	"fmt"
-	"golang.org/x/oauth2"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"golang.org/x/oauth2"
 
 	"github.com/pubsubflow/pubsubflow/connect"
 )

@@ -2,10 +2,10 @@ package operators
 
 import (
 	"context"
-	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"sync"
 	"time"
 
+	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 

@@ -2,7 +2,6 @@ package operators
 
 import (
 	"context"
-	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 

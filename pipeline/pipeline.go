@@ -15,8 +15,8 @@ package pipeline
 
 import (
 	"context"
-	"github.com/pubsubflow/pubsubflow/internal/batch"
 
+	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	gax "github.com/googleapis/gax-go/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	gax "github.com/googleapis/gax-go/v2"
 	"google.golang.org/grpc/codes"
 	"pgregory.net/rapid"
 

@@ -6,8 +6,9 @@ import (
 	"log"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"google.golang.org/grpc/status"
+
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
 // A subscription with a dead-letter policy: after 5 failed deliveries

@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
 // A server on loopback TCP, a raw StreamingPull client over the server's

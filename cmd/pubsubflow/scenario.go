@@ -8,9 +8,8 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow/publisher"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"

@@ -10,11 +10,12 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/internal/ackids"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/pubsubflow/pubsubflow/internal/ackids"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 const testSub = "projects/p/subscriptions/s"

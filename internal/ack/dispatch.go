@@ -3,14 +3,15 @@ package ack
 import (
 	"context"
 	"fmt"
-	gax "github.com/googleapis/gax-go/v2"
-	"github.com/pubsubflow/pubsubflow/internal/retry"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	gax "github.com/googleapis/gax-go/v2"
+
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/internal/retry"
 )
 
 // request is one RPC's worth of ack ids, through its retries.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"

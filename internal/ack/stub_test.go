@@ -5,10 +5,11 @@ import (
 	"sync"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"github.com/pubsubflow/pubsubflow/internal/event"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/pubsubflow/pubsubflow/internal/event"
 )
 
 // call is one request a stubClient received.

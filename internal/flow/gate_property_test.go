@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/stage"
-	"pgregory.net/rapid"
 )
 
 // countingSettler is a settle path that returns permits and counts how

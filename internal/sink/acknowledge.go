@@ -2,8 +2,8 @@ package sink
 
 import (
 	"context"
-	"github.com/pubsubflow/pubsubflow/internal/batch"
 
+	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/stage"
 )

@@ -6,9 +6,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
-	"google.golang.org/grpc/codes"
 )
 
 // TestAck100kMessages: 100,000 messages through stream → FlowGate →

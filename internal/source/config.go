@@ -4,9 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	gax "github.com/googleapis/gax-go/v2"
 	"log/slog"
 	"time"
+
+	gax "github.com/googleapis/gax-go/v2"
 
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/limits"

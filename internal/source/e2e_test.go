@@ -3,12 +3,12 @@ package source
 import (
 	"context"
 	"errors"
-	gax "github.com/googleapis/gax-go/v2"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	gax "github.com/googleapis/gax-go/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
