@@ -39,7 +39,7 @@ func TestFixture(t *testing.T) {
 					t.Errorf("Backlog went through gRPC: %+v", pubs)
 				}
 				ctx := context.Background()
-				resp, err := f.Subscriber.Pull(ctx, &pubsubpb.PullRequest{Subscription: f.Sub, MaxMessages: 2, ReturnImmediately: true})
+				resp, err := f.Subscriber.Pull(ctx, &pubsubpb.PullRequest{Subscription: f.Sub, MaxMessages: 2})
 				if err != nil {
 					t.Fatal(err)
 				}
