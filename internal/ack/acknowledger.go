@@ -47,6 +47,7 @@ type Acknowledger struct {
 	// while none is in flight and coalesce only behind the one that is.
 	eoInflight [numKinds]int
 	pending    int   // ack ids in batches
+	reporting  int   // completed attempts whose outcome is being reported
 	unacked    int64 // acks and immediate nacks not yet confirmed or failed
 	closed     bool  // no more ack ids accepted
 	aborted    bool  // nothing more is sent
@@ -332,7 +333,7 @@ func (a *Acknowledger) idleLocked() <-chan struct{} {
 }
 
 func (a *Acknowledger) isIdleLocked() bool {
-	if a.pending > 0 || len(a.retries) > 0 {
+	if a.pending > 0 || len(a.retries) > 0 || a.reporting > 0 {
 		return false
 	}
 	for _, n := range a.inflight {

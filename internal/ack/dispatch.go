@@ -259,14 +259,20 @@ func (a *Acknowledger) complete(r *request, err error) {
 	if r.key.counts() {
 		a.unacked -= int64(finished)
 	}
+	a.reporting++
 	a.dispatchLocked()
-	a.noteIdleLocked()
 	a.mu.Unlock()
 
 	a.acked(r.key, final)
 	for _, e := range evs {
 		a.events.Emit(e)
 	}
+	// Flush and Close return only once the outcome is reported: a caller
+	// that flushed finds the leases released (OnAcked) and the events seen.
+	a.mu.Lock()
+	a.reporting--
+	a.noteIdleLocked()
+	a.mu.Unlock()
 }
 
 // acked reports ack ids whose fate is final to Config.OnAcked.

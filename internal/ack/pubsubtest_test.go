@@ -92,11 +92,11 @@ func TestExactlyOnceExpiredAckID(t *testing.T) {
 		if err := live.Wait(ctx); err != nil {
 			t.Fatalf("live ack id: %v", err)
 		}
+		if err := a.Close(ctx); err != nil { // events are reported by then
+			t.Fatal(err)
+		}
 		if e, ok := rec.first("ack_failed"); !ok || e.Count != 1 {
 			t.Fatalf("ack_failed event = %+v", e)
-		}
-		if err := a.Close(ctx); err != nil {
-			t.Fatal(err)
 		}
 		if st := srv.SubscriptionStats(sub); st.Acked != 1 || st.Outstanding != 0 {
 			t.Fatalf("server: %+v", st)
