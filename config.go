@@ -70,7 +70,7 @@ type SubscriberConfig struct {
 	HeartbeatTimeout  time.Duration
 	// Backoff is the delay between reconnects: gax-go's exponential
 	// backoff with full jitter, each delay at least Initial (zero Initial:
-	// 100 ms; zero Max: 60 s). Reconnect decides which stream failures are
+	// 100 ms; zero Max: 60 s; zero Multiplier: 2). Reconnect decides which stream failures are
 	// reconnected (true) and which end Run (false); nil means
 	// DefaultReconnect.
 	Backoff   gax.Backoff
@@ -198,6 +198,9 @@ func (c *SubscriberConfig) Validate() error {
 	}
 	if c.ReconnectTimeout < 0 && c.ReconnectTimeout != Unlimited {
 		add(fieldError("ReconnectTimeout", "%v: want ≥ 0 (0 = default %v) or Unlimited", c.ReconnectTimeout, source.DefaultReconnectTimeout))
+	}
+	if b := c.Backoff; b.Initial < 0 || b.Max < 0 || b.Multiplier != 0 && b.Multiplier < 1 {
+		add(fieldError("Backoff", "Initial %v, Max %v, Multiplier %v: want durations ≥ 0 (0 = default) and a Multiplier of 0 (default 2) or at least 1", b.Initial, b.Max, b.Multiplier))
 	}
 	if err := lease.Check(c.Lease); err != nil {
 		add(fieldError("Lease", "%v", err))

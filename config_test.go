@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	gax "github.com/googleapis/gax-go/v2"
 	"google.golang.org/grpc"
 )
 
@@ -40,6 +41,11 @@ func TestBadConfigs(t *testing.T) {
 		{"shutdown nack delay negative", sub, "ShutdownNackDelay", SubscriberConfig{ShutdownNackDelay: -time.Second}},
 		{"drain timeout too long", sub, "DrainTimeout", SubscriberConfig{DrainTimeout: 2 * time.Hour}},
 		{"client id too long", sub, "ClientID", SubscriberConfig{ClientID: strings.Repeat("x", 129)}},
+		{"space in the subscription id", "projects/p/subscriptions/a b", "subscription", SubscriberConfig{}},
+		{"negative backoff", sub, "Backoff", SubscriberConfig{Backoff: gax.Backoff{Initial: -time.Second}}},
+		{"backoff shrinking", sub, "Backoff", SubscriberConfig{Backoff: gax.Backoff{Multiplier: 0.5}}},
+		{"fixed lease interval past its deadline", sub, "Lease", SubscriberConfig{Lease: FixedLease(time.Minute, 30*time.Second)}},
+		{"adaptive lease above 600 s", sub, "Lease", SubscriberConfig{Lease: AdaptiveLease(0, time.Hour)}},
 		{"conn and client", sub, "Conn", SubscriberConfig{Conn: conn, Client: pubsubpb.NewSubscriberClient(conn)}},
 	}
 	for _, c := range cases {

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"cmp"
 	"time"
 
 	gax "github.com/googleapis/gax-go/v2"
@@ -31,7 +32,9 @@ func newDelays(cfg gax.Backoff) *delays {
 	if cfg.Max <= 0 {
 		cfg.Max = DefaultBackoffMax
 	}
+	mult := cmp.Or(cfg.Multiplier, 2)
 	cfg = retry.Backoff(cfg.Initial, cfg.Max)
+	cfg.Multiplier = mult
 	return &delays{cfg: cfg, bo: cfg}
 }
 

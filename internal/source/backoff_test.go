@@ -29,3 +29,12 @@ func TestDelaysBounds(t *testing.T) {
 		t.Fatalf("zero backoff: first delay %v, want the default minimum %v", v, DefaultBackoffMin)
 	}
 }
+
+func TestDelaysKeepTheMultiplier(t *testing.T) {
+	if m := newDelays(gax.Backoff{Multiplier: 3}).cfg.Multiplier; m != 3 {
+		t.Fatalf("Multiplier %v, want the configured 3", m)
+	}
+	if m := newDelays(gax.Backoff{}).cfg.Multiplier; m != 2 {
+		t.Fatalf("Multiplier %v, want the default 2", m)
+	}
+}
