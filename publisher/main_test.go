@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 
+	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
@@ -31,21 +32,8 @@ type env struct {
 // bubble pass pubsubtest.WithBufconn().
 func newEnv(t testing.TB, opts ...pubsubtest.Option) *env {
 	t.Helper()
-	srv, err := pubsubtest.NewServer(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "topic")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic", AckDeadline: 60 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{srv: srv, topic: topic, sub: sub}
+	f := testfix.New(t, pubsubtest.SubscriptionConfig{AckDeadline: 60 * time.Second}, opts...)
+	return &env{srv: f.Server, topic: f.Topic, sub: f.Sub}
 }
 
 // publisher returns a Publisher over the server's connection (or over

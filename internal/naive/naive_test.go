@@ -9,6 +9,7 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
@@ -18,33 +19,14 @@ const deadline = 10 * time.Second
 // messages on "sub" and returns it, the subscription's name and a client.
 func server(t *testing.T, n int) (*pubsubtest.Server, string, pubsubpb.SubscriberClient) {
 	t.Helper()
-	srv, err := pubsubtest.NewServer(pubsubtest.WithBufconn(), pubsubtest.WithHeartbeatDelay(time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "topic")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic", AckDeadline: deadline})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := testfix.New(t, pubsubtest.SubscriptionConfig{AckDeadline: deadline},
+		pubsubtest.WithBufconn(), pubsubtest.WithHeartbeatDelay(time.Millisecond))
 	msgs := make([]*pubsubpb.PubsubMessage, n)
 	for i := range msgs {
 		msgs[i] = &pubsubpb.PubsubMessage{Data: []byte("x")}
 	}
-	if _, err := srv.Publish(ctx, topic, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	cc, err := srv.Dial(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	return srv, sub, pubsubpb.NewSubscriberClient(cc)
+	f.Publish(t, msgs...)
+	return f.Server, f.Sub, f.Subscriber
 }
 
 // waitFor polls cond every 10 ms of virtual time, for at most a minute.
