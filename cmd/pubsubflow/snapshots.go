@@ -47,91 +47,44 @@ the oldest unacked message).` + adminUsageTail,
 				if err != nil {
 					return err
 				}
-				a, err := o.connect(ctx, env)
-				if err != nil {
-					return err
-				}
-				defer a.Close()
-				snap, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Snapshot, error) {
-					return a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: name, Subscription: sub})
+				return o.connected(ctx, env, func(a *adminClient) error {
+					snap, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Snapshot, error) {
+						return a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: name, Subscription: sub})
+					})
+					if err != nil {
+						return a.failedCreate("creating snapshot "+name+" of "+sub, "snapshot "+name, err)
+					}
+					return a.printSnapshot(snap)
 				})
-				if err != nil {
-					return a.failedCreate("creating snapshot "+name+" of "+sub, "snapshot "+name, err)
-				}
-				return a.printSnapshot(snap)
 			}
 		},
 	}
 }
 
 func snapshotsListCommand() command {
-	return command{
-		name:    "snapshots list",
-		summary: "list a project's snapshots",
-		usage: `Usage: pubsubflow snapshots list [flags]
+	return listCommand(snapshotResource, "list a project's snapshots", `Usage: pubsubflow snapshots list [flags]
 
 Lists the snapshots of the project (--project, else $PUBSUB_PROJECT_ID)
-with their topic and expiry.` + adminUsageTail,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			var o adminOptions
-			o.register(fs)
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 0, "no arguments"); err != nil {
-					return err
-				}
-				project, err := o.project()
-				if err != nil {
-					return err
-				}
-				a, err := o.connect(ctx, env)
-				if err != nil {
-					return err
-				}
-				defer a.Close()
-				snaps, err := listAll(ctx, a, "listing the snapshots of "+project, func(ctx context.Context, token string) ([]*pubsubpb.Snapshot, string, error) {
-					r, err := a.sub.ListSnapshots(ctx, &pubsubpb.ListSnapshotsRequest{Project: project, PageSize: listPageSize, PageToken: token})
-					return r.GetSnapshots(), r.GetNextPageToken(), err
-				})
-				if err != nil {
-					return err
-				}
-				if a.json {
-					return printJSONList(a.out, snaps)
-				}
-				return writeSnapshotTable(a.out, project, snaps)
-			}
-		},
-	}
+with their topic and expiry.`)
 }
 
 func snapshotsDeleteCommand() command {
-	return command{
-		name:    "snapshots delete",
-		summary: "delete a snapshot",
-		usage: `Usage: pubsubflow snapshots delete [flags] SNAPSHOT
+	return deleteCommand(snapshotResource, "delete a snapshot", `Usage: pubsubflow snapshots delete [flags] SNAPSHOT
 
-Deletes SNAPSHOT.` + adminUsageTail,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			var o adminOptions
-			o.register(fs)
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				name, err := o.one(args, "snapshots", "SNAPSHOT")
-				if err != nil {
-					return err
-				}
-				a, err := o.connect(ctx, env)
-				if err != nil {
-					return err
-				}
-				defer a.Close()
-				if err := a.call(ctx, func(ctx context.Context) error {
-					_, err := a.sub.DeleteSnapshot(ctx, &pubsubpb.DeleteSnapshotRequest{Snapshot: name})
-					return err
-				}); err != nil {
-					return a.failed("deleting snapshot "+name, "snapshot "+name, err)
-				}
-				return a.printDeleted("snapshot", name)
-			}
-		},
-	}
+Deletes SNAPSHOT.`)
+}
+
+// snapshotResource is how the admin commands list and delete snapshots
+// (the API has a get, the CLI has no use for it).
+var snapshotResource = resource[*pubsubpb.Snapshot]{
+	kind: "snapshots", noun: "snapshot", arg: "SNAPSHOT",
+	list: func(ctx context.Context, a *adminClient, project, token string) ([]*pubsubpb.Snapshot, string, error) {
+		r, err := a.sub.ListSnapshots(ctx, &pubsubpb.ListSnapshotsRequest{Project: project, PageSize: listPageSize, PageToken: token})
+		return r.GetSnapshots(), r.GetNextPageToken(), err
+	},
+	del: func(ctx context.Context, a *adminClient, name string) error {
+		_, err := a.sub.DeleteSnapshot(ctx, &pubsubpb.DeleteSnapshotRequest{Snapshot: name})
+		return err
+	},
+	table: writeSnapshotTable,
 }

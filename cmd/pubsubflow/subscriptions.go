@@ -173,127 +173,39 @@ with no subscription drops what it receives.` + adminUsageTail,
 				if err != nil {
 					return err
 				}
-				a, err := o.connect(ctx, env)
-				if err != nil {
-					return err
-				}
-				defer a.Close()
-				sub, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Subscription, error) {
-					return a.sub.CreateSubscription(ctx, req)
+				return o.connected(ctx, env, func(a *adminClient) error {
+					sub, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Subscription, error) {
+						return a.sub.CreateSubscription(ctx, req)
+					})
+					if err != nil {
+						// NOT_FOUND here is about the topic or the dead-letter
+						// topic; the service's message names which.
+						return a.failedCreate("creating subscription "+name, "subscription "+name, err)
+					}
+					return a.printSubscription(sub)
 				})
-				if err != nil {
-					// NOT_FOUND here is about the topic or the dead-letter
-					// topic; the service's message names which.
-					return a.failedCreate("creating subscription "+name, "subscription "+name, err)
-				}
-				return a.printSubscription(sub)
 			}
 		},
 	}
 }
 
 func subscriptionsGetCommand() command {
-	return command{
-		name:    "subscriptions get",
-		summary: "print a subscription",
-		usage: `Usage: pubsubflow subscriptions get [flags] SUBSCRIPTION
+	return getCommand(subscriptionResource, "print a subscription", `Usage: pubsubflow subscriptions get [flags] SUBSCRIPTION
 
-Prints SUBSCRIPTION's settings.` + adminUsageTail,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			var o adminOptions
-			o.register(fs)
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				name, err := o.one(args, "subscriptions", "SUBSCRIPTION")
-				if err != nil {
-					return err
-				}
-				a, err := o.connect(ctx, env)
-				if err != nil {
-					return err
-				}
-				defer a.Close()
-				sub, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Subscription, error) {
-					return a.sub.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
-				})
-				if err != nil {
-					return a.failed("getting subscription "+name, "subscription "+name, err)
-				}
-				return a.printSubscription(sub)
-			}
-		},
-	}
+Prints SUBSCRIPTION's settings.`)
 }
 
 func subscriptionsListCommand() command {
-	return command{
-		name:    "subscriptions list",
-		summary: "list a project's subscriptions",
-		usage: `Usage: pubsubflow subscriptions list [flags]
+	return listCommand(subscriptionResource, "list a project's subscriptions", `Usage: pubsubflow subscriptions list [flags]
 
 Lists the subscriptions of the project (--project, else $PUBSUB_PROJECT_ID)
-with their topic, ack deadline and the settings beyond the defaults.` + adminUsageTail,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			var o adminOptions
-			o.register(fs)
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 0, "no arguments"); err != nil {
-					return err
-				}
-				project, err := o.project()
-				if err != nil {
-					return err
-				}
-				a, err := o.connect(ctx, env)
-				if err != nil {
-					return err
-				}
-				defer a.Close()
-				subs, err := listAll(ctx, a, "listing the subscriptions of "+project, func(ctx context.Context, token string) ([]*pubsubpb.Subscription, string, error) {
-					r, err := a.sub.ListSubscriptions(ctx, &pubsubpb.ListSubscriptionsRequest{Project: project, PageSize: listPageSize, PageToken: token})
-					return r.GetSubscriptions(), r.GetNextPageToken(), err
-				})
-				if err != nil {
-					return err
-				}
-				if a.json {
-					return printJSONList(a.out, subs)
-				}
-				return writeSubscriptionTable(a.out, project, subs)
-			}
-		},
-	}
+with their topic, ack deadline and the settings beyond the defaults.`)
 }
 
 func subscriptionsDeleteCommand() command {
-	return command{
-		name:    "subscriptions delete",
-		summary: "delete a subscription",
-		usage: `Usage: pubsubflow subscriptions delete [flags] SUBSCRIPTION
+	return deleteCommand(subscriptionResource, "delete a subscription", `Usage: pubsubflow subscriptions delete [flags] SUBSCRIPTION
 
-Deletes SUBSCRIPTION and the messages it kept; its open streams end.` + adminUsageTail,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			var o adminOptions
-			o.register(fs)
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				name, err := o.one(args, "subscriptions", "SUBSCRIPTION")
-				if err != nil {
-					return err
-				}
-				a, err := o.connect(ctx, env)
-				if err != nil {
-					return err
-				}
-				defer a.Close()
-				if err := a.call(ctx, func(ctx context.Context) error {
-					_, err := a.sub.DeleteSubscription(ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: name})
-					return err
-				}); err != nil {
-					return a.failed("deleting subscription "+name, "subscription "+name, err)
-				}
-				return a.printDeleted("subscription", name)
-			}
-		},
-	}
+Deletes SUBSCRIPTION and the messages it kept; its open streams end.`)
 }
 
 func subscriptionsSeekCommand() command {
@@ -338,28 +250,25 @@ acks become those of the snapshot (see pubsubflow snapshots create).` + adminUsa
 					req.Target = &pubsubpb.SeekRequest_Snapshot{Snapshot: snap}
 					result["snapshot"] = snap
 				}
-				a, err := o.connect(ctx, env)
-				if err != nil {
-					return err
-				}
-				defer a.Close()
-				if err := a.call(ctx, func(ctx context.Context) error {
-					_, err := a.sub.Seek(ctx, req)
-					return err
-				}); err != nil {
-					return a.failed("seeking subscription "+name, "", err)
-				}
-				if a.json {
-					return a.printJSONValue(result)
-				}
-				var t table
-				t.row("subscription", name)
-				if req.GetSnapshot() != "" {
-					t.row("sought to snapshot", req.GetSnapshot())
-				} else {
-					t.row("sought to time", result["time"])
-				}
-				return t.write(a.out)
+				return o.connected(ctx, env, func(a *adminClient) error {
+					if err := a.call(ctx, func(ctx context.Context) error {
+						_, err := a.sub.Seek(ctx, req)
+						return err
+					}); err != nil {
+						return a.failed("seeking subscription "+name, "", err)
+					}
+					if a.json {
+						return a.printJSONValue(result)
+					}
+					var t table
+					t.row("subscription", name)
+					if req.GetSnapshot() != "" {
+						t.row("sought to snapshot", req.GetSnapshot())
+					} else {
+						t.row("sought to time", result["time"])
+					}
+					return t.write(a.out)
+				})
 			}
 		},
 	}
@@ -391,4 +300,23 @@ func parseSeekTime(s string, now time.Time) (time.Time, error) {
 		return time.Time{}, usagef(`--time %q: want RFC 3339 (2026-01-02T15:04:05Z), "now", or a duration ago such as -1h`, s)
 	}
 	return t, nil
+}
+
+// subscriptionResource is how the admin commands read and delete
+// subscriptions.
+var subscriptionResource = resource[*pubsubpb.Subscription]{
+	kind: "subscriptions", noun: "subscription", arg: "SUBSCRIPTION",
+	get: func(ctx context.Context, a *adminClient, name string) (*pubsubpb.Subscription, error) {
+		return a.sub.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
+	},
+	list: func(ctx context.Context, a *adminClient, project, token string) ([]*pubsubpb.Subscription, string, error) {
+		r, err := a.sub.ListSubscriptions(ctx, &pubsubpb.ListSubscriptionsRequest{Project: project, PageSize: listPageSize, PageToken: token})
+		return r.GetSubscriptions(), r.GetNextPageToken(), err
+	},
+	del: func(ctx context.Context, a *adminClient, name string) error {
+		_, err := a.sub.DeleteSubscription(ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: name})
+		return err
+	},
+	print: (*adminClient).printSubscription,
+	table: writeSubscriptionTable,
 }

@@ -46,123 +46,53 @@ create the subscriptions before publishing.` + adminUsageTail,
 					}
 					req.MessageRetentionDuration = durationpb.New(retention.d)
 				}
-				a, err := o.connect(ctx, env)
-				if err != nil {
-					return err
-				}
-				defer a.Close()
-				t, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Topic, error) {
-					return a.pub.CreateTopic(ctx, req)
+				return o.connected(ctx, env, func(a *adminClient) error {
+					t, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Topic, error) {
+						return a.pub.CreateTopic(ctx, req)
+					})
+					if err != nil {
+						return a.failed("creating topic "+name, "topic "+name, err)
+					}
+					return a.printTopic(t)
 				})
-				if err != nil {
-					return a.failed("creating topic "+name, "topic "+name, err)
-				}
-				return a.printTopic(t)
 			}
 		},
 	}
 }
 
 func topicsGetCommand() command {
-	return command{
-		name:    "topics get",
-		summary: "print a topic",
-		usage: `Usage: pubsubflow topics get [flags] TOPIC
+	return getCommand(topicResource, "print a topic", `Usage: pubsubflow topics get [flags] TOPIC
 
-Prints TOPIC's settings.` + adminUsageTail,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			var o adminOptions
-			o.register(fs)
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				name, err := o.one(args, "topics", "TOPIC")
-				if err != nil {
-					return err
-				}
-				a, err := o.connect(ctx, env)
-				if err != nil {
-					return err
-				}
-				defer a.Close()
-				t, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Topic, error) {
-					return a.pub.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: name})
-				})
-				if err != nil {
-					return a.failed("getting topic "+name, "topic "+name, err)
-				}
-				return a.printTopic(t)
-			}
-		},
-	}
+Prints TOPIC's settings.`)
 }
 
 func topicsListCommand() command {
-	return command{
-		name:    "topics list",
-		summary: "list a project's topics",
-		usage: `Usage: pubsubflow topics list [flags]
+	return listCommand(topicResource, "list a project's topics", `Usage: pubsubflow topics list [flags]
 
-Lists the topics of the project (--project, else $PUBSUB_PROJECT_ID).` + adminUsageTail,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			var o adminOptions
-			o.register(fs)
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 0, "no arguments"); err != nil {
-					return err
-				}
-				project, err := o.project()
-				if err != nil {
-					return err
-				}
-				a, err := o.connect(ctx, env)
-				if err != nil {
-					return err
-				}
-				defer a.Close()
-				topics, err := listAll(ctx, a, "listing the topics of "+project, func(ctx context.Context, token string) ([]*pubsubpb.Topic, string, error) {
-					r, err := a.pub.ListTopics(ctx, &pubsubpb.ListTopicsRequest{Project: project, PageSize: listPageSize, PageToken: token})
-					return r.GetTopics(), r.GetNextPageToken(), err
-				})
-				if err != nil {
-					return err
-				}
-				if a.json {
-					return printJSONList(a.out, topics)
-				}
-				return writeTopicTable(a.out, project, topics)
-			}
-		},
-	}
+Lists the topics of the project (--project, else $PUBSUB_PROJECT_ID).`)
 }
 
 func topicsDeleteCommand() command {
-	return command{
-		name:    "topics delete",
-		summary: "delete a topic",
-		usage: `Usage: pubsubflow topics delete [flags] TOPIC
+	return deleteCommand(topicResource, "delete a topic", `Usage: pubsubflow topics delete [flags] TOPIC
 
 Deletes TOPIC. Its subscriptions remain, detached from any topic (their
-topic reads "_deleted-topic_"), until they are deleted too.` + adminUsageTail,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			var o adminOptions
-			o.register(fs)
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				name, err := o.one(args, "topics", "TOPIC")
-				if err != nil {
-					return err
-				}
-				a, err := o.connect(ctx, env)
-				if err != nil {
-					return err
-				}
-				defer a.Close()
-				if err := a.call(ctx, func(ctx context.Context) error {
-					_, err := a.pub.DeleteTopic(ctx, &pubsubpb.DeleteTopicRequest{Topic: name})
-					return err
-				}); err != nil {
-					return a.failed("deleting topic "+name, "topic "+name, err)
-				}
-				return a.printDeleted("topic", name)
-			}
-		},
-	}
+topic reads "_deleted-topic_"), until they are deleted too.`)
+}
+
+// topicResource is how the admin commands read and delete topics.
+var topicResource = resource[*pubsubpb.Topic]{
+	kind: "topics", noun: "topic", arg: "TOPIC",
+	get: func(ctx context.Context, a *adminClient, name string) (*pubsubpb.Topic, error) {
+		return a.pub.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: name})
+	},
+	list: func(ctx context.Context, a *adminClient, project, token string) ([]*pubsubpb.Topic, string, error) {
+		r, err := a.pub.ListTopics(ctx, &pubsubpb.ListTopicsRequest{Project: project, PageSize: listPageSize, PageToken: token})
+		return r.GetTopics(), r.GetNextPageToken(), err
+	},
+	del: func(ctx context.Context, a *adminClient, name string) error {
+		_, err := a.pub.DeleteTopic(ctx, &pubsubpb.DeleteTopicRequest{Topic: name})
+		return err
+	},
+	print: (*adminClient).printTopic,
+	table: writeTopicTable,
 }
