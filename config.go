@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow/connect"
-	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/internal/source"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
 // Unlimited, as MaxOutstandingMessages or MaxOutstandingBytes, turns that
@@ -202,7 +202,7 @@ func (c *SubscriberConfig) Validate() error {
 	if b := c.Backoff; b.Initial < 0 || b.Max < 0 || b.Multiplier != 0 && b.Multiplier < 1 {
 		add(fieldError("Backoff", "Initial %v, Max %v, Multiplier %v: want durations ≥ 0 (0 = default) and a Multiplier of 0 (default 2) or at least 1", b.Initial, b.Max, b.Multiplier))
 	}
-	if err := lease.Check(c.Lease); err != nil {
+	if err := flow.Check(c.Lease); err != nil {
 		add(fieldError("Lease", "%v", err))
 	}
 	if c.MaxExtension < 0 && c.MaxExtension != Unlimited {

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/connect"
-	"github.com/pubsubflow/pubsubflow/internal/source"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
 // TestSubscriberRefusesBadNamesAndConfigs: names the service refuses and

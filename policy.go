@@ -3,15 +3,15 @@ package pubsubflow
 import (
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/internal/lease"
-	"github.com/pubsubflow/pubsubflow/internal/source"
+	"github.com/pubsubflow/pubsubflow/flow"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
 // LeaseStrategy chooses the ack deadline a Subscriber requests when it
 // extends a message's lease, and how often it looks at the leases:
 // AdaptiveLease (the default) or FixedLease. One value may configure
 // several subscribers; each keeps its own state.
-type LeaseStrategy = lease.Strategy
+type LeaseStrategy = flow.Strategy
 
 // AdaptiveLease requests the 99th percentile of the receipt→ack latencies
 // seen so far (in whole seconds, as Google's clients do), clamped to
@@ -20,7 +20,7 @@ type LeaseStrategy = lease.Strategy
 // means 10 s and zero hi 600 s; lo must be at least 1 s and hi at most
 // 600 s.
 func AdaptiveLease(lo, hi time.Duration) LeaseStrategy {
-	return lease.Adaptive(lease.AdaptiveConfig{Min: lo, Max: hi})
+	return flow.Adaptive(flow.AdaptiveConfig{Min: lo, Max: hi})
 }
 
 // FixedLease requests deadline every time and looks at the leases every
@@ -28,7 +28,7 @@ func AdaptiveLease(lo, hi time.Duration) LeaseStrategy {
 // look. interval must be shorter than deadline (a quarter of it or less is
 // sensible); deadline is rounded up to whole seconds and must be 1–600 s.
 func FixedLease(interval, deadline time.Duration) LeaseStrategy {
-	return lease.Fixed(interval, deadline)
+	return flow.Fixed(interval, deadline)
 }
 
 // StreamFailure describes why a StreamingPull stream ended, for

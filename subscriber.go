@@ -16,11 +16,10 @@ import (
 	"github.com/pubsubflow/pubsubflow/connect"
 	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/event"
-	"github.com/pubsubflow/pubsubflow/internal/flow"
-	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/internal/sink"
-	"github.com/pubsubflow/pubsubflow/internal/source"
+	"github.com/pubsubflow/pubsubflow/sink"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
 // ErrClosed is returned by Run and Source on a subscriber that was closed.
@@ -46,7 +45,7 @@ type Subscriber struct {
 	fc       *flow.FlowControl
 	gate     *flow.Gate    // FlowGate's receipt step and the streams' budget
 	tracker  *flow.Tracker // EagerTrack's receipt step
-	ext      *lease.Extender
+	ext      *flow.Extender
 	acks     *ack.Acknowledger
 	settler  *sink.Settler
 	policy   sink.Policy
@@ -151,7 +150,7 @@ func (s *Subscriber) build(ctx context.Context) error {
 		return fmt.Errorf("pubsubflow: telemetry: %w", err)
 	}
 	var acksTracer ack.Tracer
-	var leaseTracer lease.Tracer
+	var leaseTracer flow.Tracer
 	if s.cfg.TracerProvider != nil {
 		s.tracing = newSubTracer(s.cfg.TracerProvider, s.sub)
 		acksTracer, leaseTracer = s.tracing, s.tracing
@@ -161,7 +160,7 @@ func (s *Subscriber) build(ctx context.Context) error {
 	if maxExt == Unlimited {
 		maxExt = -1
 	}
-	s.ext, err = lease.NewExtender(s.client, s.sub, lease.Config{
+	s.ext, err = flow.NewExtender(s.client, s.sub, flow.ExtenderConfig{
 		Strategy:          s.cfg.Lease,
 		StreamAckDeadline: s.cfg.StreamAckDeadline,
 		MaxExtension:      maxExt,

@@ -11,7 +11,7 @@ import (
 	"github.com/reugn/go-streams"
 	gsflow "github.com/reugn/go-streams/flow"
 
-	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
@@ -88,7 +88,7 @@ func TestStreamDeadlineFollowsLeaseDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t, pubsubtest.WithBufconn())
 		e.publish(t, 10, nil)
-		s := e.subscriber(t, SubscriberConfig{StreamAckDeadline: 10 * time.Second, Lease: lease.Fixed(5*time.Second, 40*time.Second)})
+		s := e.subscriber(t, SubscriberConfig{StreamAckDeadline: 10 * time.Second, Lease: flow.Fixed(5*time.Second, 40*time.Second)})
 		ctx, cancel := context.WithCancel(context.Background())
 		release := make(chan struct{})
 		done := runAsync(ctx, s, 1, func(ctx context.Context, m *Message) error {

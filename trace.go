@@ -304,7 +304,7 @@ func (t *subTracer) StartRPC(op string, seconds int32, ackIDs []string) func(ack
 }
 
 // StartModack traces one ModifyAckDeadline attempt of the lease manager
-// (lease.Tracer): the receipt modack or a lease extension.
+// (flow.Tracer): the receipt modack or a lease extension.
 func (t *subTracer) StartModack(receipt bool, seconds int32, ms []*message.Message) func(error) {
 	span := t.rpcSpan("modack", seconds, ms, attrReceiptModack.Bool(receipt))
 	return func(err error) {

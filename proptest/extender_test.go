@@ -16,7 +16,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
-	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
@@ -25,7 +25,7 @@ import (
 // extenderChecks is the CI default of TestExtenderProperties' cases.
 const extenderChecks = 150
 
-// TestExtenderProperties drives a lease.Extender against pubsubtest in
+// TestExtenderProperties drives a flow.Extender against pubsubtest in
 // virtual time: messages pulled in batches of random sizes (up to 2500,
 // over the 1000-id request limit) are tracked on receipt, then acked,
 // nacked or held while time passes, with ModifyAckDeadline failing or slow
@@ -86,7 +86,7 @@ type extenderModel struct {
 	srv          *pubsubtest.Server
 	raw          pubsubpb.SubscriberClient
 	rec          *recorder
-	ext          *lease.Extender
+	ext          *flow.Extender
 	topic, sub   string
 	deadline     time.Duration // the subscription's (Pull's) ack deadline
 	maxExtension time.Duration
@@ -114,7 +114,7 @@ func (x *extenderModel) Settle(m *message.Message, o message.Outcome, _ time.Dur
 
 func newExtenderModel(t *rapid.T) *extenderModel {
 	deadline := rapid.SampledFrom([]time.Duration{10 * time.Second, 20 * time.Second, 60 * time.Second}).Draw(t, "deadline")
-	maxExtension := rapid.SampledFrom([]time.Duration{time.Minute, 3 * time.Minute, lease.DefaultMaxExtension}).Draw(t, "maxExtension")
+	maxExtension := rapid.SampledFrom([]time.Duration{time.Minute, 3 * time.Minute, flow.DefaultMaxExtension}).Draw(t, "maxExtension")
 	return newExtenderModelWith(t, deadline, maxExtension)
 }
 
@@ -140,13 +140,13 @@ func newExtenderModelWith(t *rapid.T, deadline, maxExtension time.Duration) *ext
 	if x.sub, err = srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: x.topic, AckDeadline: x.deadline}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := lease.Config{StreamAckDeadline: x.deadline, MaxExtension: x.maxExtension}
+	cfg := flow.ExtenderConfig{StreamAckDeadline: x.deadline, MaxExtension: x.maxExtension}
 	x.interval = x.deadline / 4
 	// A fixed strategy keeps the tick interval, and with it the bound on
 	// how late a lease past max extension is dropped, known; the adaptive
 	// strategy is covered by the Subscriber machine and lease's own tests.
-	cfg.Strategy = lease.Fixed(x.interval, x.deadline)
-	if x.ext, err = lease.NewExtender(x.rec, x.sub, cfg); err != nil {
+	cfg.Strategy = flow.Fixed(x.interval, x.deadline)
+	if x.ext, err = flow.NewExtender(x.rec, x.sub, cfg); err != nil {
 		t.Fatal(err)
 	}
 	return x

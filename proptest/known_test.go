@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/pubsubflow/pubsubflow"
-	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 )
 
@@ -77,7 +77,7 @@ func TestKnownSourceHoldsUntracked(t *testing.T) {
 		s := e.subscriber(t, pubsubflow.SubscriberConfig{
 			StreamAckDeadline:      10 * time.Second,
 			MaxOutstandingMessages: 4,
-			Lease:                  lease.Fixed(2500*time.Millisecond, 10*time.Second),
+			Lease:                  flow.Fixed(2500*time.Millisecond, 10*time.Second),
 		}, led)
 		var h hold
 		h.stall()

@@ -249,7 +249,7 @@ func (m *machine) release(*rapid.T) { m.hold.release(); m.settle() }
 
 // Faults are bounded so that the invariants must hold under them: the
 // lease extender's safety margin (5 s) covers "the RPC's latency and a
-// retry or two" (lease.DefaultMargin), so at most 2 failures of 1 s each
+// retry or two" (flow.DefaultMargin), so at most 2 failures of 1 s each
 // plus backoff may hit one extension. A fault takes effect only if the
 // method had none injected for faultCooldown, so that two injections never
 // stack on one retrying request; otherwise the action does nothing.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/pubsubflow/pubsubflow/internal/flow"
+	"github.com/pubsubflow/pubsubflow/flow"
 )
 
 // flowQueue is the wait queue in front of a flow.FlowControl, which counts

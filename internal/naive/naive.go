@@ -31,10 +31,10 @@ import (
 	gsflow "github.com/reugn/go-streams/flow"
 
 	"github.com/pubsubflow/pubsubflow/internal/ack"
-	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/internal/sink"
-	"github.com/pubsubflow/pubsubflow/internal/source"
+	"github.com/pubsubflow/pubsubflow/sink"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/stage"
@@ -74,7 +74,7 @@ type Stats struct {
 
 // Consumer is a running demand-driven subscriber; Start makes one.
 type Consumer struct {
-	ext    *lease.Extender
+	ext    *flow.Extender
 	acks   *ack.Acknowledger
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -97,7 +97,7 @@ func Start(ctx context.Context, client pubsubpb.SubscriberClient, subscription s
 	}
 	c := &Consumer{done: make(chan struct{})}
 	var err error
-	c.ext, err = lease.NewExtender(client, subscription, lease.Config{StreamAckDeadline: cfg.StreamAckDeadline})
+	c.ext, err = flow.NewExtender(client, subscription, flow.ExtenderConfig{StreamAckDeadline: cfg.StreamAckDeadline})
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +138,7 @@ func Start(ctx context.Context, client pubsubpb.SubscriberClient, subscription s
 // trackOnDemand is the bug: a go-streams Map that tracks a message's lease
 // only when the element passes through it, that is when the handlers
 // downstream ask for the next message.
-func trackOnDemand(ext *lease.Extender) stage.Flow[*message.Message, *message.Message] {
+func trackOnDemand(ext *flow.Extender) stage.Flow[*message.Message, *message.Message] {
 	return pipeline.Streams[*message.Message, *message.Message](func(_ *stage.Group, in streams.Source) streams.Outlet {
 		return in.Via(gsflow.NewMap(func(m *message.Message) *message.Message {
 			ext.Track(m)

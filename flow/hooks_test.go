@@ -7,7 +7,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/internal/lease"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/stage"
@@ -18,7 +17,7 @@ import (
 // blocked (5 buffered + 1 in the handler).
 func TestTrackerOnReceive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ext := trkExtender(t, &trkStub{}, "projects/p/subscriptions/s", lease.Config{})
+		ext := trkExtender(t, &trkStub{}, "projects/p/subscriptions/s", ExtenderConfig{})
 		var hooked, untrackedAtHook atomic.Int64
 		tr := &Tracker{Extender: ext, MaxBuffer: 5, OnReceive: func(m *message.Message) {
 			hooked.Add(1)

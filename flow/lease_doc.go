@@ -21,4 +21,4 @@
 // be handed on only once its receipt modack has been confirmed (Confirmed),
 // and ack ids the server reports as permanently failed are dropped with an
 // event. See Strategy for how the deadline is chosen.
-package lease
+package flow

@@ -3,7 +3,7 @@ package flow_test
 import (
 	"fmt"
 
-	"github.com/pubsubflow/pubsubflow/internal/flow"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 

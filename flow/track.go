@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/pubsubflow/pubsubflow/internal/lease"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
@@ -14,7 +13,7 @@ import (
 const DefaultTrackBuffer = 1000
 
 // errNilExtender fails a pipeline built with EagerTrack(nil, …).
-var errNilExtender = errors.New("flow: EagerTrack needs a lease.Extender")
+var errNilExtender = errors.New("flow: EagerTrack needs a Extender")
 
 // Tracker is the eager lease-tracking stage. It receives whenever its
 // buffer has room, tracks each message with its Extender at once (the
@@ -37,7 +36,7 @@ var errNilExtender = errors.New("flow: EagerTrack needs a lease.Extender")
 // or shutdown nacked it) is skipped.
 type Tracker struct {
 	// Extender takes the leases. Required.
-	Extender *lease.Extender
+	Extender *Extender
 
 	// MaxBuffer bounds the messages held (0: DefaultTrackBuffer).
 	MaxBuffer int
@@ -50,7 +49,7 @@ type Tracker struct {
 	// OnDrop receives each message the stage still holds when it stops
 	// without emitting it (cancellation or Discard). Nil means do nothing:
 	// the message stays leased and the Subscriber nacks what is still
-	// leased at shutdown (lease.Extender.Leased).
+	// leased at shutdown (Extender.Leased).
 	OnDrop func(m *message.Message)
 
 	// Discard, if set, is closed to make the stage drop (OnDrop) what it
@@ -65,7 +64,7 @@ type Tracker struct {
 // EagerTrack returns the eager lease-tracking stage on ext with a buffer
 // of maxBuffer messages (0: DefaultTrackBuffer). Like every stage it also
 // runs inside a go-streams graph through pipeline.NewStreamsFlow.
-func EagerTrack(ext *lease.Extender, maxBuffer int) stage.Flow[*message.Message, *message.Message] {
+func EagerTrack(ext *Extender, maxBuffer int) stage.Flow[*message.Message, *message.Message] {
 	return &Tracker{Extender: ext, MaxBuffer: maxBuffer}
 }
 

@@ -1,4 +1,4 @@
-package lease
+package flow
 
 import (
 	"context"
@@ -194,7 +194,7 @@ func handMade(sub string, n, idLen int, eo bool) []*message.Message {
 	return out
 }
 
-func newExt(t *testing.T, client pubsubpb.SubscriberClient, sub string, cfg Config) *Extender {
+func newExt(t *testing.T, client pubsubpb.SubscriberClient, sub string, cfg ExtenderConfig) *Extender {
 	t.Helper()
 	e, err := NewExtender(client, sub, cfg)
 	if err != nil {

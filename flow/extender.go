@@ -1,4 +1,4 @@
-package lease
+package flow
 
 import (
 	"context"
@@ -63,7 +63,7 @@ func (l *lease) endConfirm() {
 type Extender struct {
 	client pubsubpb.SubscriberClient
 	sub    string
-	cfg    Config
+	cfg    ExtenderConfig
 	log    *slog.Logger
 	events event.Func
 
@@ -89,7 +89,7 @@ type Extender struct {
 // MaxInFlight workers. subscription is the full subscription name used for
 // messages whose Subscription field is empty; a message that names its
 // subscription is extended on that one, so an extender can be shared.
-func NewExtender(client pubsubpb.SubscriberClient, subscription string, cfg Config) (*Extender, error) {
+func NewExtender(client pubsubpb.SubscriberClient, subscription string, cfg ExtenderConfig) (*Extender, error) {
 	if client == nil {
 		return nil, errors.New("lease: nil SubscriberClient")
 	}

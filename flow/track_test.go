@@ -17,9 +17,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/pubsubflow/pubsubflow/internal/lease"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/internal/source"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
@@ -70,7 +69,7 @@ func (c *trkStub) extensions(after time.Time) []trkModack {
 // the client directly (the acknowledger lives in another package), then
 // the lease is released. Every outcome is counted.
 type trkSettler struct {
-	ext      *lease.Extender
+	ext      *Extender
 	client   pubsubpb.SubscriberClient // nil: send nothing
 	outcomes sync.Map                  // *message.Message → message.Outcome
 	acked    atomic.Int64
@@ -109,9 +108,9 @@ func trkMessages(n int, s message.Settler) []*message.Message {
 	return out
 }
 
-func trkExtender(t *testing.T, client pubsubpb.SubscriberClient, sub string, cfg lease.Config) *lease.Extender {
+func trkExtender(t *testing.T, client pubsubpb.SubscriberClient, sub string, cfg ExtenderConfig) *Extender {
 	t.Helper()
-	ext, err := lease.NewExtender(client, sub, cfg)
+	ext, err := NewExtender(client, sub, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +121,7 @@ func trkExtender(t *testing.T, client pubsubpb.SubscriberClient, sub string, cfg
 // trkNaiveTrack is the demand-driven tracker, built with go-streams:
 // a flow.NewMap that tracks as elements pass through it, so it tracks only
 // when downstream pulls.
-func trkNaiveTrack(ext *lease.Extender) stage.Flow[*message.Message, *message.Message] {
+func trkNaiveTrack(ext *Extender) stage.Flow[*message.Message, *message.Message] {
 	return pipeline.Streams[*message.Message, *message.Message](func(_ *stage.Group, in streams.Source) streams.Outlet {
 		return in.Via(gsflow.NewMap(func(m *message.Message) *message.Message {
 			ext.Track(m)
@@ -147,12 +146,12 @@ func trkDiscard() stage.Sink[*message.Message] {
 // runStuckDownstream receives 10 messages with downstream
 // ParallelMap(1) blocked forever, extension interval 200 ms; it returns the
 // ack ids of the first extension request.
-func runStuckDownstream(t *testing.T, track func(*lease.Extender) stage.Flow[*message.Message, *message.Message]) []string {
+func runStuckDownstream(t *testing.T, track func(*Extender) stage.Flow[*message.Message, *message.Message]) []string {
 	t.Helper()
 	var first []string
 	synctest.Test(t, func(t *testing.T) {
 		stub := &trkStub{}
-		ext := trkExtender(t, stub, "projects/p/subscriptions/sub", lease.Config{Strategy: lease.Fixed(200*time.Millisecond, time.Second)})
+		ext := trkExtender(t, stub, "projects/p/subscriptions/sub", ExtenderConfig{Strategy: Fixed(200*time.Millisecond, time.Second)})
 		start := time.Now()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -180,7 +179,7 @@ func runStuckDownstream(t *testing.T, track func(*lease.Extender) stage.Flow[*me
 // with EagerTrack the first extension request names all 10 ack ids,
 // although downstream took only one.
 func TestEagerTrackExtendsEveryReceivedMessage(t *testing.T) {
-	got := runStuckDownstream(t, func(ext *lease.Extender) stage.Flow[*message.Message, *message.Message] { return EagerTrack(ext, 0) })
+	got := runStuckDownstream(t, func(ext *Extender) stage.Flow[*message.Message, *message.Message] { return EagerTrack(ext, 0) })
 	slices.Sort(got)
 	want := make([]string, 10)
 	for i := range want {
@@ -206,13 +205,13 @@ func TestDemandDrivenTrackerMisses(t *testing.T) {
 // virtual time: backlog 200, handler 300 ms, parallelism 4, stream ack
 // deadline 10 s; it returns the subscription's counters once every
 // message was acked.
-func trkE2E(t *testing.T, track func(*lease.Extender) stage.Flow[*message.Message, *message.Message]) pubsubtest.SubStats {
+func trkE2E(t *testing.T, track func(*Extender) stage.Flow[*message.Message, *message.Message]) pubsubtest.SubStats {
 	t.Helper()
 	var stats pubsubtest.SubStats
 	synctest.Test(t, func(t *testing.T) {
 		f := trkNewFixture(t, pubsubtest.SubscriptionConfig{AckDeadline: 10 * time.Second})
 		f.publish(t, 200)
-		ext := trkExtender(t, f.client, f.sub, lease.Config{StreamAckDeadline: 10 * time.Second})
+		ext := trkExtender(t, f.client, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second})
 		s := &trkSettler{ext: ext, client: f.client}
 		src, err := source.Subscribe(f.client, source.Config{Subscription: f.sub, StreamAckDeadline: 10 * time.Second})
 		if err != nil {
@@ -257,7 +256,7 @@ func trkE2E(t *testing.T, track func(*lease.Extender) stage.Flow[*message.Messag
 // lease expires, although the last messages wait 15 s behind the handler
 // with a 10 s stream ack deadline.
 func TestEagerTrackEndToEnd(t *testing.T) {
-	st := trkE2E(t, func(ext *lease.Extender) stage.Flow[*message.Message, *message.Message] { return EagerTrack(ext, 0) })
+	st := trkE2E(t, func(ext *Extender) stage.Flow[*message.Message, *message.Message] { return EagerTrack(ext, 0) })
 	if st.Redelivered != 0 || st.Expired != 0 {
 		t.Fatalf("EagerTrack: redelivered %d, expired %d; want 0 and 0", st.Redelivered, st.Expired)
 	}
@@ -305,7 +304,7 @@ func TestEagerTrackExactlyOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := trkNewFixture(t, pubsubtest.SubscriptionConfig{AckDeadline: 10 * time.Second, EnableExactlyOnceDelivery: true})
 		f.publish(t, 5)
-		ext := trkExtender(t, f.client, f.sub, lease.Config{StreamAckDeadline: 10 * time.Second})
+		ext := trkExtender(t, f.client, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second})
 		s := &trkSettler{ext: ext, client: f.client}
 		src, err := source.Subscribe(f.client, source.Config{Subscription: f.sub, StreamAckDeadline: 10 * time.Second})
 		if err != nil {
@@ -368,7 +367,7 @@ func TestEagerTrackExactlyOnce(t *testing.T) {
 func TestEagerTrackSkipsSettledWhileBuffered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		stub := &trkStub{}
-		ext := trkExtender(t, stub, "projects/p/subscriptions/sub", lease.Config{StreamAckDeadline: 10 * time.Second, MaxExtension: 30 * time.Second})
+		ext := trkExtender(t, stub, "projects/p/subscriptions/sub", ExtenderConfig{StreamAckDeadline: 10 * time.Second, MaxExtension: 30 * time.Second})
 		s := &trkSettler{ext: ext}
 		msgs := trkMessages(5, s)
 		release := make(chan struct{})
@@ -413,7 +412,7 @@ func TestEagerTrackSkipsSettledWhileBuffered(t *testing.T) {
 // receiving (backpressure).
 func TestEagerTrackBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ext := trkExtender(t, &trkStub{}, "projects/p/subscriptions/sub", lease.Config{})
+		ext := trkExtender(t, &trkStub{}, "projects/p/subscriptions/sub", ExtenderConfig{})
 		var sent, most atomic.Int64
 		src := stage.SourceFunc[*message.Message](func(g *stage.Group) <-chan *message.Message {
 			out := make(chan *message.Message)
@@ -466,7 +465,7 @@ func TestEagerTrackNilExtender(t *testing.T) {
 func TestEagerTrackInGoStreamsGraph(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		stub := &trkStub{}
-		ext := trkExtender(t, stub, "projects/p/subscriptions/sub", lease.Config{Strategy: lease.Fixed(200*time.Millisecond, time.Second)})
+		ext := trkExtender(t, stub, "projects/p/subscriptions/sub", ExtenderConfig{Strategy: Fixed(200*time.Millisecond, time.Second)})
 		graph := pipeline.Streams[*message.Message, *message.Message](func(g *stage.Group, in streams.Source) streams.Outlet {
 			return in.Via(gsflow.NewPassThrough()).Via(pipeline.NewStreamsFlow(g, EagerTrack(ext, 0))).Via(gsflow.NewPassThrough())
 		}, pipeline.StreamsOptions[*message.Message]{})

@@ -4,12 +4,12 @@ import (
 	"time"
 
 	"github.com/pubsubflow/pubsubflow/internal/ack"
-	"github.com/pubsubflow/pubsubflow/internal/flow"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // Leases is what the settle path needs from the lease manager:
-// lease.Extender implements it. Release stops extending m's lease and, on
+// flow.Extender implements it. Release stops extending m's lease and, on
 // Ack, records m's processing latency (receipt to ack) for the adaptive
 // ack deadline.
 type Leases interface {
@@ -26,7 +26,7 @@ type Settler struct {
 
 	// ReleaseAfterAck leaves the lease of an acked message in place, to be
 	// released when the acknowledger reports the ack final
-	// (ack.Config.OnAcked wired to lease.Extender.ReleaseAcked), so the
+	// (ack.Config.OnAcked wired to flow.Extender.ReleaseAcked), so the
 	// lease keeps being extended while a slow Acknowledge is on its way.
 	// Nacks always release at once: an extension after a nack would undo it.
 	ReleaseAfterAck bool

@@ -1,4 +1,4 @@
-package lease
+package flow
 
 import (
 	"testing"
@@ -9,7 +9,7 @@ import (
 // due: the per-tick cost of scanning the table under the mutex (the time
 // Track may wait for the lock at worst).
 func BenchmarkTickScan(b *testing.B) {
-	e, err := NewExtender(&capture{}, "projects/p/subscriptions/s", Config{StreamAckDeadline: 600 * time.Second})
+	e, err := NewExtender(&capture{}, "projects/p/subscriptions/s", ExtenderConfig{StreamAckDeadline: 600 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/internal/flow"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/stage"
 )

@@ -9,11 +9,10 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/pubsubflow/pubsubflow/internal/ack"
-	"github.com/pubsubflow/pubsubflow/internal/flow"
-	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/internal/sink"
-	"github.com/pubsubflow/pubsubflow/internal/source"
+	"github.com/pubsubflow/pubsubflow/sink"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
@@ -41,7 +40,7 @@ func ExampleGate_Receive() {
 	}
 	client := pubsubpb.NewSubscriberClient(srv.ClientConn())
 
-	ext, err := lease.NewExtender(client, sub, lease.Config{})
+	ext, err := flow.NewExtender(client, sub, flow.ExtenderConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}

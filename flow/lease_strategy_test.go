@@ -1,4 +1,4 @@
-package lease
+package flow
 
 import (
 	"math/rand/v2"
@@ -73,7 +73,7 @@ func TestAdaptiveConvergesAndClamps(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cap := &capture{}
-				e := newExt(t, cap, "projects/p/subscriptions/s", Config{
+				e := newExt(t, cap, "projects/p/subscriptions/s", ExtenderConfig{
 					Strategy: Adaptive(c.bounds), StreamAckDeadline: c.stream, MaxExtension: -1,
 				})
 				if got := e.Deadline(); got != c.initial {
@@ -115,7 +115,7 @@ func TestAdaptiveConvergesAndClamps(t *testing.T) {
 // TestNackDoesNotTeachAdaptive: only acks are latency samples.
 func TestNackDoesNotTeachAdaptive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := newExt(t, &capture{}, "projects/p/subscriptions/s", Config{StreamAckDeadline: 45 * time.Second})
+		e := newExt(t, &capture{}, "projects/p/subscriptions/s", ExtenderConfig{StreamAckDeadline: 45 * time.Second})
 		for _, m := range handMade("", 5, 1, false) {
 			e.Track(m)
 			e.Release(m, message.Nack)

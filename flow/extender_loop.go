@@ -1,4 +1,4 @@
-package lease
+package flow
 
 import (
 	"math/rand/v2"

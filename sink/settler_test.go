@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/pubsubflow/pubsubflow/internal/ack"
-	"github.com/pubsubflow/pubsubflow/internal/flow"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 

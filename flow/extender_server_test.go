@@ -1,4 +1,4 @@
-package lease
+package flow
 
 import (
 	"context"
@@ -22,7 +22,7 @@ func TestMaxExtension(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, subCfg(10*time.Second, false))
 		var ev events
-		e := newExt(t, f.client, f.sub, Config{StreamAckDeadline: 10 * time.Second, MaxExtension: 45 * time.Second, Events: ev.fn()})
+		e := newExt(t, f.client, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second, MaxExtension: 45 * time.Second, Events: ev.fn()})
 		s := newSettler(e, f.client)
 		f.publish(t, 3)
 		msgs := f.pull(t, 3, s)
@@ -66,7 +66,7 @@ func TestLongAckIDsStayWithinRequestLimits(t *testing.T) {
 				f := newFixture(t, subCfg(10*time.Second, false))
 				c := &capture{SubscriberClient: f.client}
 				var ev events
-				e := newExt(t, c, f.sub, Config{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
+				e := newExt(t, c, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
 				for _, m := range handMade(f.sub, 5000, idLen, false) {
 					e.Track(m)
 				}
@@ -105,7 +105,7 @@ func TestSlowAcknowledgeDoesNotDelayExtension(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, subCfg(10*time.Second, false))
 		var ev events
-		e := newExt(t, f.client, f.sub, Config{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
+		e := newExt(t, f.client, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
 		s := newSettler(e, f.client)
 		f.publish(t, 20)
 		msgs := f.pull(t, 20, s)
@@ -159,7 +159,7 @@ func TestExactlyOnceReceipt(t *testing.T) {
 		f := newFixture(t, subCfg(10*time.Second, true))
 		c := &capture{SubscriberClient: f.client}
 		var ev events
-		e := newExt(t, c, f.sub, Config{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
+		e := newExt(t, c, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
 		s := newSettler(e, f.client)
 		f.publish(t, 4)
 		msgs := f.pull(t, 4, s)
@@ -217,7 +217,7 @@ func TestExactlyOncePermanentExtensionFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, subCfg(10*time.Second, true))
 		var ev events
-		e := newExt(t, f.client, f.sub, Config{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
+		e := newExt(t, f.client, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
 		s := newSettler(e, f.client)
 		f.publish(t, 2)
 		msgs := f.pull(t, 2, s)

@@ -11,10 +11,9 @@ import (
 	"github.com/reugn/go-streams"
 	gsflow "github.com/reugn/go-streams/flow"
 
-	"github.com/pubsubflow/pubsubflow/internal/flow"
-	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/internal/source"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
@@ -39,7 +38,7 @@ func ExampleEagerTrack() {
 	}
 	client := pubsubpb.NewSubscriberClient(srv.ClientConn())
 
-	ext, err := lease.NewExtender(client, sub, lease.Config{StreamAckDeadline: 10 * time.Second})
+	ext, err := flow.NewExtender(client, sub, flow.ExtenderConfig{StreamAckDeadline: 10 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -81,7 +80,7 @@ func ExampleTracker() {
 	defer srv.Close()
 	_, _ = srv.CreateTopic(ctx, "topic")
 	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic"})
-	ext, err := lease.NewExtender(pubsubpb.NewSubscriberClient(srv.ClientConn()), sub, lease.Config{})
+	ext, err := flow.NewExtender(pubsubpb.NewSubscriberClient(srv.ClientConn()), sub, flow.ExtenderConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}

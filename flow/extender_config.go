@@ -1,4 +1,4 @@
-package lease
+package flow
 
 import (
 	"cmp"
@@ -9,7 +9,7 @@ import (
 	"github.com/pubsubflow/pubsubflow/internal/event"
 )
 
-// Defaults of Config's zero fields.
+// Defaults of ExtenderConfig's zero fields.
 const (
 	// DefaultStreamAckDeadline is the stream ack deadline assumed for a
 	// message until its receipt modack succeeded, and Adaptive's starting
@@ -50,10 +50,10 @@ const (
 	jitter = 0.1
 )
 
-// Config configures an Extender. The zero value means the documented
+// ExtenderConfig configures an Extender. The zero value means the documented
 // defaults: Adaptive deadlines within 10–600 s starting from a 60 s stream
 // ack deadline, 60 min max extension, 5 s margin, 4 RPCs in flight.
-type Config struct {
+type ExtenderConfig struct {
 	// Strategy chooses deadlines. Nil means Adaptive(AdaptiveConfig{})
 	// starting from StreamAckDeadline.
 	Strategy Strategy
@@ -86,7 +86,7 @@ type Config struct {
 }
 
 // Validate reports the first invalid field, or nil.
-func (c Config) Validate() error {
+func (c ExtenderConfig) Validate() error {
 	switch {
 	case c.StreamAckDeadline != 0 && (c.StreamAckDeadline < time.Second || c.StreamAckDeadline > MaxDeadline):
 		return fmt.Errorf("lease: StreamAckDeadline %v must be within 1s–600s", c.StreamAckDeadline)
@@ -103,7 +103,7 @@ func (c Config) Validate() error {
 }
 
 // withDefaults returns c with every zero field replaced by its default.
-func (c Config) withDefaults() Config {
+func (c ExtenderConfig) withDefaults() ExtenderConfig {
 	c.StreamAckDeadline = cmp.Or(c.StreamAckDeadline, DefaultStreamAckDeadline)
 	c.Strategy = cmp.Or(c.Strategy, Adaptive(AdaptiveConfig{}))
 	c.MaxExtension = cmp.Or(c.MaxExtension, DefaultMaxExtension)

@@ -1,4 +1,4 @@
-package lease
+package flow
 
 import "github.com/pubsubflow/pubsubflow/internal/message"
 

@@ -1,4 +1,4 @@
-package lease
+package flow
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 )
 
 func TestConfigValidate(t *testing.T) {
-	bad := map[string]Config{
+	bad := map[string]ExtenderConfig{
 		"stream deadline too short": {StreamAckDeadline: time.Millisecond},
 		"stream deadline too long":  {StreamAckDeadline: 601 * time.Second},
 		"negative margin":           {Margin: -1},
@@ -37,13 +37,13 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%s: NewExtender accepted it", name)
 		}
 	}
-	if err := (Config{}).Validate(); err != nil {
-		t.Errorf("zero Config: %v", err)
+	if err := (ExtenderConfig{}).Validate(); err != nil {
+		t.Errorf("zero ExtenderConfig: %v", err)
 	}
-	if _, err := NewExtender(nil, "s", Config{}); err == nil {
+	if _, err := NewExtender(nil, "s", ExtenderConfig{}); err == nil {
 		t.Error("NewExtender(nil client) succeeded")
 	}
-	if _, err := NewExtender(&capture{}, "", Config{}); err == nil {
+	if _, err := NewExtender(&capture{}, "", ExtenderConfig{}); err == nil {
 		t.Error("NewExtender(empty subscription) succeeded")
 	}
 }
@@ -54,7 +54,7 @@ func TestConfigValidate(t *testing.T) {
 func TestReceiptModackBatchedAndSplit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &capture{}
-		e := newExt(t, c, "projects/p/subscriptions/s", Config{StreamAckDeadline: 30 * time.Second})
+		e := newExt(t, c, "projects/p/subscriptions/s", ExtenderConfig{StreamAckDeadline: 30 * time.Second})
 		start := time.Now()
 		msgs := handMade("", 2500, 8, false)
 		for _, m := range msgs {
@@ -95,7 +95,7 @@ func TestNoLeaseLapses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &capture{}
 		const stream = 10 * time.Second
-		e := newExt(t, c, "projects/p/subscriptions/s", Config{StreamAckDeadline: stream})
+		e := newExt(t, c, "projects/p/subscriptions/s", ExtenderConfig{StreamAckDeadline: stream})
 		recv := map[string]time.Time{}
 		for i, m := range handMade("", 60, 4, false) {
 			time.Sleep(1300 * time.Millisecond)
@@ -141,7 +141,7 @@ func TestNoLeaseLapses(t *testing.T) {
 func TestFixedStrategy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &capture{}
-		e := newExt(t, c, "projects/p/subscriptions/s", Config{Strategy: Fixed(200*time.Millisecond, time.Second)})
+		e := newExt(t, c, "projects/p/subscriptions/s", ExtenderConfig{Strategy: Fixed(200*time.Millisecond, time.Second)})
 		start := time.Now()
 		for _, m := range handMade("", 10, 2, false) {
 			e.Track(m)
@@ -168,7 +168,7 @@ func TestFixedStrategy(t *testing.T) {
 func TestReleaseTrackEdges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &capture{}
-		e, err := NewExtender(c, "projects/p/subscriptions/s", Config{Strategy: Fixed(time.Second, 2*time.Second)})
+		e, err := NewExtender(c, "projects/p/subscriptions/s", ExtenderConfig{Strategy: Fixed(time.Second, 2*time.Second)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +220,7 @@ func TestCloseBoundsHungRPC(t *testing.T) {
 			<-ctx.Done()
 			return ctx.Err()
 		}}
-		e, err := NewExtender(c, "projects/p/subscriptions/s", Config{CloseTimeout: 3 * time.Second})
+		e, err := NewExtender(c, "projects/p/subscriptions/s", ExtenderConfig{CloseTimeout: 3 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -243,7 +243,7 @@ func TestTransientErrorsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, subCfg(10*time.Second, false))
 		var ev events
-		e := newExt(t, f.client, f.sub, Config{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
+		e := newExt(t, f.client, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
 		s := newSettler(e, f.client)
 		f.publish(t, 5)
 		msgs := f.pull(t, 5, s)

@@ -1,4 +1,4 @@
-package lease_test
+package flow_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
-	"github.com/pubsubflow/pubsubflow/internal/lease"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
@@ -27,7 +27,7 @@ func ExampleNewExtender() {
 	_, _ = srv.Publish(ctx, topic, &pubsubpb.PubsubMessage{Data: []byte("order 1")})
 	client := pubsubpb.NewSubscriberClient(srv.ClientConn())
 
-	ext, err := lease.NewExtender(client, sub, lease.Config{StreamAckDeadline: 10 * time.Second})
+	ext, err := flow.NewExtender(client, sub, flow.ExtenderConfig{StreamAckDeadline: 10 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -52,9 +52,9 @@ func ExampleNewExtender() {
 
 // Fixed extends to the same deadline on a fixed tick.
 func ExampleFixed() {
-	fixed := lease.Config{Strategy: lease.Fixed(2*time.Second, 10*time.Second)}
+	fixed := flow.ExtenderConfig{Strategy: flow.Fixed(2*time.Second, 10*time.Second)}
 	fmt.Println(fixed.Validate())
-	bad := lease.Config{Strategy: lease.Fixed(time.Minute, 10*time.Second)}
+	bad := flow.ExtenderConfig{Strategy: flow.Fixed(time.Minute, 10*time.Second)}
 	fmt.Println(bad.Validate())
 	// Output:
 	// <nil>
@@ -72,8 +72,8 @@ func ExampleAdaptive() {
 	defer srv.Close()
 	_, _ = srv.CreateTopic(ctx, "topic")
 	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic"})
-	ext, err := lease.NewExtender(pubsubpb.NewSubscriberClient(srv.ClientConn()), sub, lease.Config{
-		Strategy:          lease.Adaptive(lease.AdaptiveConfig{Min: 20 * time.Second, Max: 5 * time.Minute}),
+	ext, err := flow.NewExtender(pubsubpb.NewSubscriberClient(srv.ClientConn()), sub, flow.ExtenderConfig{
+		Strategy:          flow.Adaptive(flow.AdaptiveConfig{Min: 20 * time.Second, Max: 5 * time.Minute}),
 		StreamAckDeadline: 90 * time.Second,
 	})
 	if err != nil {
