@@ -11,9 +11,9 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/sink"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
+	"github.com/pubsubflow/pubsubflow/sink"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 

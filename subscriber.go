@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/connect"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/event"
-	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/sink"
 	"github.com/pubsubflow/pubsubflow/source"

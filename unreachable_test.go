@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
 // TestRunEndsWhenUnreachable: streams that never succeed end Run after

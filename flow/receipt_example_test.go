@@ -8,14 +8,14 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
-	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/flow"
+	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/sink"
-	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
+	"github.com/pubsubflow/pubsubflow/sink"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
 // A chain built by hand from source.Subscribe, EagerTrack and FlowGate gets

@@ -13,10 +13,10 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 

@@ -18,11 +18,11 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 

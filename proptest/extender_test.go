@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"pgregory.net/rapid"
 
-	"github.com/pubsubflow/pubsubflow/internal/ackids"
 	"github.com/pubsubflow/pubsubflow/flow"
+	"github.com/pubsubflow/pubsubflow/internal/ackids"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"

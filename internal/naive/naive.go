@@ -30,13 +30,13 @@ import (
 	"github.com/reugn/go-streams"
 	gsflow "github.com/reugn/go-streams/flow"
 
-	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/flow"
+	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/sink"
-	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
+	"github.com/pubsubflow/pubsubflow/sink"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
