@@ -17,101 +17,76 @@ import (
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// Source returns the subscriber's source: the StreamingPull streams, whose
-// receive loop runs the receipt steps on every response the moment it is
-// decoded — bind the settle path, lease (EagerTrack's step), count
-// (FlowGate's step) — so every message is leased and counted from the
-// moment it is received, wherever it waits afterwards. The streams read
-// only while the flow budget has room. Restart wraps only the streams: the
-// lease table, the flow budget and the buffered messages survive
-// reconnects. Pair it with Acknowledge (or settle each message yourself).
+// Source returns the subscriber's source: its source.Source with the
+// receipt steps fused in — EagerTrack on the subscriber's extender and
+// FlowGate on its budget — so every message is leased and counted where
+// its response is decoded, wherever it waits afterwards. The streams read
+// only while the budget has room; restart wraps only the streams, and the
+// leases, the budget and the held messages outlive it. Pair it with
+// Acknowledge (or settle each message yourself).
 //
 // The source hands on batches (a response's worth, or all that arrived
 // since the last hand-off) to stages that take them (ParallelMap,
 // Acknowledge), one message at a time to the others. A message counts as
 // processing (Stats) from the moment it leaves the source.
 //
-// The source ends when the subscriber shuts down (after handing its
-// buffered messages to the OnShutdown outcome) or on a terminal stream
-// error, which the pipeline returns. A pipeline stopped by its own context
-// or a failing stage nacks what it held and what it was handed but did not
-// settle, so a later pipeline on the same subscriber gets them again.
-func (s *Subscriber) Source() stage.Source[*Message] { return &subSource{s: s, mark: true} }
+// Every pipeline from Source, and every Run, shares the subscriber's one
+// budget: however many run at once, the server is never asked for more
+// than MaxOutstandingMessages. A pipeline started after Close began fails
+// with ErrClosed. The source ends when the subscriber shuts down (after
+// settling its queued messages with the OnShutdown outcome) or on a
+// terminal stream error, which the pipeline returns. A pipeline stopped by
+// its own context or a failing stage nacks what it was handed but did not
+// settle, so a later pipeline gets it again.
+func (s *Subscriber) Source() stage.Source[*Message] { return &subSource{s: s, kind: runCustom} }
 
-// subSource is a run of the subscriber's source. mark says whether a
-// message counts as processing when it leaves the source (a custom
-// pipeline) or only when a handler starts on it (Run).
+// runKind says how a run counts a message as processing: from the moment
+// it leaves the source (a custom pipeline), or only once a handler starts
+// on it (Run).
+type runKind int
+
+const (
+	runCustom runKind = iota
+	runHandlers
+)
+
+type runKey struct{}
+
+// subSource is one run of the subscriber's source.
 type subSource struct {
 	s    *Subscriber
-	mark bool
+	kind runKind
 }
 
-// Run hands on one message at a time. The unbatching goroutine is the
-// run's own, so Close waits for it; what it holds when the run stops is
-// settled like what the source itself still holds (unsent).
+var _ batch.Source[*Message] = (*subSource)(nil)
+
 func (ss *subSource) Run(g *stage.Group) <-chan *Message {
-	out, rg := ss.start(g)
-	if rg == nil {
-		rg = g
-	}
-	return batch.Unbatch(rg, out, ss.s.unsentOne)
+	return batch.Unbatch(g, ss.RunBatches(g), func(m *Message) { m.Nack() })
 }
 
+// RunBatches starts a run of the source in a group of its own under g:
+// the subscriber stops it (its streams first, its pipeline's leftovers
+// once the drain timeout has passed) even if the pipeline downstream no
+// longer reads, and Close waits for it.
 func (ss *subSource) RunBatches(g *stage.Group) <-chan []*Message {
-	out, _ := ss.start(g)
-	return out
-}
-
-// start starts a run under g and returns its output and its own group
-// (nil when the subscriber is closed).
-func (ss *subSource) start(g *stage.Group) (<-chan []*Message, *stage.Group) {
 	s := ss.s
-	if s.closing.Load() {
+	if !s.life.join() {
 		g.Fail(ErrClosed)
 		out := make(chan []*Message)
 		close(out)
-		return out, nil
+		return out
 	}
-	s.active.Add(1)
-	s.runs.Add(1)
-	r := &run{id: s.nextRun.Add(1), mark: ss.mark}
-	// This run's own goroutines (streams and hand-off) live in a group of
-	// their own: its exit is the end of the run, Close waits for it, and
-	// shutdown can stop it once the drain timeout has passed even if the
-	// pipeline downstream no longer reads. The streams also stop when the
-	// subscriber drains; their terminal error fails the pipeline.
-	rg := stage.NewGroup(context.WithValue(g.Context(), runKey{}, r))
-	stopRun := context.AfterFunc(s.abandon, rg.Cancel)
-	unhook := context.AfterFunc(s.life, rg.Cancel)
+	rg := stage.NewGroup(context.WithValue(g.Context(), runKey{}, ss.kind))
+	stop := context.AfterFunc(s.life.abandoned, rg.Cancel)
 	out := s.src.RunBatches(rg)
-	handedOff := make(chan struct{})
 	g.Go(func(context.Context) error {
 		err := rg.Wait()
-		unhook()
-		stopRun()
-		close(handedOff)
-		s.active.Add(-1)
-		ping(s.runsDone)
-		s.runs.Done()
+		stop()
+		s.life.leave()
 		return ignoreCanceled(err)
 	})
-	g.Go(func(ctx context.Context) error {
-		<-ctx.Done()
-		<-handedOff
-		s.nackStranded(r.id)
-		return nil
-	})
-	return out, rg
+	return out
 }
-
-// run is one run of the source, carried in its group's context so the
-// source's hand-off hook knows whose hand-off it is.
-type run struct {
-	id   uint64
-	mark bool
-}
-
-type runKey struct{}
 
 // ignoreCanceled drops the error of a group stopped by cancellation.
 func ignoreCanceled(err error) error {
@@ -121,90 +96,10 @@ func ignoreCanceled(err error) error {
 	return err
 }
 
-// nackStranded nacks what a stopped pipeline was handed and left
-// unsettled (dropped by one of its stages, or in flight when it was
-// cancelled), so it is neither held until max extension nor counted as
-// processing forever. A handler still running on such a message finds its
-// outcome already taken: cancelling a pipeline abandons its work.
-func (s *Subscriber) nackStranded(run uint64) {
-	for _, m := range s.ext.Leased() {
-		if message.HandedOffBy(m) == run && !m.Settled() {
-			m.Nack()
-		}
-	}
-}
-
-// handOff is the source's hand-off hook, run on its hand-off goroutine
-// just before a batch leaves it: settled messages (expired while
-// buffered) are dropped; while the subscriber drains, the rest get the
-// OnShutdown outcome instead of going on; otherwise, for a custom
-// pipeline, they count as processing from here.
-func (s *Subscriber) handOff(ctx context.Context, ms []*Message) []*Message {
-	r, _ := ctx.Value(runKey{}).(*run)
-	keep := ms[:0]
-	for _, m := range ms {
-		switch {
-		case m.Settled():
-		case s.draining.Load():
-			message.Settle(m, s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
-		default:
-			if r != nil && r.mark {
-				s.markHanded(r.id, m)
-			}
-			keep = append(keep, m)
-		}
-	}
-	clear(ms[len(keep):])
-	return keep
-}
-
-// markHanded records that m left the subscriber's buffers for processing;
-// marked before it goes, as the receiver may settle it at once.
-func (s *Subscriber) markHanded(run uint64, m *Message) {
-	if message.MarkHandedOffBy(m, run) {
-		s.c.handed.Add(1)
-	}
-}
-
-// receipt is the source's receipt step, run on a stream's goroutine for
-// each response the moment it is decoded: bind the settle path, lease,
-// count. No message waits anywhere before all three are done.
-func (s *Subscriber) receipt(stream int, ms []*Message) {
-	if s.tracing != nil {
-		s.tracing.received(ms)
-	}
-	for _, m := range ms {
-		message.Bind(m, (*settlePath)(s))
-		if m.DeliveryAttempt > 1 {
-			s.c.redelivered.Add(1)
-		}
-	}
-	s.c.received.Add(uint64(len(ms)))
-	s.tracker.Receive(stream, ms)
-	s.gate.Receive(stream, ms)
-}
-
-func (s *Subscriber) unsentOne(m *Message) { s.unsent([]*Message{m}) }
-
-// unsent settles what the source received but will not hand on: with the
-// OnShutdown outcome while the subscriber drains, else (a stopped
-// pipeline) a nack, so the server redelivers it at once.
-func (s *Subscriber) unsent(ms []*Message) {
-	for _, m := range ms {
-		if s.draining.Load() {
-			message.Settle(m, s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
-		} else {
-			m.Nack()
-		}
-	}
-}
-
 // Acknowledge returns the sink paired with Source: each message that
-// reaches it without an outcome gets the OnSuccess outcome (default ack);
-// the settle path releases its permit and lease.
-func (s *Subscriber) Acknowledge() stage.Sink[*Message] {
-	return sink.Acknowledge(s.policy)
-}
+// reaches it without an outcome gets the OnSuccess outcome (default ack).
+// Its settle path gives back its permit and lease and queues the RPC.
+func (s *Subscriber) Acknowledge() stage.Sink[*Message] { return sink.Acknowledge(s.policy) }
 
 // Handler processes one message. Returning nil applies OnSuccess (default
 // ack), an error OnFailure (default nack), unless the handler settled the
@@ -233,19 +128,19 @@ func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Messag
 		if m.Settled() {
 			return m, nil
 		}
-		if !message.HandedOff(m) {
-			if s.draining.Load() {
-				message.Settle(m, s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
+		if message.Of(m).HandedOffBy() == 0 {
+			if s.life.draining() {
+				sink.Settle(m, s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
 				return m, nil
 			}
-			s.markHanded(1, m)
+			(*book)(s).markHanded(m)
 		}
 		var span trace.Span
 		if s.tracing != nil {
 			ctx, span = s.tracing.startProcess(ctx, m)
 		}
 		s.c.inHandler.Add(1)
-		err := s.safeHandle(ctx, handler, m)
+		err := s.safeHandle(withHandler(ctx, s), handler, m)
 		s.c.inHandler.Add(-1)
 		sink.Apply(m, err, s.policy)
 		if span != nil {
@@ -285,6 +180,14 @@ func (s *Subscriber) safeHandle(ctx context.Context, h Handler, m *Message) (err
 	return h(ctx, m)
 }
 
+// handlerKey marks a handler's ctx with its subscriber, so Shutdown
+// called with it knows not to wait for the handler that called it.
+type handlerKey struct{}
+
+func withHandler(ctx context.Context, s *Subscriber) context.Context {
+	return context.WithValue(ctx, handlerKey{}, s)
+}
+
 // Run receives and processes messages with parallelism workers calling
 // handler until ctx is done or the subscriber is closed (both mean: stop
 // and drain, then return nil), or a terminal error (subscription deleted,
@@ -293,6 +196,9 @@ func (s *Subscriber) safeHandle(ctx context.Context, h Handler, m *Message) (err
 // once the drain timeout has passed and handlers' ctx was cancelled, Run
 // waits one more second, then returns a *StuckHandlersError counting the
 // handlers still running (their messages already nacked).
+//
+// Several Runs (and Source pipelines) may run at once on one subscriber;
+// they share its one budget.
 func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) error {
 	if parallelism < 1 {
 		return fmt.Errorf("pubsubflow: Run: parallelism %d, want ≥ 1", parallelism)
@@ -300,44 +206,29 @@ func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) 
 	if handler == nil {
 		return errors.New("pubsubflow: Run: nil handler")
 	}
-	select {
-	case <-s.closed:
+	if s.life.closing() {
 		return ErrClosed
-	default:
 	}
-	// The pipeline's own context is cancelled only after the drain timeout:
-	// cancelling ctx means stop-and-drain, not abandon.
+	// The pipeline's own context is cancelled only once the drain timeout
+	// has passed: cancelling ctx means stop-and-drain, not abandon.
 	pctx, cancel := context.WithCancel(context.Background())
-	s.mu.Lock()
-	s.runCancels[&cancel] = struct{}{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.runCancels, &cancel)
-		s.mu.Unlock()
-		cancel()
-	}()
+	stop := context.AfterFunc(s.life.abandoned, cancel)
+	defer stop()
+	defer cancel()
 
 	done := make(chan error, 1)
-	s.handling.Add(1)
 	go func() {
-		src := &subSource{s: s} // processing starts in the handler
-		err := pipeline.FromContext(pctx, stage.Source[*Message](src)).Via(s.process(parallelism, handler, unsettled)).To(s.Acknowledge())
-		s.handling.Add(-1)
-		ping(s.runsDone)
-		done <- err
+		src := &subSource{s: s, kind: runHandlers}
+		done <- pipeline.FromContext(pctx, stage.Source[*Message](src)).Via(s.process(parallelism, handler, unsettled)).To(s.Acknowledge())
 	}()
 	select {
 	case err := <-done:
 		// A terminal error: the pipeline has ended, so nothing is in
-		// processing; nack what is still leased without waiting.
-		closeErr := s.shutdownOnce(context.Background(), false)
-		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
-			return err
-		}
-		return closeErr
+		// processing; nack what is still held without waiting.
+		closeErr := s.shutdown(context.Background(), false)
+		return runResult(err, closeErr)
 	case <-ctx.Done():
-	case <-s.closed:
+	case <-s.life.closingCh:
 	}
 	closeErr := s.Close()
 	// Close has drained (up to the drain timeout), nacked what is left and
@@ -347,14 +238,19 @@ func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) 
 	defer grace.Stop()
 	select {
 	case err := <-done:
-		// ErrClosed here is our own close racing the pipeline's start.
-		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
-			return err
-		}
-		return closeErr
+		return runResult(err, closeErr)
 	case <-grace.C:
 		return errors.Join(closeErr, &StuckHandlersError{Running: int(s.c.inHandler.Load())})
 	}
+}
+
+// runResult is what Run returns once its pipeline has ended with err:
+// the pipeline's error unless it only reports the shutdown.
+func runResult(err, closeErr error) error {
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
+		return err
+	}
+	return closeErr
 }
 
 // stuckGrace is how long Run waits, after the drain timeout and the
@@ -373,3 +269,4 @@ type StuckHandlersError struct {
 func (e *StuckHandlersError) Error() string {
 	return fmt.Sprintf("pubsubflow: Run: %d handler(s) still running after the drain timeout and cancellation; their messages were nacked", e.Running)
 }
+

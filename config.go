@@ -16,7 +16,6 @@ import (
 	"github.com/pubsubflow/pubsubflow/connect"
 	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/source"
 )
 
@@ -157,7 +156,7 @@ func limit(field string, v int64) error {
 }
 
 func outcome(field string, o Outcome, allowed ...Outcome) error {
-	if o == message.Pending {
+	if o == source.Pending {
 		return nil
 	}
 	for _, a := range allowed {

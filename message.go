@@ -1,25 +1,23 @@
 package pubsubflow
 
-import "github.com/pubsubflow/pubsubflow/internal/message"
+import "github.com/pubsubflow/pubsubflow/source"
 
-// Message is one received message; see message.Message. Handlers settle it
-// with Ack, Nack, NackAfter or NoOp (the first outcome wins), or leave it to
-// the outcome policy.
-type Message = message.Message
+// Message is one received message (source.Message): handlers settle it
+// with Ack, Nack, NackAfter or NoOp (the first outcome wins), or leave it
+// to the outcome policy.
+type Message = source.Message
 
-// Outcome is what happens to a received message; see message.Outcome.
-type Outcome = message.Outcome
+// Outcome is what happens to a received message (source.Outcome).
+type Outcome = source.Outcome
 
 // The outcomes a policy may choose.
 const (
-	Ack       = message.Ack
-	Nack      = message.Nack
-	NackAfter = message.NackAfter
-	NoOp      = message.NoOp
+	Ack       = source.Ack
+	Nack      = source.Nack
+	NackAfter = source.NackAfter
+	NoOp      = source.NoOp
 )
 
 // AckResult is the server's confirmation of an ack or nack on an
-// exactly-once subscription, from Message.Result: Wait returns nil once
-// the server confirmed it, or the reason it failed (for example an ack id
-// that expired before the ack reached the server).
-type AckResult = message.Result
+// exactly-once subscription (source.AckResult), from Message.Result.
+type AckResult = source.AckResult

@@ -11,97 +11,72 @@ const flushTimeout = 30 * time.Second
 
 // Close shuts the subscriber down gracefully (see Shutdown), bounded by the
 // drain timeout. A second Close is harmless and returns the first result.
+// Do not call Close from a handler: it would wait for that handler, up to
+// the drain timeout. Call Shutdown with the handler's ctx instead.
 func (s *Subscriber) Close() error { return s.Shutdown(context.Background()) }
 
 // Shutdown stops the streams so nothing new arrives; settles messages not
 // yet handed to processing with the OnShutdown outcome (default: nack after
-// 5 s); waits up to the drain timeout (or ctx) for messages in processing
-// to settle; nacks what is left; flushes the acknowledger; stops lease
-// extension; and returns after every goroutine the subscriber started has
-// exited.
+// 5 s); waits up to the drain timeout (or ctx) for the runs to finish what
+// they hold; nacks what is left; flushes the acks; stops lease extension;
+// and returns after every goroutine the subscriber started has exited. A
+// run started after Shutdown began fails with ErrClosed.
+//
+// Called from a handler with the handler's ctx, Shutdown starts the
+// shutdown and returns at once (nil): waiting would wait for the handler
+// itself.
 func (s *Subscriber) Shutdown(ctx context.Context) error {
-	return s.shutdownOnce(ctx, true)
+	if from, _ := ctx.Value(handlerKey{}).(*Subscriber); from == s {
+		go func() { _ = s.shutdown(context.WithoutCancel(ctx), true) }()
+		return nil
+	}
+	return s.shutdown(ctx, true)
 }
 
-// shutdownOnce runs the shutdown once; later callers wait for it. drain
-// false skips waiting for processing (Run's pipeline has already ended).
-func (s *Subscriber) shutdownOnce(ctx context.Context, drain bool) error {
-	// A channel, not a sync.Once: a second caller waits on it durably, so
-	// shutdown also works inside a testing/synctest bubble.
-	if s.closing.CompareAndSwap(false, true) {
-		s.closeErr = s.shutdown(ctx, drain)
-		close(s.closeDone)
-		return s.closeErr
-	}
-	select {
-	case <-s.closeDone:
-		return s.closeErr
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
+// shutdown runs the shutdown once; later callers wait for it. drain false
+// skips waiting for the runs (Run's pipeline has already ended).
 func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
-	close(s.closed)
-	s.draining.Store(true)
-	s.stop()
+	idle, first := s.life.begin()
+	if !first {
+		select {
+		case <-s.life.done:
+			return s.life.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.src.Stop()
 	if drain {
-		s.drain(ctx)
+		timeout := time.NewTimer(s.cfg.DrainTimeout)
+		select {
+		case <-idle:
+		case <-timeout.C:
+		case <-ctx.Done():
+		}
+		timeout.Stop()
 	}
-	s.giveUp()
-
-	// Nack what is still held (processing past the drain timeout, or
-	// dropped by a foreign stage), then stop every pipeline of ours.
-	for _, m := range s.ext.Leased() {
-		m.Nack()
-	}
-	s.mu.Lock()
-	for cancel := range s.runCancels {
-		(*cancel)()
-	}
-	s.mu.Unlock()
-	s.runs.Wait()
+	// Stop every run still going: its streams, and what its pipeline left.
+	s.life.abandon()
+	<-idle
 
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()
-	errs := []error{s.acks.Close(fctx), s.ext.Close()}
+	errs := []error{s.src.Close(fctx), s.ext.Close()}
 	if s.tracing != nil {
 		s.tracing.close()
 	}
-	s.closeParts()
-	return errors.Join(errs...)
+	s.closeParts(false)
+	err := errors.Join(errs...)
+	s.life.finish(err)
+	return err
 }
 
-// drain waits until no pipeline of ours runs and nothing is in processing,
-// or until the drain timeout or ctx ends. Run's pipelines count until they
-// have ended: their workers settle the messages still queued for them
-// (with the OnShutdown outcome) after the handlers before them return, and
-// those settlements must reach the acknowledger before it closes.
-func (s *Subscriber) drain(ctx context.Context) {
-	timeout := time.NewTimer(s.cfg.DrainTimeout)
-	defer timeout.Stop()
-	for s.active.Load() > 0 || s.handling.Load() > 0 || s.Stats().Processing > 0 {
-		select {
-		case <-s.settledCh:
-		case <-s.runsDone:
-		case <-timeout.C:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// closeParts releases what NewSubscriber made; safe on a partly built one.
-// The acknowledger and extender are closed here only when construction
-// failed; shutdown closes them itself, in order, first.
-func (s *Subscriber) closeParts() {
-	if s.giveUp != nil {
-		s.giveUp()
-	}
-	if s.life == nil { // construction failed: stop what was started
-		if s.acks != nil {
-			_ = s.acks.Close(context.Background())
+// closeParts releases what NewSubscriber made; safe on a partly built one
+// (failed: construction failed, so stop what was started too).
+func (s *Subscriber) closeParts(failed bool) {
+	if failed {
+		if s.src != nil {
+			_ = s.src.Close(context.Background())
 		}
 		if s.ext != nil {
 			_ = s.ext.Close()

@@ -41,16 +41,14 @@ type Stats struct {
 	LastError error
 }
 
-// counters hold the Stats totals; they are updated on hot paths, so each
-// is one atomic add.
+// counters are what only the Subscriber counts: handlers running, and
+// messages handed to processing (and of those, settled); the rest comes
+// from its parts' Stats.
 type counters struct {
-	received, redelivered, acked, nacked, noops, expired atomic.Uint64
-	extended, reconnects, ackFailures                    atomic.Uint64
-	settled, handed, settledHanded, ackFinal             atomic.Int64
-	inHandler                                            atomic.Int64 // handlers running now
+	inHandler, handed, settledHanded atomic.Int64
 
 	mu      sync.Mutex
-	lastErr error
+	lastErr error // a handler's panic
 }
 
 func (c *counters) setErr(err error) {

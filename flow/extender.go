@@ -5,12 +5,14 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
 // key names a lease: ack ids are only unique within a subscription, and one
@@ -27,9 +29,13 @@ const (
 	stateDropping                   // being settled as Expired; removed after
 )
 
-// lease is one tracked message. Guarded by Extender.mu.
+// lease is one tracked message. Guarded by Extender.mu, but for node and
+// e, which are set before the lease is shared. It is the message's Holder:
+// the message's settle path ends it.
 type lease struct {
-	m        *message.Message
+	node     message.HoldNode
+	e        *Extender
+	m        *source.Message
 	key      key
 	received time.Time
 	size     int
@@ -56,16 +62,32 @@ func (l *lease) endConfirm() {
 	}
 }
 
+// Settled ends the lease of a message settled with anything but an ack
+// (an extension after a nack would undo it). An acked message keeps its
+// lease until its ack is final (Done), so a slow Acknowledge cannot let it
+// lapse.
+func (l *lease) Settled(_ any, o uint32) {
+	if o != message.Ack {
+		l.e.release(l, false)
+	}
+}
+
+// Done ends the lease once the message's ack (or nack) is final; an ack
+// teaches the adaptive deadline its receipt→ack latency.
+func (l *lease) Done(any) { l.e.release(l, l.m.Outcome() == source.Ack) }
+
 // Extender tracks the leases of received messages and keeps extending them
-// until they are released or pass the maximum extension. Make it with
-// NewExtender and stop it with Close. Its methods are safe for concurrent
-// use; Track, Release and Confirmed never wait for an RPC.
+// until they are settled or pass the maximum extension. Make it with
+// NewExtender and stop it with Close. One Extender may serve any number of
+// sources, subscriptions and Subscribers: it extends each message on the
+// subscription the message names. Its methods are safe for concurrent
+// use; Track and Confirmed never wait for an RPC.
 type Extender struct {
 	client pubsubpb.SubscriberClient
-	sub    string
 	cfg    ExtenderConfig
 	log    *slog.Logger
 	events event.Func
+	tracer *modackTracer // nil unless ExtenderConfig.TracerProvider is set
 
 	// mu guards the fields below. It is never held across an RPC, a
 	// channel wait, a timer or a call into a message's settle path.
@@ -74,6 +96,10 @@ type Extender struct {
 	leases  map[key]*lease
 	pending []*lease // receipt modacks not yet sent
 	closed  bool
+	deadline atomic.Int64 // the policy's deadline, for readers without mu
+
+	extended atomic.Uint64
+	expired  atomic.Uint64
 
 	wake      chan struct{} // cap 1: Track queued a receipt modack
 	jobs      chan job      // loop → workers, unbuffered
@@ -86,15 +112,10 @@ type Extender struct {
 }
 
 // NewExtender validates cfg and starts the extender's loop and its
-// MaxInFlight workers. subscription is the full subscription name used for
-// messages whose Subscription field is empty; a message that names its
-// subscription is extended on that one, so an extender can be shared.
-func NewExtender(client pubsubpb.SubscriberClient, subscription string, cfg ExtenderConfig) (*Extender, error) {
+// MaxInFlight workers, which send ModifyAckDeadline through client.
+func NewExtender(client pubsubpb.SubscriberClient, cfg ExtenderConfig) (*Extender, error) {
 	if client == nil {
 		return nil, errors.New("lease: nil SubscriberClient")
-	}
-	if subscription == "" {
-		return nil, errors.New("lease: empty subscription name")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -103,10 +124,8 @@ func NewExtender(client pubsubpb.SubscriberClient, subscription string, cfg Exte
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Extender{
 		client:    client,
-		sub:       subscription,
 		cfg:       cfg,
 		log:       cfg.Logger,
-		events:    cfg.Events,
 		policy:    cfg.Strategy.newPolicy(cfg.StreamAckDeadline),
 		leases:    make(map[key]*lease),
 		wake:      make(chan struct{}, 1),
@@ -116,6 +135,11 @@ func NewExtender(client pubsubpb.SubscriberClient, subscription string, cfg Exte
 		rpcCtx:    ctx,
 		rpcCancel: cancel,
 	}
+	e.events = e.emitEvent
+	if cfg.TracerProvider != nil {
+		e.tracer = &modackTracer{tp: cfg.TracerProvider}
+	}
+	e.deadline.Store(int64(ceilSeconds(e.policy.deadline())))
 	e.workers.Add(cfg.MaxInFlight)
 	for range cfg.MaxInFlight {
 		go e.worker()
@@ -124,33 +148,24 @@ func NewExtender(client pubsubpb.SubscriberClient, subscription string, cfg Exte
 	return e, nil
 }
 
-func (e *Extender) keyOf(m *message.Message) key {
-	sub := m.Subscription
-	if sub == "" {
-		sub = e.sub
-	}
-	return key{sub: sub, ackID: m.AckID}
-}
+func keyOf(m *source.Message) key { return key{sub: m.Subscription, ackID: m.AckID} }
 
-// Track records m's lease on receipt (receipt time, size, deadline) and
-// queues its receipt modack, which sets the strategy's deadline within a
-// few milliseconds, batched with others. It never waits for an RPC. A
-// message without an ack id, already settled or already tracked, or any
-// message after Close, is ignored.
-func (e *Extender) Track(m *message.Message) { e.TrackAll([]*message.Message{m}) }
-
-// TrackAll is Track for a batch (a response's messages): one lock and one
-// allocation for the whole batch.
-func (e *Extender) TrackAll(ms []*message.Message) {
+// track records the leases of a batch (a response's messages) on receipt
+// (receipt time, size, deadline) and queues their receipt modacks, which
+// set the strategy's deadline within a few milliseconds, batched with
+// others: one lock and one allocation for the whole batch. It never waits
+// for an RPC. A message without an ack id or a subscription, already
+// settled or already tracked, or any message after Close, is ignored.
+func (e *Extender) track(ms []*source.Message) {
 	now := time.Now()
 	slab := make([]lease, len(ms))
 	added := 0
 	e.mu.Lock()
 	for i, m := range ms {
-		if m == nil || m.AckID == "" || m.Settled() {
+		if m == nil || m.AckID == "" || m.Subscription == "" || m.Settled() {
 			continue
 		}
-		k := e.keyOf(m)
+		k := keyOf(m)
 		if e.closed || e.leases[k] != nil {
 			continue
 		}
@@ -160,6 +175,7 @@ func (e *Extender) TrackAll(ms []*message.Message) {
 		}
 		l := &slab[i]
 		*l = lease{
+			e:        e,
 			m:        m,
 			key:      k,
 			received: received,
@@ -179,6 +195,12 @@ func (e *Extender) TrackAll(ms []*message.Message) {
 	if added == 0 {
 		return
 	}
+	// Outside mu: a message settled meanwhile ends its lease at once.
+	for i := range slab {
+		if l := &slab[i]; l.e != nil {
+			message.Of(l.m).Hold(l.m, &l.node, l)
+		}
+	}
 	select {
 	case e.wake <- struct{}{}:
 	default:
@@ -192,11 +214,11 @@ func (e *Extender) TrackAll(ms []*message.Message) {
 // which case the extender has settled it as message.Expired and emitted
 // event.ReceiptModackFail). Otherwise it returns a channel that is closed
 // when that changes.
-func (e *Extender) Confirmed(m *message.Message) <-chan struct{} {
+func (e *Extender) Confirmed(m *source.Message) <-chan struct{} {
 	if m == nil || !m.ExactlyOnce {
 		return nil
 	}
-	k := e.keyOf(m)
+	k := keyOf(m)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	l := e.leases[k]
@@ -206,67 +228,26 @@ func (e *Extender) Confirmed(m *message.Message) <-chan struct{} {
 	return l.confirm
 }
 
-// Release stops tracking m; it is idempotent and safe for a message that
-// was never tracked. With o == message.Ack it records the receipt→now
-// latency for the Adaptive strategy.
-//
-// The settle path should call Release once the outcome has reached the
-// server (the Acknowledge or nack RPC returned), not before: until then the
-// extender keeps the lease alive, so a slow ack RPC cannot let it lapse.
-//
-// When the extender itself settles a message (message.Expired: past the
-// maximum extension, or a permanent modack failure) the settle path runs on
-// the extender's loop or worker goroutine, so it must not block there (an
-// Expired outcome sends no RPC: the server redelivers on its own).
-func (e *Extender) Release(m *message.Message, o message.Outcome) {
-	if m == nil || m.AckID == "" {
-		return
-	}
-	k := e.keyOf(m)
+// release ends l (a no-op if it already ended); ack records its
+// receipt→now latency for the adaptive strategy.
+func (e *Extender) release(l *lease, ack bool) {
 	now := time.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	l := e.leases[k]
-	if l == nil || l.m != m {
+	if l.gone {
 		return
 	}
 	e.removeLocked(l)
-	if o == message.Ack {
+	if ack {
 		e.policy.record(now.Sub(l.received))
-	}
-}
-
-// ReleaseAcked releases the leases of ack ids of subscription ("" for the
-// extender's own) whose acks have reached the server, recording their
-// latency as Release does for message.Ack. It is the acknowledger's
-// completion hook (ack.Config.OnAcked): a settle path that defers lease
-// release to it keeps extending a lease while its ack is still on its way.
-func (e *Extender) ReleaseAcked(subscription string, ackIDs []string) {
-	if subscription == "" {
-		subscription = e.sub
-	}
-	now := time.Now()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, id := range ackIDs {
-		k := key{sub: subscription, ackID: id}
-		l := e.leases[k]
-		if l == nil {
-			continue
-		}
-		e.removeLocked(l)
-		e.policy.record(now.Sub(l.received))
+		e.deadline.Store(int64(ceilSeconds(e.policy.deadline())))
 	}
 }
 
 // Deadline is the deadline the strategy yields now, in whole seconds: what
 // the stream should use as its ack deadline and what new leases get.
 // Messages of exactly-once subscriptions get at least 60 s.
-func (e *Extender) Deadline() time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return ceilSeconds(e.policy.deadline())
-}
+func (e *Extender) Deadline() time.Duration { return time.Duration(e.deadline.Load()) }
 
 // Len is the number of leases held.
 func (e *Extender) Len() int {
@@ -319,23 +300,17 @@ func (e *Extender) margin(d time.Duration) time.Duration {
 	return min(e.cfg.Margin, d/2)
 }
 
-func (e *Extender) emit(ev event.Event) {
-	if ev.Subscription == "" {
-		ev.Subscription = e.sub
-	}
-	e.events.Emit(ev)
-}
+func (e *Extender) emit(ev event.Event) { e.events.Emit(ev) }
 
-// Leased returns the messages whose leases are held now, in no particular
-// order: at shutdown the owner nacks what is still leased.
-func (e *Extender) Leased() []*message.Message {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]*message.Message, 0, len(e.leases))
-	for _, l := range e.leases {
-		out = append(out, l.m)
+// emitEvent counts and logs what the extender reports.
+func (e *Extender) emitEvent(ev event.Event) {
+	switch ev.Kind {
+	case event.Extend:
+		e.extended.Add(uint64(ev.Count))
+	case event.Expired:
+		e.expired.Add(uint64(ev.Count))
 	}
-	return out
+	event.Log(e.log, ev)
 }
 
 // removeLocked takes l out of the table.
@@ -343,4 +318,17 @@ func (e *Extender) removeLocked(l *lease) {
 	delete(e.leases, l.key)
 	l.gone = true
 	l.endConfirm()
+}
+
+// ExtenderStats is a snapshot of an Extender.
+type ExtenderStats struct {
+	Leases   int           // leases held now
+	Extended uint64        // lease extensions the server accepted
+	Expired  uint64        // leases dropped: past max extension, or their deadline passed unconfirmed
+	Deadline time.Duration // the deadline the strategy yields now
+}
+
+// Stats returns a snapshot of the extender's counters.
+func (e *Extender) Stats() ExtenderStats {
+	return ExtenderStats{Leases: e.Len(), Extended: e.extended.Load(), Expired: e.expired.Load(), Deadline: e.Deadline()}
 }

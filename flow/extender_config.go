@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/internal/event"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of ExtenderConfig's zero fields.
@@ -77,10 +77,10 @@ type ExtenderConfig struct {
 	// CloseTimeout bounds how long Close waits for in-flight RPCs before
 	// cancelling them (zero: 5 s).
 	CloseTimeout time.Duration
-	// Events receives Extend, Expired, ReceiptModackFail and Retry events.
-	Events event.Func
-	// Tracer, if set, traces every modack attempt (see Tracer). Nil: none.
-	Tracer Tracer
+	// TracerProvider, if set, traces every modack attempt: a "modack" span
+	// linked to the subscribe spans (see source.Config.TracerProvider) of
+	// the messages it extends. Nil: none.
+	TracerProvider trace.TracerProvider
 	// Logger receives warnings about failed RPCs (nil: discard).
 	Logger *slog.Logger
 }

@@ -144,9 +144,9 @@ func (e *Extender) expire(ls []*lease, err error) {
 	e.drop(ls)
 	e.emit(event.Event{Kind: event.Expired, Count: len(ls), Err: err})
 	if err != nil {
-		e.log.Warn("lease: dropped leases after a permanent modack failure", "subscription", e.sub, "count", len(ls), "err", err)
+		e.log.Warn("lease: dropped leases after a permanent modack failure", "count", len(ls), "err", err)
 	} else {
-		e.log.Info("lease: dropped leases past max extension", "subscription", e.sub, "count", len(ls), "max_extension", e.cfg.MaxExtension)
+		e.log.Info("lease: dropped leases past max extension", "count", len(ls), "max_extension", e.cfg.MaxExtension)
 	}
 }
 
@@ -158,7 +158,7 @@ func (e *Extender) expire(ls []*lease, err error) {
 // releases the lease itself; removing it here covers unbound messages.
 func (e *Extender) drop(ls []*lease) {
 	for _, l := range ls {
-		message.Settle(l.m, message.Expired, 0)
+		message.Of(l.m).Settle(l.m, message.Expired, 0)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -1,26 +1,63 @@
 package flow
 
-import "github.com/pubsubflow/pubsubflow/internal/message"
+import (
+	"sync"
 
-// Tracer traces the extender's ModifyAckDeadline RPCs (the subscriber's
-// OpenTelemetry tracing implements it). Nil, the default, costs one nil
-// check per RPC attempt and nothing per lease.
-type Tracer interface {
-	// StartModack is called before each attempt of a ModifyAckDeadline
-	// that sets seconds for ms: the receipt modack (receipt) or a lease
-	// extension. The returned function is called once with the attempt's
-	// error (nil: the server accepted it). ms must not be kept.
-	StartModack(receipt bool, seconds int32, ms []*message.Message) func(error)
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/internal/tracing"
+)
+
+// modackTracer traces the extender's ModifyAckDeadline attempts
+// (ExtenderConfig.TracerProvider): one "modack" span per attempt, linked
+// both ways to the subscribe spans of the messages it extends, which get
+// "modack end" and, on success, "receipt modack" or "lease extended"
+// events. Messages are traced on their own subscription.
+type modackTracer struct {
+	tp    trace.TracerProvider
+	names sync.Map // subscription → tracing.Names
+}
+
+func (t *modackTracer) namesFor(sub string) tracing.Names {
+	if n, ok := t.names.Load(sub); ok {
+		return n.(tracing.Names)
+	}
+	n, _ := t.names.LoadOrStore(sub, tracing.For(t.tp, sub))
+	return n.(tracing.Names)
 }
 
 // startTrace starts the tracing of one attempt of j (nil when not traced).
 func (e *Extender) startTrace(j job) func(error) {
-	if e.cfg.Tracer == nil {
+	t := e.tracer
+	if t == nil {
 		return nil
 	}
-	ms := make([]*message.Message, len(j.leases))
+	spans := make([]trace.Span, len(j.leases))
 	for i, l := range j.leases {
-		ms[i] = l.m
+		if mt := message.Of(l.m).Trace; mt != nil {
+			spans[i] = mt.Subscribe
+		}
 	}
-	return e.cfg.Tracer.StartModack(j.receipt, j.secs, ms)
+	span := t.namesFor(j.sub).RPCSpan("modack", j.secs, spans, tracing.AttrReceiptModack.Bool(j.receipt))
+	return func(err error) {
+		event := "lease extended"
+		if j.receipt {
+			event = "receipt modack"
+		}
+		for _, s := range spans {
+			if s == nil {
+				continue
+			}
+			s.AddEvent("modack end")
+			if err == nil {
+				s.AddEvent(event, trace.WithAttributes(semconv.MessagingGCPPubsubMessageAckDeadline(int(j.secs))))
+			}
+		}
+		if err != nil {
+			tracing.Fail(span, err)
+		}
+		span.End()
+	}
 }

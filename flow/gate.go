@@ -1,78 +1,65 @@
 package flow
 
 import (
-	"github.com/pubsubflow/pubsubflow/internal/message"
+	"log/slog"
+
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// Gate is the eager flow-control stage: it takes a message's permits from
-// its FlowControl the moment it receives the message, buffers admitted
-// messages (at most MaxMessages, or stage.DefaultBound when messages are
-// unlimited) and hands them downstream on demand. While the budget is spent
-// it does not receive, so the backpressure reaches the stream and, through
-// the HTTP/2 window, the server. Outstanding() therefore counts every
-// message received and not yet settled, however slow downstream is (a
-// gate that counted on push would count only what downstream had taken).
+// Gate is the eager flow-control stage: it counts a message against its
+// FlowControl the moment it receives it, so Outstanding is exactly what
+// the client holds, however slow downstream is (a gate that counted on
+// push would count only what downstream had taken). The message's settle
+// path gives the permit back, whatever ends it: there is nothing to pair.
 //
-// The same counting is also a receipt step (Receive), which a source runs
-// where it decodes a response, and the Gate is then also the source's
-// Budget (Open, Closed, Room, Wake): streams read only while there is room
-// and ask the server only for the room that is left. That is how a
-// Subscriber composes it.
+// Written right after source.Subscribe in a pipeline, it is fused into
+// the source (it is a source.Step and a source.Budget): it counts where
+// each response is decoded, the streams read only while there is room,
+// and each stream asks the server only for the room that is left, so the
+// budget holds across reconnects and runs. Anywhere else it runs as an
+// eager stage: it receives while the budget has room, buffers what it
+// admitted (at most MaxMessages, or stage.DefaultBound when messages are
+// unlimited) and hands it on on demand; while the budget is spent it does
+// not receive, so backpressure reaches upstream. A message that reaches
+// it long after receipt (LateAfter) means a buffer sits before it: it
+// says so once, at Warn.
 //
-// Permits are returned by the settle path (FlowControl.ReleaseMessage), not
-// by the gate. A message settled while buffered (its lease expired, say) is
-// dropped instead of emitted; a message settled before it was admitted never
-// takes a permit. Permits released therefore always equal permits acquired.
-//
-// One Gate may run several times (several streams) on one FlowControl.
+// One FlowControl may back several gates (several sources or stages
+// sharing one budget). For shares per key (per tenant) see KeyedGate.
 type Gate struct {
-	// Flow is the budget. Required.
-	Flow *FlowControl
+	// Logger receives the one warning about a buffer before the stage
+	// (nil: slog.Default()).
+	Logger *slog.Logger
 
-	// OnDrop settles a message the gate still holds when it stops without
-	// emitting it (cancellation or Discard). Nil means m.Nack(). The gate
-	// releases the message's permits after OnDrop in any case.
-	OnDrop func(m *message.Message)
-
-	// Discard, if set, is closed to make the gate drop (OnDrop) what it
-	// holds and what it receives from then on (graceful shutdown: messages
-	// not yet handed to processing are nacked).
-	Discard <-chan struct{}
-
-	// HandOff, if set, is asked once for each message about to be offered
-	// downstream, on the gate's goroutine: true offers it; false removes
-	// it from the buffer without emitting it, HandOff having settled it
-	// (for example with the shutdown outcome while a subscriber drains).
-	// The gate releases a removed message's permits (idempotently) either
-	// way. A subscriber marks messages handed to processing there, which
-	// saves a stage (a goroutine and a hand-off per message) behind the
-	// gate. It must not block.
-	HandOff func(m *message.Message) bool
-
-	// Pending, if set, reports the messages settled whose acks or nacks
-	// the server has not confirmed yet (ack.Acknowledger's Stats().Unacked):
-	// the server still counts them, so a new stream's grant leaves room
-	// for them.
-	Pending func() int64
+	fc   *FlowControl
+	late lateWarning
 }
 
-// Receive is the gate's receipt step (source.Config.Receipt): it counts
-// every message of a batch stream decoded as outstanding, at once.
-func (gt *Gate) Receive(stream int, ms []*message.Message) { gt.Flow.Receive(stream, ms) }
+// FlowGate returns a Gate on fc.
+func FlowGate(fc *FlowControl) *Gate { return &Gate{fc: fc} }
 
-// Open grants stream the limits for a new stream's initial request
+var (
+	_ source.Step                                  = (*Gate)(nil)
+	_ source.Budget                                = (*Gate)(nil)
+	_ stage.Flow[*source.Message, *source.Message] = (*Gate)(nil)
+)
+
+// Flow is the gate's budget.
+func (gt *Gate) Flow() *FlowControl { return gt.fc }
+
+// Receive is the gate's receipt step (source.Step): it counts every
+// message of a batch decoded on lane, at once.
+func (gt *Gate) Receive(lane int, ms []*source.Message) { gt.fc.Receive(lane, ms) }
+
+// Open grants a new stream a lane and the limits of its initial request
 // (source.Budget); see FlowControl.OpenLane.
-func (gt *Gate) Open(stream int, shareMessages, shareBytes int64) (maxMessages, maxBytes int64, ok bool) {
-	var pending int64
-	if gt.Pending != nil {
-		pending = gt.Pending()
-	}
-	return gt.Flow.OpenLane(stream, shareMessages, shareBytes, pending)
+func (gt *Gate) Open(shareMessages, shareBytes int64) (lane int, maxMessages, maxBytes int64, ok bool) {
+	return gt.fc.OpenLane(shareMessages, shareBytes)
 }
 
-// Closed returns a stream's grant (source.Budget).
-func (gt *Gate) Closed(stream int) { gt.Flow.CloseLane(stream) }
+// Closed returns a stream's lane (source.Budget).
+func (gt *Gate) Closed(lane int) { gt.fc.CloseLane(lane) }
 
 // Room reports whether the streams may read on (source.Budget): while
 // fewer than MaxMessages messages are outstanding. Bytes are bounded by
@@ -81,56 +68,45 @@ func (gt *Gate) Closed(stream int) { gt.Flow.CloseLane(stream) }
 // then would leave that message unread and unleased in the transport until
 // its deadline passed — so it reads it, and counts it.
 func (gt *Gate) Room() bool {
-	fc := gt.Flow
+	fc := gt.fc
 	return fc.maxMessages <= 0 || fc.outstanding.Load() < fc.maxMessages
 }
 
 // Wake is closed when room may have changed (source.Budget).
-func (gt *Gate) Wake() <-chan struct{} { return gt.Flow.Wake() }
+func (gt *Gate) Wake() <-chan struct{} { return gt.fc.Wake() }
 
-// FlowGate returns a Gate on fc with the default OnDrop (nack).
-func FlowGate(fc *FlowControl) stage.Flow[*message.Message, *message.Message] {
-	return &Gate{Flow: fc}
-}
+// AtLimit tells the source's acknowledger to send held-back acks at once:
+// the server counts the whole budget as given out.
+func (gt *Gate) AtLimit() bool { return gt.fc.AtLimit() }
 
-// Run starts the gate's goroutine under g and returns its output.
-func (gt *Gate) Run(g *stage.Group, in <-chan *message.Message) <-chan *message.Message {
-	r := &gateRun{fc: gt.Flow, onDrop: gt.OnDrop, handOff: gt.HandOff}
+// Run starts the standalone stage's goroutine under g and returns its
+// output.
+func (gt *Gate) Run(g *stage.Group, in <-chan *source.Message) <-chan *source.Message {
+	r := &gateRun{fc: gt.fc}
 	bound := stage.DefaultBound
-	if m := gt.Flow.MaxMessages(); m > 0 {
+	if m := gt.fc.MaxMessages(); m > 0 {
 		bound = int(m) // admitted messages never exceed it
 	}
-	e := &stage.Eager[*message.Message]{
-		Bound:   bound,
-		Room:    r.room,
-		Admit:   r.admit,
-		Wake:    r.wakeCh,
-		Skip:    r.skip,
-		Ready:   r.offer,
-		OnDrop:  r.drop,
-		Discard: gt.Discard,
-		Observe: r.observe,
+	e := &stage.Eager[*source.Message]{
+		Bound: bound,
+		Room:  r.room,
+		Admit: func(m *source.Message) bool {
+			gt.late.check(gt.Logger, m, "flow.FlowGate", "put FlowGate right after source.Subscribe (pipeline.From(src).Via(flow.FlowGate(fc))) so it counts on receipt and stops the streams")
+			return r.admit(m)
+		},
+		Wake:   r.wakeCh,
+		Skip:   (*source.Message).Settled,
+		OnDrop: func(m *source.Message) { m.Nack() },
 	}
 	return e.Run(g, in)
 }
 
-// gateRun is one run's state; its methods run on the stage's goroutine only.
+// gateRun is one standalone run's state, on the stage's goroutine only.
 type gateRun struct {
-	fc      *FlowControl
-	onDrop  func(*message.Message)
-	handOff func(*message.Message) bool
-	asked   *message.Message // the head HandOff last accepted
-	// wake was fetched before the last failed Room or Admit check, so a
-	// release after that check closes it (no lost wake-up).
-	wake    <-chan struct{}
-	waiting *message.Message // counted in fc.waiting
-	// offered is the head of the buffer once it has been offered
-	// downstream; it does not count as buffered, so that the moment
-	// downstream takes it (before the stage pops it) fc.buffered already
-	// says whether more work is queued.
-	offered *message.Message
-	n       int   // buffer length at the last observe
-	counted int64 // what this run added to fc.buffered
+	fc *FlowControl
+	// wake was fetched before the last failed check, so a release after
+	// that check closes it (no lost wake-up).
+	wake <-chan struct{}
 }
 
 func (r *gateRun) room() bool {
@@ -141,93 +117,20 @@ func (r *gateRun) room() bool {
 	return r.fc.Room()
 }
 
-func (r *gateRun) admit(m *message.Message) bool {
-	if r.fc.AcquireMessage(m) {
-		r.unwait(m)
+func (r *gateRun) admit(m *source.Message) bool {
+	if r.fc.acquireOne(m) {
 		return true
-	}
-	if r.waiting != m {
-		r.unwait(r.waiting)
-		r.waiting = m
-		r.fc.waiting.Add(1)
 	}
 	r.wake = r.fc.Wake()
-	if r.fc.AcquireMessage(m) {
-		r.unwait(m)
-		return true
-	}
-	return false
-}
-
-func (r *gateRun) unwait(m *message.Message) {
-	if m != nil && r.waiting == m {
-		r.waiting = nil
-		r.fc.waiting.Add(-1)
-	}
+	return r.fc.acquireOne(m)
 }
 
 func (r *gateRun) wakeCh() <-chan struct{} {
 	if r.wake == nil {
 		r.wake = r.fc.Wake()
 	}
-	return r.wake
+	w := r.wake
+	r.wake = nil
+	return w
 }
 
-// skip drops a buffered message that was settled meanwhile. Its settle path
-// released its permits; releasing here too covers a message settled with
-// no settle path bound (ReleaseMessage is idempotent).
-//
-// It also asks HandOff, once per head, whether m may be offered.
-func (r *gateRun) skip(m *message.Message) bool {
-	if !m.Settled() {
-		if r.handOff == nil || r.asked == m {
-			return false
-		}
-		if r.handOff(m) {
-			r.asked = m
-			return false
-		}
-	}
-	r.fc.ReleaseMessage(m)
-	return true
-}
-
-func (r *gateRun) drop(m *message.Message) {
-	r.unwait(m)
-	if r.onDrop != nil {
-		r.onDrop(m)
-	} else {
-		m.Nack()
-	}
-	r.fc.ReleaseMessage(m)
-}
-
-// offer is the stage's Ready hook, used only to see the head being
-// offered; it never holds emission back.
-func (r *gateRun) offer(m *message.Message) <-chan struct{} {
-	if m != r.offered {
-		r.offered = m
-		r.account()
-	}
-	return nil
-}
-
-func (r *gateRun) observe(n int) {
-	if n < r.n {
-		r.offered = nil // the head left the buffer (emitted, skipped or dropped)
-	}
-	r.n = n
-	r.account()
-}
-
-// account keeps fc.buffered = Σ over runs of (buffered − offered head).
-func (r *gateRun) account() {
-	c := int64(r.n)
-	if r.offered != nil {
-		c--
-	}
-	if d := c - r.counted; d != 0 {
-		r.counted = c
-		r.fc.buffered.Add(d)
-	}
-}

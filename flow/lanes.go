@@ -1,117 +1,150 @@
 package flow
 
-import "github.com/pubsubflow/pubsubflow/internal/message"
+import (
+	"sync"
 
-// noLane marks a permit taken by a standalone gate, not by a stream's
-// receipt step.
+	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
+)
+
+// maxLanes bounds the streams open at once on one FlowControl (every run
+// of every source that shares it): a new stream waits for a free lane.
+const maxLanes = 256
+
+// noLane marks a permit taken by a standalone gate, not on a stream.
 const noLane = -1
 
-// permit is what one message holds: its bytes, and the stream (lane) whose
-// server-side budget it counts against.
-type permit struct {
-	size int64
-	lane int
-	gen  uint32 // the lane's generation (stream) it was received on
+// lane is one stream's share of the budget as the server sees it: the
+// limits its initial request asked for (grant, under FlowControl.mu), and
+// how many of the messages it delivered the server still counts (held).
+type lane struct {
+	open                  bool  // under FlowControl.mu
+	grantMsgs, grantBytes int64 // under FlowControl.mu; 0: unlimited on the wire
+
+	mu                  sync.Mutex
+	gen                 uint32 // bumped when its stream ends
+	heldMsgs, heldBytes int64
 }
 
-// lane is one stream's share of the budget as the server sees it: the
-// limits its initial request asked for (grant), and how many of the
-// messages it delivered are still held.
-type lane struct {
-	open                  bool
-	gen                   uint32 // bumped when its stream ends
-	grantMsgs, grantBytes int64  // 0: that dimension unlimited on the wire
-	heldMsgs, heldBytes   int64
+// release takes one message of size off the lane, if it was delivered on
+// the lane's current stream.
+func (l *lane) release(gen uint32, size int64) {
+	l.mu.Lock()
+	if l.gen == gen {
+		l.heldMsgs--
+		l.heldBytes -= size
+	}
+	l.mu.Unlock()
 }
 
 // Receive is FlowGate's receipt step: it counts every message of a batch
-// that stream (lane) just decoded as outstanding, at once and without
-// refusing any — they are already in the client's hands, and a count that
-// left some out would under-report what the client holds. It never
-// blocks. A message already settled (or already counted) is skipped.
+// that a stream on lane just decoded as outstanding, at once and without
+// refusing any — they are already in the client's hands, and a count
+// that left some out would under-report what the client holds. Each
+// message's settle path gives its permit back. It never blocks; a message
+// already settled is skipped.
 //
 // The stream stops reading while Room is false, and it asked the server
 // only for what OpenLane granted, so the count stays within the limits
 // whenever the server keeps to the grant (it may exceed MaxBytes by one
 // message when a single message is larger than the room left).
-func (fc *FlowControl) Receive(stream int, ms []*message.Message) {
-	fc.mu.Lock()
-	l := fc.laneLocked(stream)
-	for _, m := range ms {
+func (fc *FlowControl) Receive(lane int, ms []*source.Message) {
+	slab := make([]permit, len(ms))
+	var n, bytes int64
+	var gen uint32
+	onLane := lane >= 0 && lane < maxLanes
+	if onLane {
+		l := &fc.lanes[lane]
+		l.mu.Lock()
+		gen = l.gen
+		l.mu.Unlock()
+	}
+	for i, m := range ms {
 		if m.Settled() {
-			continue // its settle path ran before it was counted: nothing to release
-		}
-		if _, ok := fc.held[m]; ok {
 			continue
 		}
-		size := int64(max(m.Size(), 0))
-		fc.held[m] = permit{size: size, lane: stream, gen: l.gen}
-		fc.countLocked(size)
-		l.heldMsgs++
-		l.heldBytes += size
+		p := &slab[i]
+		*p = permit{fc: fc, size: int64(max(m.Size(), 0)), lane: noLane, gen: gen}
+		if onLane {
+			p.lane = int32(lane)
+		}
+		fc.count(p.size)
+		n++
+		bytes += p.size
+		p.hold(m)
 	}
-	fc.mu.Unlock()
+	if onLane && n > 0 {
+		l := &fc.lanes[lane]
+		l.mu.Lock()
+		if l.gen == gen {
+			l.heldMsgs += n
+			l.heldBytes += bytes
+		}
+		l.mu.Unlock()
+	}
 }
 
-// OpenLane is asked before stream opens a StreamingPull stream: it returns
-// the flow-control limits the stream's initial request may ask the server
-// for (0 in a dimension means unlimited on the wire), or ok false when
+// OpenLane is asked before a stream opens: it returns a lane for the
+// stream and the flow-control limits its initial request may ask the
+// server for (0 in a dimension: unlimited on the wire), or ok false when
 // there is not enough room to open a stream now; the caller then waits for
 // Wake and asks again.
 //
-// share is the stream's share of the limits (the limits divided among the
-// streams; 0 means unlimited). The grant is the share, cut down to the room
-// that is left: the limit minus the messages (and bytes) outstanding, minus
-// pending (messages settled whose acks or nacks the server has not
-// confirmed yet, which it still counts), minus what the other open streams
-// may still be sent under their own grants. The server never sees more
-// than the budget, however often streams reconnect. A stream is opened
-// only once at least half its share is free, so that a reconnect while
-// messages are held does not leave a stream with a tiny grant for its whole
-// life.
-//
-// One gap remains: a message settled with NoOp or NackAfter, or dropped
-// past its maximum extension, leaves the client's count at once, while the
-// server counts it until its deadline passes; a stream opened meanwhile may
-// be granted that room. Acks and immediate nacks are covered by pending.
-func (fc *FlowControl) OpenLane(stream int, shareMsgs, shareBytes, pending int64) (msgs, bytes int64, ok bool) {
+// share is the stream's share of the limits (0: unlimited). The grant is
+// the share cut down to the room the server has released: the limit,
+// minus every message it may still count (held, or settled with an ack or
+// nack not final yet), minus what the other open lanes may still be sent
+// under their grants. The server never sees more than the budget, however
+// many streams, runs and reconnects share it. A stream opens only once at
+// least half its share is free, so a reconnect while messages are held
+// does not leave it a tiny grant for its whole life.
+func (fc *FlowControl) OpenLane(shareMsgs, shareBytes int64) (lane int, msgs, bytes int64, ok bool) {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
+	free := -1
 	var otherMsgs, otherBytes int64 // what other open lanes may still be sent
 	for i := range fc.lanes {
 		l := &fc.lanes[i]
-		if i == stream || !l.open {
+		if !l.open {
+			if free < 0 {
+				free = i
+			}
 			continue
 		}
+		l.mu.Lock()
 		otherMsgs += unused(l.grantMsgs, l.heldMsgs, fc.maxMessages)
 		otherBytes += unused(l.grantBytes, l.heldBytes, fc.maxBytes)
+		l.mu.Unlock()
 	}
-	msgs, okM := grant(fc.maxMessages, shareMsgs, fc.outstanding.Load()+pending+otherMsgs)
+	if free < 0 {
+		return 0, 0, 0, false
+	}
+	msgs, okM := grant(fc.maxMessages, shareMsgs, fc.serverHeld.Load()+otherMsgs)
 	bytes, okB := grant(fc.maxBytes, shareBytes, fc.outstandingBytes.Load()+otherBytes)
 	if !okM || !okB {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	l := fc.laneLocked(stream)
+	l := &fc.lanes[free]
 	l.open, l.grantMsgs, l.grantBytes = true, msgs, bytes
-	return msgs, bytes, true
+	return free, msgs, bytes, true
 }
 
-// CloseLane records that stream's stream has ended: what it was granted
-// returns to the budget (its held messages stay outstanding, now counted
-// against no stream), and waiters on Wake are woken.
-func (fc *FlowControl) CloseLane(stream int) {
+// CloseLane records that lane's stream has ended: what it was granted
+// returns to the budget (its messages stay counted, now against no
+// stream), and waiters on Wake are woken.
+func (fc *FlowControl) CloseLane(lane int) {
+	if lane < 0 || lane >= maxLanes {
+		return
+	}
 	fc.mu.Lock()
-	l := fc.laneLocked(stream)
-	*l = lane{gen: l.gen + 1}
+	l := &fc.lanes[lane]
+	l.open, l.grantMsgs, l.grantBytes = false, 0, 0
+	l.mu.Lock()
+	l.gen++
+	l.heldMsgs, l.heldBytes = 0, 0
+	l.mu.Unlock()
 	fc.mu.Unlock()
 	fc.broadcast()
-}
-
-func (fc *FlowControl) laneLocked(stream int) *lane {
-	for len(fc.lanes) <= stream {
-		fc.lanes = append(fc.lanes, lane{})
-	}
-	return &fc.lanes[stream]
 }
 
 // unused is what an open lane may still be sent: its grant minus what it
@@ -146,3 +179,20 @@ func share(limit, shareOf int64) int64 {
 	}
 	return shareOf
 }
+
+// acquireOne counts m (a standalone gate's admission) if the budget has
+// room now; ok also when m is settled already (it then holds nothing).
+func (fc *FlowControl) acquireOne(m *source.Message) bool {
+	if m.Settled() {
+		return true
+	}
+	size := int64(max(m.Size(), 0))
+	if !fc.TryAcquire(int(size)) {
+		return false
+	}
+	p := &permit{fc: fc, size: size, lane: noLane}
+	p.hold(m)
+	return true
+}
+
+var _ message.Holder = (*permit)(nil)

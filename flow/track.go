@@ -3,114 +3,103 @@ package flow
 import (
 	"context"
 	"errors"
+	"log/slog"
 
-	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// DefaultTrackBuffer is the buffer bound of EagerTrack when maxBuffer is 0:
-// 1000 messages, the Pub/Sub clients' default outstanding messages.
+// DefaultTrackBuffer is the buffer bound of a standalone EagerTrack when
+// maxBuffer is 0: 1000 messages, the Pub/Sub clients' default outstanding
+// messages.
 const DefaultTrackBuffer = 1000
 
 // errNilExtender fails a pipeline built with EagerTrack(nil, …).
-var errNilExtender = errors.New("flow: EagerTrack needs a Extender")
+var errNilExtender = errors.New("flow: EagerTrack needs an Extender")
 
-// Tracker is the eager lease-tracking stage. It receives whenever its
-// buffer has room, tracks each message with its Extender at once (the
-// lease is extended from then on, whatever downstream does), buffers it,
-// and emits in order on downstream demand. With a full buffer it stops
-// receiving, so the backpressure reaches the stream and the server.
+// Tracker is the eager lease-tracking stage: it takes a lease with its
+// Extender for every message the moment it arrives, so the lease is
+// extended from then on, whatever downstream does; the message's settle
+// path ends the lease. A one-in-one-out step that tracked only when
+// downstream pulled would leave every message waiting behind a slow stage
+// untracked, and the server would redeliver it.
 //
-// A one-in-one-out step that tracked only when downstream pulled would
-// leave every message waiting behind a slow stage untracked, and the
-// server would redeliver it.
+// Written right after source.Subscribe in a pipeline, it is fused into
+// the source (it is a source.Step): it then runs where each response is
+// decoded, and no message waits anywhere, not even in the source, before
+// it is leased. Anywhere else it runs as an eager stage with a bounded
+// buffer (MaxBuffer): it receives whenever the buffer has room, leases at
+// once, and emits in order on downstream demand. A message that reaches it
+// long after it was decoded (LateAfter) means a buffer sits before it, where
+// messages wait unleased: it says so once, at Warn, naming the fix.
 //
-// The same tracking is also a receipt step (Receive), which a source runs
-// where it decodes a response (source.Config.Receipt): then no message
-// waits anywhere, not even in the source, before it is leased. That is how
-// a Subscriber composes it.
-//
-// On an exactly-once subscription a message is emitted only after its
-// receipt modack was confirmed. A message settled while buffered (its lease
-// passed the maximum extension, or its receipt modack failed permanently,
-// or shutdown nacked it) is skipped.
+// On an exactly-once subscription a message is handed on only after its
+// receipt modack was confirmed (Ready). A message settled while buffered
+// (its lease expired, say) is skipped.
 type Tracker struct {
-	// Extender takes the leases. Required.
-	Extender *Extender
-
-	// MaxBuffer bounds the messages held (0: DefaultTrackBuffer).
+	// MaxBuffer bounds the messages a standalone tracker holds (0:
+	// DefaultTrackBuffer).
 	MaxBuffer int
+	// Logger receives the one warning about a buffer before the stage
+	// (nil: slog.Default()).
+	Logger *slog.Logger
 
-	// OnReceive, if set, runs for each message on receipt (on the stage's
-	// goroutine, or in Receive on the caller's), just before its lease is
-	// taken: a chain binds its settle path there. It must not block.
-	OnReceive func(m *message.Message)
-
-	// OnDrop receives each message the stage still holds when it stops
-	// without emitting it (cancellation or Discard). Nil means do nothing:
-	// the message stays leased and the Subscriber nacks what is still
-	// leased at shutdown (Extender.Leased).
-	OnDrop func(m *message.Message)
-
-	// Discard, if set, is closed to make the stage drop (OnDrop) what it
-	// holds and what it still receives, instead of emitting it.
-	Discard <-chan struct{}
-
-	// Observe, if set, is called with the buffered count after each change,
-	// on the stage's goroutine.
-	Observe func(buffered int)
+	ext  *Extender
+	late lateWarning
 }
 
 // EagerTrack returns the eager lease-tracking stage on ext with a buffer
-// of maxBuffer messages (0: DefaultTrackBuffer). Like every stage it also
-// runs inside a go-streams graph through pipeline.NewStreamsFlow.
-func EagerTrack(ext *Extender, maxBuffer int) stage.Flow[*message.Message, *message.Message] {
-	return &Tracker{Extender: ext, MaxBuffer: maxBuffer}
+// of maxBuffer messages when it runs standalone (0: DefaultTrackBuffer).
+// Like every stage it also runs inside a go-streams graph through
+// pipeline.NewStreamsFlow.
+func EagerTrack(ext *Extender, maxBuffer int) *Tracker {
+	return &Tracker{ext: ext, MaxBuffer: maxBuffer}
 }
 
-// Run starts the stage's goroutine under g and returns its output.
-func (t *Tracker) Run(g *stage.Group, in <-chan *message.Message) <-chan *message.Message {
-	if t.Extender == nil {
+var (
+	_ source.Step                         = (*Tracker)(nil)
+	_ stage.Flow[*source.Message, *source.Message] = (*Tracker)(nil)
+)
+
+// Receive is the tracker's receipt step (source.Step): it leases every
+// message of a batch at once. It never blocks.
+func (t *Tracker) Receive(_ int, ms []*source.Message) {
+	if t.ext != nil {
+		t.ext.track(ms)
+	}
+}
+
+// Ready is the hand-on condition of a tracked message: on an exactly-once
+// subscription, closed once its receipt modack is confirmed; otherwise nil
+// (ready now).
+func (t *Tracker) Ready(m *source.Message) <-chan struct{} { return t.ext.Confirmed(m) }
+
+// Run starts the standalone stage's goroutine under g and returns its
+// output.
+func (t *Tracker) Run(g *stage.Group, in <-chan *source.Message) <-chan *source.Message {
+	if t.ext == nil {
 		g.Fail(errNilExtender)
-		out := make(chan *message.Message)
+		out := make(chan *source.Message)
 		close(out)
 		return out
 	}
-	ext := t.Extender
-	bound := t.MaxBuffer
-	if bound <= 0 {
-		bound = DefaultTrackBuffer
-	}
-	e := &stage.Eager[*message.Message]{
-		Bound: bound,
-		OnReceive: func(_ context.Context, m *message.Message) error {
-			t.receive([]*message.Message{m})
+	e := &stage.Eager[*source.Message]{
+		Bound: cmpOr(t.MaxBuffer, DefaultTrackBuffer),
+		OnReceive: func(_ context.Context, m *source.Message) error {
+			t.late.check(t.Logger, m, "flow.EagerTrack", "put EagerTrack right after source.Subscribe (pipeline.From(src).Via(flow.EagerTrack(ext, 0))) so it leases on receipt")
+			t.ext.track([]*source.Message{m})
 			return nil
 		},
-		Ready:   ext.Confirmed,
-		Skip:    (*message.Message).Settled,
-		OnDrop:  t.OnDrop,
-		Discard: t.Discard,
-		Observe: t.Observe,
+		Ready:  t.ext.Confirmed,
+		Skip:   (*source.Message).Settled,
+		OnDrop: func(m *source.Message) { m.Nack() },
 	}
 	return e.Run(g, in)
 }
 
-// Receive is the tracker's receipt step: OnReceive, then the lease, for
-// every message of a batch, at once (source.Config.Receipt runs it where
-// a response is decoded). It never blocks.
-func (t *Tracker) Receive(_ int, ms []*message.Message) { t.receive(ms) }
-
-func (t *Tracker) receive(ms []*message.Message) {
-	if t.OnReceive != nil {
-		for _, m := range ms {
-			t.OnReceive(m)
-		}
+func cmpOr(v, d int) int {
+	if v > 0 {
+		return v
 	}
-	t.Extender.TrackAll(ms)
+	return d
 }
-
-// Ready is the hand-on condition of a tracked message
-// (source.Config.Ready): on an exactly-once subscription, closed once its
-// receipt modack is confirmed; otherwise nil (ready now).
-func (t *Tracker) Ready(m *message.Message) <-chan struct{} { return t.Extender.Confirmed(m) }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -107,9 +107,9 @@ func publishOne[T any](ctx context.Context, p *Publisher, toMsg func(T) *Message
 // p. When the group is cancelled first, inputs whose publish had not
 // settled are left unsettled for their owner's shutdown path (a
 // Subscriber nacks what is left), since their publish may still succeed.
-func Forward(p *Publisher, toMsg func(*message.Message) *Message, parallelism int) stage.Sink[*message.Message] {
+func Forward(p *Publisher, toMsg func(*source.Message) *Message, parallelism int) stage.Sink[*source.Message] {
 	flow := Stage(p, toMsg, parallelism)
-	return stage.SinkFunc[*message.Message](func(g *stage.Group, in <-chan *message.Message) error {
+	return stage.SinkFunc[*source.Message](func(g *stage.Group, in <-chan *source.Message) error {
 		for o := range flow.Run(g, in) {
 			if o.Err == nil {
 				o.In.Ack()

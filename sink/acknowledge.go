@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/pubsubflow/pubsubflow/internal/batch"
-	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -17,15 +17,15 @@ import (
 //
 // Run returns nil when its input closes, the context's error when the
 // group is cancelled first, or p's validation error.
-func Acknowledge(p Policy) stage.Sink[*message.Message] { return ackSink{p} }
+func Acknowledge(p Policy) stage.Sink[*source.Message] { return ackSink{p} }
 
 // ackSink is Acknowledge: a stage.Sink and a batch.Sink.
 type ackSink struct{ p Policy }
 
 // The batch path is what makes Acknowledge cheap; keep it compiled in.
-var _ batch.Sink[*message.Message] = ackSink{}
+var _ batch.Sink[*source.Message] = ackSink{}
 
-func (a ackSink) Run(g *stage.Group, in <-chan *message.Message) error {
+func (a ackSink) Run(g *stage.Group, in <-chan *source.Message) error {
 	return a.run(g, func(ctx context.Context) (bool, error) {
 		select {
 		case m, ok := <-in:
@@ -39,7 +39,7 @@ func (a ackSink) Run(g *stage.Group, in <-chan *message.Message) error {
 	})
 }
 
-func (a ackSink) RunBatches(g *stage.Group, in <-chan []*message.Message) error {
+func (a ackSink) RunBatches(g *stage.Group, in <-chan []*source.Message) error {
 	return a.run(g, func(ctx context.Context) (bool, error) {
 		select {
 		case b, ok := <-in:
@@ -66,8 +66,8 @@ func (a ackSink) run(g *stage.Group, next func(ctx context.Context) (bool, error
 	}
 }
 
-func (a ackSink) settle(m *message.Message) {
+func (a ackSink) settle(m *source.Message) {
 	if !m.Settled() {
-		message.Settle(m, a.p.success(), a.p.NackDelay)
+		Settle(m, a.p.success(), a.p.NackDelay)
 	}
 }

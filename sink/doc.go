@@ -1,15 +1,16 @@
-// Package sink holds a subscriber's terminal stages and its settle path.
+// Package sink holds the end of a subscriber pipeline.
 //
-// Settler is the one settle path every message is bound to on receipt
-// (message.Message.Bind): whatever ends a message — the handler's ack or
-// nack, the Acknowledge sink's policy, lease expiry, shutdown — it
-// releases the message's flow permits, releases its lease (which records
-// the processing latency for the adaptive deadline) and hands the ack or
-// nack to the shared ack.Acknowledger, exactly once. A caller cannot forget
-// to pair them: there is nothing to pair.
+// Acknowledge is the sink: a message that reaches it without an outcome
+// was processed successfully and gets Policy's OnSuccess (ack by default);
+// a message already settled (the handler acked or nacked it) is left as it
+// is. Handlers report failure by settling the message (Apply, or
+// m.Nack()).
 //
-// Acknowledge is the sink at the end of a pipeline: a message that reaches
-// it without an outcome was processed successfully and gets Policy's
-// OnSuccess (ack by default). Handlers report failure by settling the
-// message (Apply, or m.Nack()).
+// The sink sends nothing itself. Every message carries its source's
+// settle path: whatever ends it — the sink's policy, a handler's Ack
+// anywhere in the pipeline, lease expiry, shutdown — gives back what every
+// stage took for it (its lease, its flow permit) and queues the ack or
+// nack on the source's acknowledger, which batches them into unary
+// Acknowledge and ModifyAckDeadline RPCs with retry. So the sink can never
+// be paired wrong, and a pipeline without it still releases everything.
 package sink

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
 // Policy decides the outcome of a processed message, as
@@ -12,12 +12,12 @@ import (
 // nacks at once on failure.
 type Policy struct {
 	// OnSuccess is the outcome of a message processed without error
-	// (zero: message.Ack). One of Ack, Nack, NackAfter, NoOp.
-	OnSuccess message.Outcome
+	// (zero: source.Ack). One of Ack, Nack, NackAfter, NoOp.
+	OnSuccess source.Outcome
 	// OnFailure is the outcome of a message whose processing failed
-	// (zero: message.Nack, immediate redelivery). One of Ack, Nack,
+	// (zero: source.Nack, immediate redelivery). One of Ack, Nack,
 	// NackAfter, NoOp.
-	OnFailure message.Outcome
+	OnFailure source.Outcome
 	// NackDelay is the redelivery delay of a NackAfter outcome, 0–600 s.
 	NackDelay time.Duration
 }
@@ -26,10 +26,10 @@ type Policy struct {
 func (p Policy) Validate() error {
 	for _, o := range []struct {
 		name string
-		o    message.Outcome
+		o    source.Outcome
 	}{{"OnSuccess", p.OnSuccess}, {"OnFailure", p.OnFailure}} {
 		switch o.o {
-		case message.Pending, message.Ack, message.Nack, message.NackAfter, message.NoOp:
+		case source.Pending, source.Ack, source.Nack, source.NackAfter, source.NoOp:
 		default:
 			return fmt.Errorf("sink: Policy.%s %v must be ack, nack, nack-after or no-op", o.name, o.o)
 		}
@@ -40,16 +40,16 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-func (p Policy) success() message.Outcome {
-	if p.OnSuccess == message.Pending {
-		return message.Ack
+func (p Policy) success() source.Outcome {
+	if p.OnSuccess == source.Pending {
+		return source.Ack
 	}
 	return p.OnSuccess
 }
 
-func (p Policy) failure() message.Outcome {
-	if p.OnFailure == message.Pending {
-		return message.Nack
+func (p Policy) failure() source.Outcome {
+	if p.OnFailure == source.Pending {
+		return source.Nack
 	}
 	return p.OnFailure
 }
@@ -58,10 +58,26 @@ func (p Policy) failure() message.Outcome {
 // Handler wrappers call it with the handler's error. It reports whether it
 // set the outcome (false: the message was settled already, e.g. the
 // handler acked it or its lease expired).
-func Apply(m *message.Message, err error, p Policy) bool {
+func Apply(m *source.Message, err error, p Policy) bool {
 	o := p.success()
 	if err != nil {
 		o = p.failure()
 	}
-	return message.Settle(m, o, p.NackDelay)
+	return Settle(m, o, p.NackDelay)
+}
+
+// Settle sets m's outcome o (Ack, Nack, NackAfter with delay, or NoOp) if
+// none is set yet, and reports whether it did.
+func Settle(m *source.Message, o source.Outcome, delay time.Duration) bool {
+	switch o {
+	case source.Ack:
+		return m.Ack()
+	case source.Nack:
+		return m.Nack()
+	case source.NackAfter:
+		return m.NackAfter(delay)
+	case source.NoOp:
+		return m.NoOp()
+	}
+	return false
 }

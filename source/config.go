@@ -2,16 +2,14 @@ package source
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"log/slog"
 	"time"
 
 	gax "github.com/googleapis/gax-go/v2"
+	"go.opentelemetry.io/otel/trace"
 
-	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // Defaults applied to the zero values of Config.
@@ -91,46 +89,22 @@ type Config struct {
 	// DefaultReconnectTimeout (2 min); RetryForever never gives up.
 	ReconnectTimeout time.Duration
 
-	// Receipt, if set, runs for each response's messages on the stream's
-	// goroutine as soon as they are decoded, before any of them is handed
-	// on or waits anywhere: the receipt steps (a subscriber binds the
-	// settle path there, takes the leases — flow.Tracker.Receive — and
-	// the flow permits — flow.FlowControl.Receive). stream is the index of
-	// the stream that read them. It must not block.
-	Receipt func(stream int, ms []*message.Message)
+	// AckFlushInterval is the longest an ack or nack waits to share a
+	// request with others (0: 100 ms; 1 ms–1 min). A full request (1000
+	// ack ids or 512 KiB), a spent flow budget or an exactly-once ack
+	// sends at once.
+	AckFlushInterval time.Duration
 
-	// Budget, if set, decides when the streams read and what they ask the
-	// server for: a stream reads the next response only while Budget.Room
-	// is true, and opens only once Budget.Open grants it limits. With no
-	// Budget a stream reads the next response only once the previous ones
-	// were handed on (reads on demand) and asks for its share of
-	// MaxOutstandingMessages and MaxOutstandingBytes.
-	Budget Budget
+	// TracerProvider, if set, traces every message as Google's clients do:
+	// a "<subscription> subscribe" span from receipt until the server took
+	// its ack or nack, a child of the publisher's trace context from its
+	// attributes, and "ack" and "nack" RPC spans linked to the messages
+	// they settle. Nil: nothing is traced or allocated for tracing.
+	TracerProvider trace.TracerProvider
 
-	// Ready, if set, is asked for each message before it is handed on; the
-	// message waits until the returned channel is closed (nil: ready now).
-	// An exactly-once subscriber waits there for the receipt modack's
-	// confirmation.
-	Ready func(m *message.Message) <-chan struct{}
-
-	// HandOff, if set, runs on every batch just before it is handed on
-	// (after Ready), on the source's hand-off goroutine, with the context
-	// of the group the source runs in: it returns the messages to hand on
-	// (it may reuse ms), having settled those it removes. It must not
-	// block.
-	HandOff func(ctx context.Context, ms []*message.Message) []*message.Message
-
-	// Unsent, if set, receives the messages that were received but will
-	// never be handed on because the source stopped, so their owner can
-	// nack them instead of leaving them to the stream deadline. It must not
-	// block.
-	Unsent func(ms []*message.Message)
-
-	// Events receives telemetry (connect, disconnect, connect failure,
-	// reconnect, terminal error, heartbeat, messages received).
-	Events event.Func
-
-	// Logger receives debug lines about stream lifecycle; nil discards them.
+	// Logger receives the stream lifecycle (connects at Info, reconnects
+	// and failures at Warn, terminal errors at Error) and ack failures;
+	// nil discards them.
 	Logger *slog.Logger
 }
 
@@ -153,6 +127,9 @@ func (c Config) Validate() error {
 	}
 	if c.HeartbeatTimeout < 0 {
 		return fmt.Errorf("pubsubflow/source: HeartbeatTimeout %v must not be negative", c.HeartbeatTimeout)
+	}
+	if d := c.AckFlushInterval; d != 0 && (d < time.Millisecond || d > time.Minute) {
+		return fmt.Errorf("pubsubflow/source: AckFlushInterval %v must be 0 (100 ms) or within 1ms–1m0s", d)
 	}
 	if c.ReconnectTimeout < 0 && c.ReconnectTimeout != RetryForever {
 		return fmt.Errorf("pubsubflow/source: ReconnectTimeout %v must be ≥ 0 (0 means %v) or RetryForever", c.ReconnectTimeout, DefaultReconnectTimeout)
@@ -186,18 +163,40 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Budget is the client-side flow-control budget as a source sees it; a
-// subscriber passes its flow.FlowControl through it. The source only asks;
-// it knows nothing of permits.
+// Step is a receipt step: a stage that does its bookkeeping for a message
+// the moment it is received. A Source runs its steps (With, or Fuse when a
+// pipeline has a Step right after the source) on each response's
+// messages, in order, on the goroutine that decoded them, before any of
+// them is queued: lane is the stream's lane (Budget.Open's, or a number of
+// the source's own). Receive must not block.
+//
+// A step may also implement any of:
+//
+//   - Budget: the streams read and open only as it allows (the first such
+//     step counts);
+//   - Ready(*Message) <-chan struct{}: a message is handed on only once
+//     the channel is closed (nil: at once); an exactly-once lease waits
+//     there for its receipt modack;
+//   - HandOff(ctx, []*Message) []*Message: sees each batch just before it
+//     leaves the source, on the source's hand-off goroutine, with the
+//     run's context; it returns the messages to hand on, having settled
+//     those it removes. It must not block.
+type Step interface {
+	Receive(lane int, ms []*Message)
+}
+
+// Budget is a client-side flow-control budget as the streams see it
+// (flow.FlowGate is one). The source only asks; it knows nothing of
+// permits.
 type Budget interface {
-	// Open is asked before stream opens a StreamingPull stream, with the
-	// stream's share of the limits (0: unlimited). It returns the limits
-	// the initial request is to carry, or ok false when there is no room
-	// for a stream now: the source then waits for Wake (or
-	// BudgetRecheck) and asks again.
-	Open(stream int, shareMessages, shareBytes int64) (maxMessages, maxBytes int64, ok bool)
-	// Closed tells that stream's stream has ended.
-	Closed(stream int)
+	// Open is asked before a stream opens, with the stream's share of the
+	// limits (0: unlimited). It returns the lane the stream's messages are
+	// counted on and the limits its initial request is to carry, or ok
+	// false when there is no room for a stream now: the source then waits
+	// for Wake (or BudgetRecheck) and asks again.
+	Open(shareMessages, shareBytes int64) (lane int, maxMessages, maxBytes int64, ok bool)
+	// Closed tells that lane's stream has ended.
+	Closed(lane int)
 	// Room reports whether the streams may read another response.
 	Room() bool
 	// Wake returns a channel closed when Room or Open may have changed.
@@ -205,6 +204,5 @@ type Budget interface {
 }
 
 // BudgetRecheck bounds how long a stream waits on Budget.Wake before it
-// asks the Budget again (a change that does not signal Wake, such as an
-// ack confirmed by the server, is seen within it).
+// asks the Budget again.
 const BudgetRecheck = 100 * time.Millisecond

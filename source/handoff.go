@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 
-	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // handoff is the queue between the streams and the consumer. Streams push
@@ -14,7 +13,7 @@ import (
 // without a Budget, one response per stream (reads on demand).
 type handoff struct {
 	mu      sync.Mutex
-	batches [][]*message.Message
+	batches [][]*Message
 	n       int           // messages queued
 	ready   chan struct{} // cap 1: something was queued
 	taken   chan struct{} // closed and replaced when the queue empties
@@ -24,7 +23,7 @@ func newHandoff() *handoff {
 	return &handoff{ready: make(chan struct{}, 1), taken: make(chan struct{})}
 }
 
-func (h *handoff) push(b []*message.Message) {
+func (h *handoff) push(b []*Message) {
 	h.mu.Lock()
 	h.batches = append(h.batches, b)
 	h.n += len(b)
@@ -36,16 +35,16 @@ func (h *handoff) push(b []*message.Message) {
 }
 
 // take removes everything queued, as one batch.
-func (h *handoff) take() []*message.Message {
+func (h *handoff) take() []*Message {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var b []*message.Message
+	var b []*Message
 	switch len(h.batches) {
 	case 0:
 	case 1:
 		b = h.batches[0]
 	default:
-		b = make([]*message.Message, 0, h.n)
+		b = make([]*Message, 0, h.n)
 		for _, x := range h.batches {
 			b = append(b, x...)
 		}
@@ -77,49 +76,67 @@ func (h *handoff) drained() <-chan struct{} {
 }
 
 // pump hands on what the streams queue until they have all stopped; what
-// is then still queued, or could not be handed on, goes to Unsent.
-func (s *Source) pump(ctx context.Context, h *handoff, out chan<- []*message.Message, streamsDone <-chan struct{}) {
+// is then still queued, or could not be handed on, is unsent. Each message
+// handed on is marked as the run's, so the run can find what its pipeline
+// left unsettled.
+func (s *Source) pump(ctx context.Context, r *run, h *handoff, out chan<- []*Message, streamsDone <-chan struct{}) {
 	for {
 		select {
 		case <-h.ready:
 		case <-streamsDone:
-			s.unsent(h.take())
+			r.unsent(h.take())
 			return
 		case <-ctx.Done():
 			<-streamsDone // cancelled with ctx: they stop at once
-			s.unsent(h.take())
+			r.unsent(h.take())
 			return
 		}
 		b := h.take()
 		if !s.waitReady(ctx, b) {
-			s.unsent(b)
+			r.unsent(b)
 			continue // ctx is done: the next pass finishes
 		}
-		if s.cfg.HandOff != nil {
-			b = s.cfg.HandOff(ctx, b)
+		b = s.dropSettled(b)
+		for _, f := range s.handOff {
+			b = f(ctx, b)
 		}
 		if len(b) > 0 {
+			for _, m := range b {
+				m.st.SetOwner(r.id)
+			}
 			select {
 			case out <- b:
 			case <-ctx.Done():
-				s.unsent(b)
+				r.unsent(b)
 			}
 		}
 		h.emptied()
 	}
 }
 
-// waitReady waits until every message of b is Ready, or ctx is done.
-func (s *Source) waitReady(ctx context.Context, b []*message.Message) bool {
-	if s.cfg.Ready == nil {
-		return true
-	}
+// dropSettled removes messages settled while queued (their lease expired,
+// say): there is nothing left to do with them.
+func (s *Source) dropSettled(b []*Message) []*Message {
+	keep := b[:0]
 	for _, m := range b {
-		if ch := s.cfg.Ready(m); ch != nil {
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				return false
+		if !m.Settled() {
+			keep = append(keep, m)
+		}
+	}
+	clear(b[len(keep):])
+	return keep
+}
+
+// waitReady waits until every message of b is Ready, or ctx is done.
+func (s *Source) waitReady(ctx context.Context, b []*Message) bool {
+	for _, ready := range s.ready {
+		for _, m := range b {
+			if ch := ready(m); ch != nil {
+				select {
+				case <-ch:
+				case <-ctx.Done():
+					return false
+				}
 			}
 		}
 	}

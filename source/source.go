@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,17 +12,46 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc"
 
+	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/batch"
-	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// Source is a running-or-ready StreamingPull source. It implements
-// stage.Source[*message.Message]; Subscribe makes one.
+// Source is a StreamingPull source of one subscription: a stage.Source of
+// *Message. Subscribe makes one; each Run opens Config.Streams streams.
+// It owns what outlives every stream restart: the client id, the settle
+// path of the messages it received (with the acknowledger that sends their
+// acks and nacks), and the messages it still holds. Close it once its
+// pipelines have ended.
+//
+// A stage that does its bookkeeping on receipt (a Step: flow.EagerTrack,
+// flow.FlowGate) written right after the source in a pipeline is fused
+// into it (Fuse): it then runs where each response is decoded, before any
+// message waits anywhere.
 type Source struct {
+	*core
+	steps   []Step
+	flow    Budget
+	ready   []func(*Message) <-chan struct{}
+	handOff []func(context.Context, []*Message) []*Message
+	unsentFns []func([]*Message)
+}
+
+// core is what every fused copy of a Source shares.
+type core struct {
 	client   pubsubpb.SubscriberClient
 	cfg      Config // defaults applied
 	clientID string
+	log      *slog.Logger
+	acks     *ack.Acknowledger
+	trace    *tracer // nil unless Config.TracerProvider is set
+	path     path
+	c        counters
+	held     registry
+	lanes    atomic.Int64  // lane numbers for sources without a Budget
+	runs     atomic.Uint64 // run ids (owners of handed-off messages)
+	budget   atomic.Pointer[Budget] // the Budget of the copy that ran last
 
 	deadline   atomic.Int32 // stream ack deadline in whole seconds
 	deadlineMu sync.Mutex   // guards deadlineCh
@@ -30,12 +60,23 @@ type Source struct {
 	props atomic.Pointer[pubsubpb.StreamingPullResponse_SubscriptionProperties]
 
 	hbAnswered atomic.Bool // the server has answered a heartbeat: watchdogs arm (keepalive.go)
+
+	stopCtx context.Context // done once Stop or Close was called
+	stopFn  context.CancelFunc
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
-var _ stage.Source[*message.Message] = (*Source)(nil)
+var (
+	_ batch.Source[*Message] = (*Source)(nil)
+	_ stage.Fuser[*Message]  = (*Source)(nil)
+	_ ack.Tag                = (*ackTag)(nil)
+)
 
 // Subscribe validates cfg and returns a Source that reads the subscription
-// through client when it runs. It opens nothing yet. client is typically
+// through client when it runs. It opens no stream yet; it starts the
+// acknowledger, which Close stops. client is typically
 // pubsubpb.NewSubscriberClient(conn) for a connection from connect.Dial or
 // a caller's own; tests may pass any implementation.
 func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
@@ -46,13 +87,32 @@ func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Source{client: client, cfg: cfg, clientID: cfg.ClientID, deadlineCh: make(chan struct{})}
-	if s.clientID == "" {
+	c := &core{client: client, cfg: cfg, clientID: cfg.ClientID, log: cfg.Logger, deadlineCh: make(chan struct{})}
+	if c.clientID == "" {
 		// Drawn once per Subscribe: every stream and every reconnect uses
 		// it, so the server sees one subscriber.
-		s.clientID = "pubsubflow-" + rand.Text()
+		c.clientID = "pubsubflow-" + rand.Text()
 	}
-	s.deadline.Store(seconds(cfg.StreamAckDeadline))
+	c.deadline.Store(seconds(cfg.StreamAckDeadline))
+	c.stopCtx, c.stopFn = context.WithCancel(context.Background())
+	c.path.c = c
+	s := &Source{core: c}
+	acfg := ack.Config{
+		FlushInterval: cfg.AckFlushInterval,
+		Flow:          atLimit{s},
+		Events:        c.emit,
+		Logger:        cfg.Logger,
+	}
+	if cfg.TracerProvider != nil {
+		c.trace = newTracer(cfg.TracerProvider, cfg.Subscription)
+		acfg.Tracer = c.trace
+	}
+	acks, err := ack.New(client, cfg.Subscription, acfg)
+	if err != nil {
+		c.stopFn()
+		return nil, err
+	}
+	c.acks = acks
 	return s, nil
 }
 
@@ -64,6 +124,46 @@ func SubscribeConn(cc grpc.ClientConnInterface, cfg Config) (*Source, error) {
 		return nil, errors.New("pubsubflow/source: nil connection")
 	}
 	return Subscribe(pubsubpb.NewSubscriberClient(cc), cfg)
+}
+
+// Fuse returns a copy of s that runs f as one of its receipt steps, if f
+// is a Step (pipeline.Via calls it for the flow right after a source). The
+// copy shares everything else with s: client id, settle path, held
+// messages. ok is false, and s unchanged, for any other flow.
+func (s *Source) Fuse(f stage.Flow[*Message, *Message]) (stage.Source[*Message], bool) {
+	step, ok := f.(Step)
+	if !ok {
+		return s, false
+	}
+	return s.With(step), true
+}
+
+// With returns a copy of s that runs steps, in order, after its own on
+// every response it decodes (see Step).
+func (s *Source) With(steps ...Step) *Source {
+	n := &Source{core: s.core}
+	n.steps = append(append(n.steps, s.steps...), steps...)
+	n.flow = s.flow
+	n.ready = append(n.ready, s.ready...)
+	n.handOff = append(n.handOff, s.handOff...)
+	n.unsentFns = append(n.unsentFns, s.unsentFns...)
+	for _, st := range steps {
+		if b, ok := st.(Budget); ok && n.flow == nil {
+			n.flow = b
+		}
+		if r, ok := st.(interface{ Ready(*Message) <-chan struct{} }); ok {
+			n.ready = append(n.ready, r.Ready)
+		}
+		if h, ok := st.(interface {
+			HandOff(context.Context, []*Message) []*Message
+		}); ok {
+			n.handOff = append(n.handOff, h.HandOff)
+		}
+		if u, ok := st.(interface{ Unsent([]*Message) }); ok {
+			n.unsentFns = append(n.unsentFns, u.Unsent)
+		}
+	}
+	return n
 }
 
 // ClientID is the client id every stream of this source sends.
@@ -81,7 +181,6 @@ func (s *Source) StreamAckDeadline() time.Duration {
 // 10–600 s, rounded up to whole seconds). Open streams announce it at
 // once in a request that carries nothing else (the API allows
 // stream_ack_deadline_seconds on any request); new streams start with it.
-// The Subscriber calls it when its adaptive deadline moves.
 func (s *Source) SetStreamAckDeadline(d time.Duration) {
 	sec := seconds(min(max(d, MinStreamAckDeadline), MaxStreamAckDeadline))
 	s.deadlineMu.Lock()
@@ -93,10 +192,10 @@ func (s *Source) SetStreamAckDeadline(d time.Duration) {
 }
 
 // deadlineChanged returns a channel closed at the next deadline change.
-func (s *Source) deadlineChanged() <-chan struct{} {
-	s.deadlineMu.Lock()
-	defer s.deadlineMu.Unlock()
-	return s.deadlineCh
+func (c *core) deadlineChanged() <-chan struct{} {
+	c.deadlineMu.Lock()
+	defer c.deadlineMu.Unlock()
+	return c.deadlineCh
 }
 
 // Properties reports the subscription's properties as the server last sent
@@ -108,45 +207,63 @@ func (s *Source) Properties() (exactlyOnce, ordered bool) {
 
 // Run starts the streams under g and returns the merged output, one
 // element per received message (RunBatches without the batches).
-func (s *Source) Run(g *stage.Group) <-chan *message.Message {
-	return batch.Unbatch(g, s.RunBatches(g), s.unsentOne)
+func (s *Source) Run(g *stage.Group) <-chan *Message {
+	r := s.newRun()
+	return batch.Unbatch(g, s.runBatches(g, r), r.unsentOne)
 }
 
 // RunBatches starts the streams under g and returns the merged output in
-// batches (a response's worth, or all that arrived since the last hand-off).
-// The channel is closed once every stream has stopped: when g is
-// cancelled or after a terminal failure, which fails g with an error
-// naming the subscription. Messages received but never handed on go to
-// Config.Unsent (or are dropped; the server redelivers them).
-func (s *Source) RunBatches(g *stage.Group) <-chan []*message.Message {
-	out := make(chan []*message.Message)
-	h := newHandoff()
-	var wg sync.WaitGroup
-	streamsDone := make(chan struct{})
-	for i := range s.cfg.Streams {
-		wg.Add(1)
-		g.Go(func(ctx context.Context) error {
-			defer wg.Done()
-			return s.runStream(ctx, i, h)
-		})
-	}
-	g.Go(func(context.Context) error {
-		wg.Wait()
-		close(streamsDone)
-		return nil
-	})
-	g.Go(func(ctx context.Context) error {
-		defer close(out)
-		s.pump(ctx, h, out, streamsDone)
-		return nil
-	})
-	return out
+// batches (a response's worth, or all that arrived since the last
+// hand-off). The channel is closed once every stream has stopped: when g
+// is cancelled or after a terminal failure, which fails g with an error
+// naming the subscription. When the run ends, the messages it received
+// and never handed on, and those it handed on that are still unsettled
+// (a stage dropped them, or the pipeline stopped), are nacked, so the
+// server redelivers them at once.
+func (s *Source) RunBatches(g *stage.Group) <-chan []*Message {
+	return s.runBatches(g, s.newRun())
 }
 
-func (s *Source) unsent(ms []*message.Message) {
-	if len(ms) > 0 && s.cfg.Unsent != nil {
-		s.cfg.Unsent(ms)
-	}
+// Close nacks every message the source received that is still unsettled,
+// then flushes and stops the acknowledger (within ctx), and returns once
+// every goroutine the source started has exited. Close it after its
+// pipelines have ended; acks and nacks made after Close fail (an
+// exactly-once Result says so). A second Close returns the first result.
+func (s *Source) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		s.stopFn()
+		s.held.close(func(m *Message) { m.Nack() })
+		s.closeErr = s.acks.Close(ctx)
+		if s.trace != nil {
+			s.trace.close()
+		}
+	})
+	return s.closeErr
 }
 
-func (s *Source) unsentOne(m *message.Message) { s.unsent([]*message.Message{m}) }
+// Flush sends every ack and nack the source holds back, and waits until
+// the server has answered them (or ctx is done).
+func (s *Source) Flush(ctx context.Context) error { return s.acks.Flush(ctx) }
+
+// Stats returns the source's counters (each read atomically, not all at
+// one instant).
+func (s *Source) Stats() Stats { return s.c.stats(s.acks) }
+
+// atLimit tells the acknowledger when its held-back acks starve the
+// streams: the source's Budget, if it has one, decides.
+type atLimit struct{ s *Source }
+
+func (a atLimit) AtLimit(int64) bool {
+	if b := a.s.budget.Load(); b != nil {
+		if l, ok := (*b).(interface{ AtLimit() bool }); ok {
+			return l.AtLimit()
+		}
+	}
+	return false
+}
+
+func (c *core) emit(e event.Event) {
+	e.Subscription = c.cfg.Subscription
+	c.c.event(e)
+	event.Log(c.log, e)
+}

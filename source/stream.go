@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/internal/event"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // errStreamDone cancels a stream's context once its receiver has returned.
@@ -23,21 +22,24 @@ var errStreamDone = errors.New("pubsubflow/source: stream done")
 // waits a backoff delay and opens the next, or ends the source. It returns
 // nil when ctx is done (a shutdown is not a failure).
 func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
+	if b := s.flow; b != nil {
+		s.budget.Store(&b)
+	}
 	delays := newDelays(s.cfg.Backoff)
 	gu := newGiveUp(s.cfg.ReconnectTimeout)
 	attempt := 0
 	var prev error // the previous failure in this run of failures
 	for {
 		waitStart := time.Now()
-		maxMsgs, maxBytes, ok := s.grant(ctx, i)
+		lane, maxMsgs, maxBytes, ok := s.grant(ctx, i)
 		if !ok {
 			return nil
 		}
 		gu.waited(time.Since(waitStart)) // waiting for room is not failing
 		gu.begin()
-		healthy, err := s.connectOnce(ctx, i, h, maxMsgs, maxBytes)
-		if b := s.cfg.Budget; b != nil {
-			b.Closed(i)
+		healthy, err := s.connectOnce(ctx, i, lane, h, maxMsgs, maxBytes)
+		if b := s.flow; b != nil {
+			b.Closed(lane)
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -76,22 +78,22 @@ func (s *Source) terminal(i int, err error) error {
 	return err
 }
 
-// grant returns the flow-control limits stream i's next stream asks for:
-// its share of the limits, or with a Budget what the Budget grants, once it
-// grants anything (a wait for room is no failure: no backoff). ok is false
-// when ctx ended first.
-func (s *Source) grant(ctx context.Context, i int) (maxMsgs, maxBytes int64, ok bool) {
+// grant returns the lane and the flow-control limits stream i's next
+// stream asks for: its share of the limits, or with a Budget what the
+// Budget grants, once it grants anything (a wait for room is no failure:
+// no backoff). ok is false when ctx ended first.
+func (s *Source) grant(ctx context.Context, i int) (lane int, maxMsgs, maxBytes int64, ok bool) {
 	maxMsgs, maxBytes = share(s.cfg.MaxOutstandingMessages, i, s.cfg.Streams), share(s.cfg.MaxOutstandingBytes, i, s.cfg.Streams)
-	if s.cfg.Budget == nil {
-		return maxMsgs, maxBytes, ctx.Err() == nil
+	if s.flow == nil {
+		return int(s.lanes.Add(1) - 1), maxMsgs, maxBytes, ctx.Err() == nil
 	}
-	return s.openLane(ctx, i, maxMsgs, maxBytes)
+	return s.openLane(ctx, maxMsgs, maxBytes)
 }
 
 // connectOnce opens one stream with the given flow-control limits, sends
 // its initial request, and receives until the stream fails or ctx is done.
 // healthy reports whether the stream received at least one response.
-func (s *Source) connectOnce(ctx context.Context, i int, h *handoff, maxMsgs, maxBytes int64) (healthy bool, err error) {
+func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMsgs, maxBytes int64) (healthy bool, err error) {
 	sctx, cancel := context.WithCancelCause(withRouting(ctx, "subscription", s.cfg.Subscription))
 	defer cancel(errStreamDone)
 	stream, err := s.client.StreamingPull(sctx)
@@ -118,7 +120,7 @@ func (s *Source) connectOnce(ctx context.Context, i int, h *handoff, maxMsgs, ma
 		defer close(kaDone)
 		ka.run(sctx, stream, cancel)
 	}()
-	healthy, err = s.receive(ctx, stream, ka, i, h)
+	healthy, err = s.receive(ctx, stream, ka, i, lane, h)
 	cancel(errStreamDone)
 	<-kaDone
 	if errors.Is(context.Cause(sctx), errHeartbeatTimeout) {
@@ -130,17 +132,17 @@ func (s *Source) connectOnce(ctx context.Context, i int, h *handoff, maxMsgs, ma
 	return healthy, err
 }
 
-// openLane waits until the Budget grants stream i limits for a new stream,
-// or ctx is done (ok false).
-func (s *Source) openLane(ctx context.Context, i int, shareMsgs, shareBytes int64) (maxMsgs, maxBytes int64, ok bool) {
-	b := s.cfg.Budget
+// openLane waits until the Budget grants a lane and limits for a new
+// stream, or ctx is done (ok false).
+func (s *Source) openLane(ctx context.Context, shareMsgs, shareBytes int64) (lane int, maxMsgs, maxBytes int64, ok bool) {
+	b := s.flow
 	for {
 		wake := b.Wake()
-		if maxMsgs, maxBytes, ok = b.Open(i, shareMsgs, shareBytes); ok {
-			return maxMsgs, maxBytes, true
+		if lane, maxMsgs, maxBytes, ok = b.Open(shareMsgs, shareBytes); ok {
+			return lane, maxMsgs, maxBytes, true
 		}
 		if !waitOn(ctx, wake, BudgetRecheck) {
-			return 0, 0, false
+			return 0, 0, 0, false
 		}
 	}
 }
@@ -152,7 +154,7 @@ func (s *Source) openLane(ctx context.Context, i int, shareMsgs, shareBytes int6
 // decoded and go through the receipt steps together, on this goroutine,
 // before any of them is queued: no message waits anywhere unleased or
 // uncounted. The watchdog does not count the time spent waiting for room.
-func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, ka *keepalive, i int, h *handoff) (healthy bool, err error) {
+func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, ka *keepalive, i, lane int, h *handoff) (healthy bool, err error) {
 	for {
 		if !s.waitRoom(ctx, h) {
 			return healthy, ctx.Err()
@@ -171,12 +173,9 @@ func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_Streami
 		if len(rms) == 0 {
 			continue // a heartbeat answer or a confirmation
 		}
-		s.emit(event.Event{Kind: event.Received, Stream: i, Count: len(rms)})
-		batch := message.FromResponse(make([]*message.Message, 0, len(rms)), rms, s.cfg.Subscription, s.props.Load(), time.Now())
-		if s.cfg.Receipt != nil {
-			s.cfg.Receipt(i, batch)
+		if batch := s.receipt(lane, rms); len(batch) > 0 {
+			h.push(batch)
 		}
-		h.push(batch)
 	}
 }
 
@@ -184,7 +183,7 @@ func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_Streami
 // ctx is done first.
 func (s *Source) waitRoom(ctx context.Context, h *handoff) bool {
 	for {
-		if b := s.cfg.Budget; b != nil {
+		if b := s.flow; b != nil {
 			wake := b.Wake()
 			if b.Room() {
 				return true
@@ -219,10 +218,6 @@ func waitOn(ctx context.Context, ch <-chan struct{}, d time.Duration) bool {
 	return true
 }
 
-func (s *Source) emit(e event.Event) {
-	e.Subscription = s.cfg.Subscription
-	s.cfg.Events.Emit(e)
-}
 
 // wait waits d or until ctx is done; it reports whether d passed.
 func wait(ctx context.Context, d time.Duration) bool {

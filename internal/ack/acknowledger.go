@@ -11,7 +11,6 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
 	"github.com/pubsubflow/pubsubflow/internal/event"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // MaxModackSeconds is the API's largest ack deadline; Modack and Nack clamp
@@ -90,38 +89,38 @@ func (a *Acknowledger) Subscription() string { return a.sub }
 
 // Ack queues an ack. It returns a Result only when Config.ExactlyOnce is
 // set (nil otherwise: fire and forget, failures are reported as events).
-func (a *Acknowledger) Ack(ackID string) *message.Result {
+func (a *Acknowledger) Ack(ackID string) *Result {
 	return a.enqueue(batchKey{kind: kindAck, eo: a.cfg.ExactlyOnce}, ackID)
 }
 
 // AckWithResult queues an exactly-once ack: the Result settles with nil
 // when the server confirmed it, or with an *IDError.
-func (a *Acknowledger) AckWithResult(ackID string) *message.Result {
+func (a *Acknowledger) AckWithResult(ackID string) *Result {
 	return a.enqueue(batchKey{kind: kindAck, eo: true}, ackID)
 }
 
 // Nack queues a nack: redelivery after delay (a ModifyAckDeadline of delay
 // rounded up to whole seconds, at most 600 s; 0 means now). Result as for
 // Ack.
-func (a *Acknowledger) Nack(ackID string, delay time.Duration) *message.Result {
+func (a *Acknowledger) Nack(ackID string, delay time.Duration) *Result {
 	return a.enqueue(batchKey{kind: kindModack, seconds: DelaySeconds(delay), nack: true, eo: a.cfg.ExactlyOnce}, ackID)
 }
 
 // NackWithResult is Nack with exactly-once handling (see AckWithResult).
-func (a *Acknowledger) NackWithResult(ackID string, delay time.Duration) *message.Result {
+func (a *Acknowledger) NackWithResult(ackID string, delay time.Duration) *Result {
 	return a.enqueue(batchKey{kind: kindModack, seconds: DelaySeconds(delay), nack: true, eo: true}, ackID)
 }
 
 // Modack queues a deadline modification to seconds from now (clamped to
 // 0–600; 0 is a nack). Result as for Ack.
-func (a *Acknowledger) Modack(ackID string, seconds int32) *message.Result {
+func (a *Acknowledger) Modack(ackID string, seconds int32) *Result {
 	return a.enqueue(batchKey{kind: kindModack, seconds: clampSeconds(seconds), eo: a.cfg.ExactlyOnce}, ackID)
 }
 
 // ModackWithResult is Modack with exactly-once handling (see
 // AckWithResult); the lease manager uses it to have receipt modacks
 // confirmed.
-func (a *Acknowledger) ModackWithResult(ackID string, seconds int32) *message.Result {
+func (a *Acknowledger) ModackWithResult(ackID string, seconds int32) *Result {
 	return a.enqueue(batchKey{kind: kindModack, seconds: clampSeconds(seconds), eo: true}, ackID)
 }
 
@@ -169,24 +168,42 @@ func clampSeconds(s int32) int32 { return min(max(s, 0), MaxModackSeconds) }
 
 // enqueue is the hot path: an append under the lock; a dispatch only when
 // a batch is full or the flow budget asks for its acks now.
-func (a *Acknowledger) enqueue(key batchKey, ackID string) *message.Result {
-	var r *message.Result
+func (a *Acknowledger) enqueue(key batchKey, ackID string) *Result {
+	var r *Result
 	if key.eo {
-		r = message.NewResult()
+		r = NewResult()
+		a.enqueueTag(key, ackID, r)
+	} else {
+		a.enqueueTag(key, ackID, nil)
 	}
+	return r
+}
+
+// AckTag queues an ack (exactly-once if eo) whose fate t hears.
+func (a *Acknowledger) AckTag(ackID string, eo bool, t Tag) {
+	a.enqueueTag(batchKey{kind: kindAck, eo: eo || a.cfg.ExactlyOnce}, ackID, t)
+}
+
+// NackTag queues a nack after delay (exactly-once if eo) whose fate t
+// hears.
+func (a *Acknowledger) NackTag(ackID string, delay time.Duration, eo bool, t Tag) {
+	a.enqueueTag(batchKey{kind: kindModack, seconds: DelaySeconds(delay), nack: true, eo: eo || a.cfg.ExactlyOnce}, ackID, t)
+}
+
+func (a *Acknowledger) enqueueTag(key batchKey, ackID string, t Tag) {
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
 		err := &IDError{AckID: ackID, Kind: ErrClosed}
-		if r != nil {
-			message.Resolve(r, err)
+		if t != nil {
+			t.AckDone(err)
 		}
 		a.emitFailed(1, err)
 		a.acked(key, []string{ackID})
-		return r
+		return
 	}
 	b := a.batchLocked(key)
-	b.add(ackID, r)
+	b.add(ackID, t)
 	a.pending++
 	counts := key.counts()
 	if counts {
@@ -196,7 +213,6 @@ func (a *Acknowledger) enqueue(key batchKey, ackID string) *message.Result {
 		a.dispatchLocked()
 	}
 	a.mu.Unlock()
-	return r
 }
 
 // urgentLocked reports whether acks of kind k should go out now because
@@ -273,7 +289,7 @@ func (a *Acknowledger) Close(ctx context.Context) error {
 	var dropped []*request
 	for _, b := range a.order {
 		if len(b.ids) > 0 {
-			dropped = append(dropped, &request{key: b.key, ids: b.ids, results: b.results})
+			dropped = append(dropped, &request{key: b.key, ids: b.ids, tags: b.tags})
 			b.reset(0)
 		}
 	}

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 const testSub = "projects/p/subscriptions/s"
@@ -301,7 +300,7 @@ func TestExactlyOncePerAckID(t *testing.T) {
 		}}
 		rec := &recorder{}
 		a := newAck(t, c, Config{ExactlyOnce: true, Events: rec.fn})
-		rs := map[string]*message.Result{}
+		rs := map[string]*Result{}
 		for _, id := range []string{"ok1", "t", "p", "ok2"} {
 			rs[id] = a.Ack(id)
 		}

@@ -2,7 +2,6 @@ package ack
 
 import (
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // kind is the RPC an ack id goes out with; each has its own in-flight
@@ -33,16 +32,14 @@ func (k batchKey) counts() bool { return k.kind == kindAck || k.seconds == 0 }
 type batch struct {
 	key     batchKey
 	ids     []string
-	results []*message.Result // parallel to ids when key.eo
+	tags    []Tag // parallel to ids (nil entries: nobody listens)
 	bytes   int               // encoded size of ids
 	flush   bool              // send everything, partial chunks included
 }
 
-func (b *batch) add(id string, r *message.Result) {
+func (b *batch) add(id string, t Tag) {
 	b.ids = append(b.ids, id)
-	if b.key.eo {
-		b.results = append(b.results, r)
-	}
+	b.tags = append(b.tags, t)
 	b.bytes += ackids.EncodedSize(id)
 }
 
@@ -53,7 +50,7 @@ func (b *batch) full() bool { return len(b.ids) >= ackids.MaxIDs || b.bytes > bu
 // sent ids belong to their requests now).
 func (b *batch) reset(capHint int) {
 	b.ids = make([]string, 0, min(max(capHint, 16), ackids.MaxIDs))
-	b.results = nil
+	b.tags = make([]Tag, 0, cap(b.ids))
 	b.bytes = 0
 	b.flush = false
 }

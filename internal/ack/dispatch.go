@@ -10,7 +10,6 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
 	"github.com/pubsubflow/pubsubflow/internal/event"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/internal/retry"
 )
 
@@ -18,7 +17,7 @@ import (
 type request struct {
 	key     batchKey
 	ids     []string
-	results []*message.Result // parallel to ids when key.eo
+	tags    []Tag             // parallel to ids
 	start   time.Time         // first attempt: the retry deadline counts from here
 	attempt int
 	bo      *gax.Backoff  // retry pauses, from the first retry on
@@ -80,9 +79,7 @@ func (a *Acknowledger) dispatchBatchLocked(b *batch) {
 			return
 		}
 		r := &request{key: b.key, ids: chunk[:len(chunk):len(chunk)], start: time.Now()}
-		if b.key.eo {
-			r.results = b.results[sent : sent+len(chunk) : sent+len(chunk)]
-		}
+		r.tags = b.tags[sent : sent+len(chunk) : sent+len(chunk)]
 		for _, id := range chunk {
 			sentBytes += ackids.EncodedSize(id)
 		}
@@ -98,9 +95,7 @@ func (a *Acknowledger) dispatchBatchLocked(b *batch) {
 		return
 	}
 	b.ids = b.ids[sent:]
-	if b.key.eo {
-		b.results = b.results[sent:]
-	}
+	b.tags = b.tags[sent:]
 	b.bytes -= sentBytes
 }
 
@@ -118,7 +113,7 @@ func (a *Acknowledger) run(r *request) {
 	defer a.wg.Done()
 	r.attempt++
 	if a.cfg.Tracer != nil {
-		r.trace = a.cfg.Tracer.StartRPC(r.key.op(), r.key.seconds, r.ids)
+		r.trace = a.cfg.Tracer.StartRPC(r.key.op(), r.key.seconds, r.ids, r.tags)
 	}
 	a.complete(r, a.call(r))
 }
@@ -296,14 +291,16 @@ func without(ids []string, idx []int) []string {
 	return out
 }
 
-// resolveOK settles the Results of the ids the server confirmed.
+// resolveOK tells the tags of the ids the server accepted.
 func (a *Acknowledger) resolveOK(r *request, o outcome, all bool) {
-	if !r.key.eo || o.ok == 0 {
+	if o.ok == 0 {
 		return
 	}
 	if all {
-		for _, res := range r.results {
-			message.Resolve(res, nil)
+		for _, t := range r.tags {
+			if t != nil {
+				t.AckDone(nil)
+			}
 		}
 		return
 	}
@@ -314,9 +311,9 @@ func (a *Acknowledger) resolveOK(r *request, o outcome, all bool) {
 	for _, i := range o.retry {
 		done[i] = true
 	}
-	for i, res := range r.results {
-		if !done[i] {
-			message.Resolve(res, nil)
+	for i, t := range r.tags {
+		if !done[i] && t != nil {
+			t.AckDone(nil)
 		}
 	}
 }
@@ -324,24 +321,20 @@ func (a *Acknowledger) resolveOK(r *request, o outcome, all bool) {
 // subset is a new request for the given indexes of r (for a retry).
 func (r *request) subset(idx []int) *request {
 	if len(idx) == len(r.ids) {
-		return &request{key: r.key, ids: r.ids, results: r.results, start: r.start, attempt: r.attempt, bo: r.bo}
+		return &request{key: r.key, ids: r.ids, tags: r.tags, start: r.start, attempt: r.attempt, bo: r.bo}
 	}
-	s := &request{key: r.key, ids: make([]string, len(idx)), start: r.start, attempt: r.attempt, bo: r.bo}
-	if r.key.eo {
-		s.results = make([]*message.Result, len(idx))
-	}
+	s := &request{key: r.key, ids: make([]string, len(idx)), tags: make([]Tag, len(idx)), start: r.start, attempt: r.attempt, bo: r.bo}
 	for j, i := range idx {
 		s.ids[j] = r.ids[i]
-		if r.key.eo {
-			s.results[j] = r.results[i]
-		}
+		s.tags[j] = r.tags[i]
 	}
 	return s
 }
 
-// failIndexes settles the Results of the given indexes of r (all when
-// idx is nil) with an *IDError of kind, and returns the first such error
-// (for the event; without results it makes only that one).
+// failIndexes tells the tags of the given indexes of r (all when idx is
+// nil) that they failed with an *IDError of kind, and returns the first
+// such error (for the event). Exactly-once ids get an error each (their
+// reason differs); the others share the first.
 func (a *Acknowledger) failIndexes(r *request, idx []int, reasons []string, kind, err error) error {
 	n := len(idx)
 	if idx == nil {
@@ -349,12 +342,16 @@ func (a *Acknowledger) failIndexes(r *request, idx []int, reasons []string, kind
 	}
 	var first error
 	for j := range n {
-		if first != nil && !r.key.eo {
-			break
-		}
 		i := j
 		if idx != nil {
 			i = idx[j]
+		}
+		t := r.tags[i]
+		if first != nil && !r.key.eo {
+			if t != nil {
+				t.AckDone(first)
+			}
+			continue
 		}
 		e := &IDError{AckID: r.ids[i], Kind: kind, Err: err}
 		if reasons != nil {
@@ -363,13 +360,12 @@ func (a *Acknowledger) failIndexes(r *request, idx []int, reasons []string, kind
 		if first == nil {
 			first = e
 		}
-		if r.key.eo {
-			message.Resolve(r.results[i], e)
+		if t != nil {
+			t.AckDone(e)
 		}
 	}
 	return first
 }
-
 // failAll fails every ack id of r with kind and reports them.
 func (a *Acknowledger) failAll(r *request, kind, err error) {
 	if len(r.ids) == 0 {

@@ -7,9 +7,10 @@ type Tracer interface {
 	// StartRPC is called before each attempt of an RPC: op is "ack" for
 	// Acknowledge, "nack" for a ModifyAckDeadline that nacks and "modack"
 	// for one that extends; seconds is the deadline it sets. The returned
-	// function is called once with the attempt's outcome. ackIDs must not
+	// function is called once with the attempt's outcome. ackIDs and tags
+	// (parallel, entries may be nil) must not
 	// be kept or modified.
-	StartRPC(op string, seconds int32, ackIDs []string) func(Attempt)
+	StartRPC(op string, seconds int32, ackIDs []string, tags []Tag) func(Attempt)
 }
 
 // Attempt is the outcome of one RPC attempt, by index into its ack ids.

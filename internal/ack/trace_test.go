@@ -23,7 +23,7 @@ type tracedAttempt struct {
 	ended   bool
 }
 
-func (r *traceRec) StartRPC(op string, seconds int32, ackIDs []string) func(Attempt) {
+func (r *traceRec) StartRPC(op string, seconds int32, ackIDs []string, _ []Tag) func(Attempt) {
 	r.mu.Lock()
 	i := len(r.attempts)
 	r.attempts = append(r.attempts, tracedAttempt{op: op, seconds: seconds, ids: slices.Clone(ackIDs)})

@@ -4,7 +4,11 @@
 // and its Stats snapshot. A nil Func costs one nil check.
 package event
 
-import "time"
+import (
+	"context"
+	"log/slog"
+	"time"
+)
 
 // Kind names what happened.
 type Kind string
@@ -47,4 +51,41 @@ func (f Func) Emit(e Event) {
 	if f != nil {
 		f(e)
 	}
+}
+
+// Log writes e to l (nil: nowhere) at the level its kind deserves:
+// failures at Warn or Error, connects at Info, the rest at Debug.
+func Log(l *slog.Logger, e Event) {
+	if l == nil {
+		return
+	}
+	level := slog.LevelDebug
+	switch e.Kind {
+	case Disconnect, ConnectFailed, Reconnect, Expired, Retry:
+		level = slog.LevelWarn
+	case Terminal, AckFailed, ReceiptModackFail:
+		level = slog.LevelError
+	case Connect:
+		level = slog.LevelInfo
+	}
+	if !l.Enabled(context.Background(), level) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("subscription", e.Subscription)}
+	if e.Count != 0 {
+		attrs = append(attrs, slog.Int("count", e.Count))
+	}
+	if e.Stream != 0 {
+		attrs = append(attrs, slog.Int("stream", e.Stream))
+	}
+	if e.Deadline != 0 {
+		attrs = append(attrs, slog.Duration("deadline", e.Deadline))
+	}
+	if e.Delay != 0 {
+		attrs = append(attrs, slog.Duration("delay", e.Delay))
+	}
+	if e.Err != nil {
+		attrs = append(attrs, slog.Any("error", e.Err))
+	}
+	l.LogAttrs(context.Background(), level, "pubsubflow: "+string(e.Kind), attrs...)
 }

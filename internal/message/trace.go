@@ -28,10 +28,3 @@ func (t *Trace) End() bool { return t.ended.CompareAndSwap(false, true) }
 
 // Ended reports whether End was called.
 func (t *Trace) Ended() bool { return t.ended.Load() }
-
-// TraceOf returns m's span state, or nil when its subscriber does not
-// trace.
-func TraceOf(m *Message) *Trace { return m.trace }
-
-// SetTrace attaches m's span state (by the subscriber, on receipt).
-func SetTrace(m *Message, t *Trace) { m.trace = t }

@@ -3,25 +3,25 @@
 // on receipt. The benchmarks (bench) and `pubsubflow bench --compare-naive`
 // run it beside the Subscriber to show what goes wrong.
 //
-// It is built from the library's own parts, wired the wrong way:
+// It is built from the library's own public parts, wired the wrong way:
 //
-//	source.Subscribe → bind the settle path → go-streams Map(Extender.Track) → ParallelMap(handler) → sink.Acknowledge
+//	source.Subscribe (no receipt steps) → go-streams Map → flow.EagerTrack(ext, 1) → ParallelMap(handler) → sink.Acknowledge
 //
-// Leases, acks and the settle path are the real ones; only the tracking is
-// on demand. The streams read as far ahead as gRPC flow control lets the
-// server send, so messages wait in the stream's buffers behind busy
-// handlers with no lease: when they wait longer than the stream ack
-// deadline, the server redelivers them, and the handlers see them twice.
-//
-// A user cannot build this from the public API, on purpose: binding a
-// message to its settle path, the lease extender and the raw streams are
-// internal, and the Subscriber's public Source leases every message on
-// receipt before it is handed on, so the wrong wiring cannot be expressed.
+// A tracker behind another stage, with room for one message, takes a
+// lease only when downstream pulls: it is the on-demand tracker. Leases,
+// acks and the settle path are the real ones. The streams read as far
+// ahead as gRPC flow control lets the server send, so messages wait in the
+// stream's buffers behind busy handlers with no lease: when they wait
+// longer than the stream ack deadline, the server redelivers them, and the
+// handlers see them twice. The tracker notices that messages reach it
+// long after receipt and says so once (its Warn), which is how a user who
+// wires it so learns the fix.
 package naive
 
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +31,6 @@ import (
 	gsflow "github.com/reugn/go-streams/flow"
 
 	"github.com/pubsubflow/pubsubflow/flow"
-	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
@@ -49,7 +48,7 @@ const StopTimeout = 30 * time.Second
 type Config struct {
 	// Handler is the work on one message. It may settle the message; what
 	// it leaves unsettled is acked when it returns. Required.
-	Handler func(ctx context.Context, m *message.Message)
+	Handler func(ctx context.Context, m *source.Message)
 	// Parallelism is the number of handlers at work at once (at least 1).
 	Parallelism int
 	// StreamAckDeadline is the stream ack deadline, also the lease the
@@ -75,7 +74,7 @@ type Stats struct {
 // Consumer is a running demand-driven subscriber; Start makes one.
 type Consumer struct {
 	ext    *flow.Extender
-	acks   *ack.Acknowledger
+	src    *source.Source
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error // the pipeline's, once done is closed
@@ -97,13 +96,9 @@ func Start(ctx context.Context, client pubsubpb.SubscriberClient, subscription s
 	}
 	c := &Consumer{done: make(chan struct{})}
 	var err error
-	c.ext, err = flow.NewExtender(client, subscription, flow.ExtenderConfig{StreamAckDeadline: cfg.StreamAckDeadline})
+	c.ext, err = flow.NewExtender(client, flow.ExtenderConfig{StreamAckDeadline: cfg.StreamAckDeadline, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
-	}
-	c.acks, err = ack.New(client, subscription, ack.Config{})
-	if err != nil {
-		return nil, errors.Join(err, c.ext.Close())
 	}
 	src, err := source.Subscribe(client, source.Config{
 		Subscription:           subscription,
@@ -112,52 +107,49 @@ func Start(ctx context.Context, client pubsubpb.SubscriberClient, subscription s
 		Streams:                cfg.Streams,
 	})
 	if err != nil {
-		return nil, errors.Join(err, c.closeParts())
+		return nil, errors.Join(err, c.ext.Close())
 	}
-	settler := countingSettler{inner: sink.NewSettler(c.acks, nil, c.ext), n: &c.settled}
-	bind := pipeline.Filter(func(m *message.Message) bool {
-		c.received.Add(1)
-		message.Bind(m, settler)
-		return true
-	}, nil)
-	handle := operators.ParallelMap(cfg.Parallelism, func(ctx context.Context, m *message.Message) (*message.Message, error) {
+	c.src = src.With((*counter)(c))
+	handle := operators.ParallelMap(cfg.Parallelism, func(ctx context.Context, m *source.Message) (*source.Message, error) {
 		c.started.Add(1)
 		defer c.finished.Add(1)
 		cfg.Handler(ctx, m)
 		return m, nil
-	}, operators.Options[*message.Message, *message.Message]{})
+	}, operators.Options[*source.Message, *source.Message]{})
+	track := flow.EagerTrack(c.ext, 1)
+	track.Logger = slog.New(slog.DiscardHandler)
 
 	ctx, c.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(c.done)
-		c.err = pipeline.FromContext(ctx, src).Via(bind, trackOnDemand(c.ext), handle).To(sink.Acknowledge(sink.Policy{}))
+		c.err = pipeline.FromContext(ctx, stage.Source[*source.Message](c.src)).Via(passThrough(), track, handle).To(sink.Acknowledge(sink.Policy{}))
 	}()
 	return c, nil
 }
 
-// trackOnDemand is the bug: a go-streams Map that tracks a message's lease
-// only when the element passes through it, that is when the handlers
-// downstream ask for the next message.
-func trackOnDemand(ext *flow.Extender) stage.Flow[*message.Message, *message.Message] {
-	return pipeline.Streams[*message.Message, *message.Message](func(_ *stage.Group, in streams.Source) streams.Outlet {
-		return in.Via(gsflow.NewMap(func(m *message.Message) *message.Message {
-			ext.Track(m)
-			return m
-		}, 1))
-	}, pipeline.StreamsOptions[*message.Message]{})
+// passThrough is a go-streams Map that hands each message on as it is:
+// it keeps the tracker from being the stage right after the source (which
+// would fuse it into the source's receipt steps, the right wiring).
+func passThrough() stage.Flow[*source.Message, *source.Message] {
+	return pipeline.Streams[*source.Message, *source.Message](func(_ *stage.Group, in streams.Source) streams.Outlet {
+		return in.Via(gsflow.NewMap(func(m *source.Message) *source.Message { return m }, 1))
+	}, pipeline.StreamsOptions[*source.Message]{})
 }
 
-// countingSettler counts settled messages and passes them to the real
-// settle path.
-type countingSettler struct {
-	inner *sink.Settler
-	n     *atomic.Int64
+// counter is a receipt step that counts what the source receives and, by
+// holding each message, what settles.
+type counter Consumer
+
+func (c *counter) Receive(_ int, ms []*source.Message) {
+	c.received.Add(int64(len(ms)))
+	nodes := make([]message.HoldNode, len(ms))
+	for i, m := range ms {
+		message.Of(m).Hold(m, &nodes[i], c)
+	}
 }
 
-func (s countingSettler) Settle(m *message.Message, o message.Outcome, d time.Duration) {
-	s.n.Add(1)
-	s.inner.Settle(m, o, d)
-}
+func (c *counter) Settled(any, uint32) { c.settled.Add(1) }
+func (c *counter) Done(any)            {}
 
 // Stats returns the consumer's counters now.
 func (c *Consumer) Stats() Stats {
@@ -172,9 +164,9 @@ func (c *Consumer) Stats() Stats {
 // called, or it failed (Stop returns why).
 func (c *Consumer) Done() <-chan struct{} { return c.done }
 
-// Stop ends the pipeline and waits for it, nacks the messages still leased
-// (those never leased expire at the server on their own), sends the last
-// acks and nacks within StopTimeout, and closes the extender: no goroutine
+// Stop ends the pipeline and waits for it, nacks the messages still held,
+// sends the last acks and nacks within StopTimeout, and closes the
+// extender: no goroutine
 // of the consumer is left. It returns the pipeline's error, if it failed
 // other than by being stopped, joined with any error closing. Calling it
 // again returns the same.
@@ -186,17 +178,15 @@ func (c *Consumer) Stop() error {
 		if errors.Is(err, context.Canceled) {
 			err = nil
 		}
-		for _, m := range c.ext.Leased() {
-			m.Nack()
-		}
 		c.stopErr = errors.Join(err, c.closeParts())
 	})
 	return c.stopErr
 }
 
-// closeParts flushes and closes the acknowledger, then the extender.
+// closeParts closes the source (nacks what it still holds, flushes the
+// acks), then the extender.
 func (c *Consumer) closeParts() error {
 	ctx, cancel := context.WithTimeout(context.Background(), StopTimeout)
 	defer cancel()
-	return errors.Join(c.acks.Close(ctx), c.ext.Close())
+	return errors.Join(c.src.Close(ctx), c.ext.Close())
 }

@@ -1,4 +1,4 @@
-package message
+package source
 
 import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"

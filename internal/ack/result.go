@@ -1,12 +1,20 @@
-package message
+package ack
 
 import (
 	"context"
 	"sync"
 )
 
-// Result is the outcome of an ack or nack that the server confirms
-// (exactly-once delivery). It settles once.
+// Tag hears the fate of one ack id: AckDone(nil) once the server accepted
+// it, AckDone(err) with an *IDError once it failed for good. It is called
+// once, on the acknowledger's goroutines, without its lock held, and must
+// not block.
+type Tag interface {
+	AckDone(err error)
+}
+
+// Result is a Tag that can be waited on: what Ack and Nack return for
+// exactly-once ack ids. It settles once.
 type Result struct {
 	once sync.Once
 	done chan struct{}
@@ -16,9 +24,9 @@ type Result struct {
 // NewResult returns an unsettled Result.
 func NewResult() *Result { return &Result{done: make(chan struct{})} }
 
-// Resolve settles the result with err (nil: confirmed). Only the first
+// AckDone settles the result with err (nil: confirmed); only the first
 // call counts.
-func Resolve(r *Result, err error) {
+func (r *Result) AckDone(err error) {
 	r.once.Do(func() {
 		r.err = err
 		close(r.done)

@@ -1,0 +1,82 @@
+package pubsubflow
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/sink"
+	"github.com/pubsubflow/pubsubflow/source"
+)
+
+// book is the Subscriber's own receipt step, fused into its source after
+// EagerTrack and FlowGate: it holds every message from receipt to settle
+// for what only the Subscriber can tell (processing in Stats, the ack
+// latency metric, tracing), and it settles with the OnShutdown outcome
+// what a draining subscriber received but did not hand on.
+type book Subscriber
+
+var _ source.Step = (*book)(nil)
+
+// settledFirst marks a message settled before any hand-off, so a late
+// hand-off mark fails and the two counters stay exact.
+const settledFirst = math.MaxUint64
+
+func (b *book) Receive(_ int, ms []*Message) {
+	nodes := make([]message.HoldNode, len(ms))
+	for i, m := range ms {
+		message.Of(m).Hold(m, &nodes[i], b)
+	}
+}
+
+// Settled counts a handed-off message out of processing.
+func (b *book) Settled(mi any, o uint32) {
+	m := mi.(*Message)
+	s := (*Subscriber)(b)
+	if o == message.Ack {
+		s.tel.observeAck(time.Since(m.ReceiveTime))
+	}
+	if !message.Of(m).MarkHandedOff(settledFirst) {
+		s.c.settledHanded.Add(1)
+	}
+}
+
+func (b *book) Done(any) {}
+
+// HandOff sees each batch as it leaves the source: while draining, the
+// messages get the OnShutdown outcome instead of going on; otherwise a
+// custom pipeline's messages count as processing from here (Run's count
+// once a handler takes them).
+func (b *book) HandOff(ctx context.Context, ms []*Message) []*Message {
+	s := (*Subscriber)(b)
+	if s.life.draining() {
+		b.Unsent(ms)
+		return nil
+	}
+	if kind, _ := ctx.Value(runKey{}).(runKind); kind == runCustom {
+		for _, m := range ms {
+			b.markHanded(m)
+		}
+	}
+	return ms
+}
+
+// Unsent settles what the source received but will not hand on: with the
+// OnShutdown outcome while draining (the source nacks the rest).
+func (b *book) Unsent(ms []*Message) {
+	s := (*Subscriber)(b)
+	if !s.life.draining() {
+		return
+	}
+	for _, m := range ms {
+		sink.Settle(m, s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
+	}
+}
+
+// markHanded records that m left the subscriber's buffers for processing.
+func (b *book) markHanded(m *Message) {
+	if message.Of(m).MarkHandedOff(1) {
+		b.c.handed.Add(1)
+	}
+}

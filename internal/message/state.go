@@ -1,0 +1,142 @@
+// Package message is the plumbing of a received message (source.Message):
+// its outcome, the settle path it is bound to, and what the stages that
+// hold it (a lease, a flow permit) must give back when it settles. Users
+// never reach it: source registers the accessor (Of) and binds each
+// message when it decodes it; flow and the Subscriber use it.
+package message
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Outcome values; source.Outcome has the same numbering.
+const (
+	Pending uint32 = iota
+	Ack
+	Nack
+	NackAfter
+	NoOp
+	Expired
+)
+
+// Path is a message's one settle path (its source's). Settle is called
+// exactly once per message, on the goroutine that set the outcome, after
+// every Holder's Settled; it calls State.Done once the server no longer
+// counts the message (at once, or when the ack or nack is final).
+type Path interface {
+	Settle(m any, o uint32, delay time.Duration)
+}
+
+// Holder is a stage that took something for a message (a lease, a flow
+// permit) and gives it back when the message settles: Settled once the
+// outcome is set, Done once the server no longer counts the message (its
+// ack or nack is final, or its deadline passed). Both are called exactly
+// once, in that order, and must not block.
+type Holder interface {
+	Settled(m any, o uint32)
+	Done(m any)
+}
+
+// HoldNode is one Holder on a message's list; the holder provides it (one
+// slab per batch), so attaching costs no allocation per message.
+type HoldNode struct {
+	h    Holder
+	next *HoldNode
+}
+
+// sealed ends a settled message's hold list: nothing attaches after it.
+var sealed = new(HoldNode)
+
+// State is the plumbing part of a message.
+type State struct {
+	// Size is the encoded size flow control counts.
+	Size int
+	// Path is set once, when the source decodes the message, before any
+	// other goroutine can see it; nil for a message built by hand.
+	Path Path
+	// Trace is the span state of a traced message (nil otherwise).
+	Trace *Trace
+
+	outcome atomic.Uint32
+	holds   atomic.Pointer[HoldNode]
+	done    *HoldNode     // the hold list, kept for Done once sealed
+	doneRun atomic.Bool   // Done ran
+	handed  atomic.Uint64 // 0: not handed off; else the hand-off's owner
+	owner   atomic.Uint64 // the source run that handed it on (0: none yet)
+}
+
+var of func(any) *State
+
+// Register sets the accessor Of uses; package source calls it once.
+func Register(f func(any) *State) { of = f }
+
+// Of returns m's plumbing; m must be a *source.Message.
+func Of(m any) *State { return of(m) }
+
+// Outcome is the outcome set so far (Pending if none).
+func (st *State) Outcome() uint32 { return st.outcome.Load() }
+
+// Settle sets outcome o if none is set yet; the one call that does tells
+// every Holder (Settled), then the Path. It reports whether this call set
+// the outcome. Lock-free: one compare-and-swap decides.
+func (st *State) Settle(m any, o uint32, delay time.Duration) bool {
+	if o == Pending || !st.outcome.CompareAndSwap(Pending, o) {
+		return false
+	}
+	list := st.holds.Swap(sealed)
+	for n := list; n != nil; n = n.next {
+		n.h.Settled(m, o)
+	}
+	st.done = list
+	if st.Path != nil {
+		st.Path.Settle(m, o, delay)
+	} else {
+		st.Done(m)
+	}
+	return true
+}
+
+// Done tells every Holder that the server no longer counts m. It runs
+// once, after Settle; later calls do nothing.
+func (st *State) Done(m any) {
+	if !st.doneRun.CompareAndSwap(false, true) {
+		return
+	}
+	for n := st.done; n != nil; n = n.next {
+		n.h.Done(m)
+	}
+	st.done = nil
+}
+
+// Hold puts h on m's list, using n (the caller's storage), so that h
+// hears when m settles. If m has already settled it reports false and h is
+// told at once (Settled, then Done): nothing it took can leak.
+func (st *State) Hold(m any, n *HoldNode, h Holder) bool {
+	n.h = h
+	for {
+		head := st.holds.Load()
+		if head == sealed {
+			h.Settled(m, st.outcome.Load())
+			h.Done(m)
+			return false
+		}
+		n.next = head
+		if st.holds.CompareAndSwap(head, n) {
+			return true
+		}
+	}
+}
+
+// MarkHandedOff records that m left its source for processing, naming
+// the owner (a non-zero id); false if it was already marked.
+func (st *State) MarkHandedOff(owner uint64) bool { return st.handed.CompareAndSwap(0, owner) }
+
+// HandedOffBy is the owner given to MarkHandedOff (0: not handed off).
+func (st *State) HandedOffBy() uint64 { return st.handed.Load() }
+
+// SetOwner records the source run that handed m on.
+func (st *State) SetOwner(run uint64) { st.owner.Store(run) }
+
+// Owner is the source run that handed m on (0: none yet).
+func (st *State) Owner() uint64 { return st.owner.Load() }

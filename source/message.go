@@ -1,0 +1,173 @@
+package source
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
+	"github.com/pubsubflow/pubsubflow/internal/message"
+)
+
+// Outcome is what happens to a received message.
+type Outcome uint32
+
+// The outcomes. Pending is the zero value: none set yet.
+const (
+	// Pending: no outcome yet.
+	Pending = Outcome(message.Pending)
+	// Ack: processed; the server forgets the message.
+	Ack = Outcome(message.Ack)
+	// Nack: redeliver now (ModifyAckDeadline 0).
+	Nack = Outcome(message.Nack)
+	// NackAfter: redeliver after a delay (ModifyAckDeadline d).
+	NackAfter = Outcome(message.NackAfter)
+	// NoOp: release the message locally and send nothing; the server
+	// redelivers it when its current deadline passes.
+	NoOp = Outcome(message.NoOp)
+	// Expired: the message's lease ended without a confirmed extension
+	// (past the maximum extension, or its deadline passed) and the server
+	// may already have given it out again. Set by the lease extender, never
+	// by users; an Ack after it does nothing.
+	Expired = Outcome(message.Expired)
+)
+
+var outcomeNames = [...]string{"pending", "ack", "nack", "nack-after", "no-op", "expired"}
+
+// String names the outcome ("ack", "nack", …).
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// Message is one received Pub/Sub message. Its exported fields are
+// read-only. Its outcome is set with Ack, Nack, NackAfter or NoOp, which
+// are safe to call from any goroutine, anywhere in a pipeline: the first
+// outcome wins, and it reaches the message's settle path once. That path
+// belongs to the Source that received the message: it gives back what
+// every stage took for the message (its lease, its flow permit) and sends
+// the ack or nack. There is nothing for a caller to pair.
+type Message struct {
+	ID              string
+	AckID           string
+	Data            []byte
+	Attributes      map[string]string
+	OrderingKey     string
+	DeliveryAttempt int
+	PublishTime     time.Time
+	// ReceiveTime is when the source decoded the message: its lease
+	// starts there, and a stage can tell from it how long the message
+	// waited before reaching it.
+	ReceiveTime time.Time
+	// Subscription is the full name of the subscription it came from.
+	Subscription string
+	// ExactlyOnce and Ordered are the subscription's properties as the
+	// server reported them with this message.
+	ExactlyOnce bool
+	Ordered     bool
+
+	st     message.State
+	result *AckResult
+}
+
+func init() { message.Register(func(m any) *message.State { return &m.(*Message).st }) }
+
+// Ack acknowledges the message. It reports whether this call set the
+// outcome (false: an earlier outcome won, or the lease had expired).
+func (m *Message) Ack() bool { return m.st.Settle(m, message.Ack, 0) }
+
+// Nack asks for redelivery now.
+func (m *Message) Nack() bool { return m.st.Settle(m, message.Nack, 0) }
+
+// NackAfter asks for redelivery after d (rounded up to whole seconds, at
+// most 600 s, the API's limit).
+func (m *Message) NackAfter(d time.Duration) bool { return m.st.Settle(m, message.NackAfter, d) }
+
+// NoOp releases the message locally without telling the server, which
+// redelivers it once its current deadline passes.
+func (m *Message) NoOp() bool { return m.st.Settle(m, message.NoOp, 0) }
+
+// Outcome returns the outcome set so far (Pending if none).
+func (m *Message) Outcome() Outcome { return Outcome(m.st.Outcome()) }
+
+// Settled reports whether an outcome has been set.
+func (m *Message) Settled() bool { return m.st.Outcome() != message.Pending }
+
+// Size is the message's size in bytes as flow control counts it: the
+// encoded Pub/Sub message (data, attributes, ids, publish time), as the
+// service counts it.
+func (m *Message) Size() int { return m.st.Size }
+
+// Result returns the server's confirmation of the message's ack or nack
+// on an exactly-once subscription, once Ack or Nack has returned; nil
+// otherwise.
+func (m *Message) Result() *AckResult { return m.result }
+
+// AckResult is the server's confirmation of an ack or nack on an
+// exactly-once subscription (Message.Result). It settles once.
+type AckResult struct {
+	once sync.Once
+	done chan struct{}
+	err  error
+}
+
+func newAckResult() *AckResult { return &AckResult{done: make(chan struct{})} }
+
+func (r *AckResult) resolve(err error) {
+	r.once.Do(func() {
+		r.err = err
+		close(r.done)
+	})
+}
+
+// Done is closed when the result has settled.
+func (r *AckResult) Done() <-chan struct{} { return r.done }
+
+// Wait blocks until the result settles or ctx is done. It returns nil once
+// the server confirmed the ack or nack, or why it failed: an *AckError
+// (for example an ack id that expired before the ack reached the server).
+func (r *AckResult) Wait(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// decodeResponse decodes a StreamingPull response's messages into one
+// allocation (a response's messages live and die together closely enough
+// that one slab per response costs less than one object per message),
+// binds each to path, and appends pointers to them to dst.
+func decodeResponse(dst []*Message, rms []*pubsubpb.ReceivedMessage, subscription string, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time, path message.Path) []*Message {
+	slab := make([]Message, len(rms))
+	for i, rm := range rms {
+		m := &slab[i]
+		m.decode(rm, subscription, props, now)
+		m.st.Path = path
+		dst = append(dst, m)
+	}
+	return dst
+}
+
+// decode fills a zero Message from a StreamingPull response element.
+func (m *Message) decode(rm *pubsubpb.ReceivedMessage, subscription string, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time) {
+	pm := rm.GetMessage()
+	m.ID = pm.GetMessageId()
+	m.AckID = rm.GetAckId()
+	m.Data = pm.GetData()
+	m.Attributes = pm.GetAttributes()
+	m.OrderingKey = pm.GetOrderingKey()
+	m.DeliveryAttempt = int(rm.GetDeliveryAttempt())
+	m.ReceiveTime = now
+	m.Subscription = subscription
+	m.ExactlyOnce = props.GetExactlyOnceDeliveryEnabled()
+	m.Ordered = props.GetMessageOrderingEnabled()
+	if ts := pm.GetPublishTime(); ts != nil {
+		m.PublishTime = ts.AsTime()
+	}
+	m.st.Size = protoSize(rm)
+}

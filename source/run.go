@@ -1,0 +1,132 @@
+package source
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
+	"github.com/pubsubflow/pubsubflow/internal/event"
+	"github.com/pubsubflow/pubsubflow/stage"
+)
+
+// run is one Run (or RunBatches) of a source: its streams, its hand-off
+// and the messages it handed on.
+type run struct {
+	s  *Source
+	id uint64
+}
+
+func (s *Source) newRun() *run { return &run{s: s, id: s.runs.Add(1)} }
+
+// runBatches starts r's streams and pump under g. When the run's pipeline
+// is over (g's context done) it settles what it handed on and its
+// pipeline left unsettled.
+func (s *Source) runBatches(g *stage.Group, r *run) <-chan []*Message {
+	out := make(chan []*Message)
+	if s.stopped() {
+		g.Fail(ErrClosed)
+		close(out)
+		return out
+	}
+	// The streams stop with the pipeline, or when the source stops.
+	sctx, cancel := context.WithCancel(g.Context())
+	unhook := context.AfterFunc(s.stopCtx, cancel)
+	h := newHandoff()
+	var wg sync.WaitGroup
+	streamsDone := make(chan struct{})
+	for i := range s.cfg.Streams {
+		wg.Add(1)
+		g.Go(func(context.Context) error {
+			defer wg.Done()
+			return s.runStream(sctx, i, h)
+		})
+	}
+	g.Go(func(context.Context) error {
+		wg.Wait()
+		unhook()
+		cancel()
+		close(streamsDone)
+		return nil
+	})
+	g.Go(func(ctx context.Context) error {
+		defer close(out)
+		s.pump(sctx, r, h, out, streamsDone)
+		return nil
+	})
+	g.Go(func(ctx context.Context) error {
+		<-ctx.Done()
+		<-streamsDone
+		r.stranded()
+		return nil
+	})
+	return out
+}
+
+// stranded nacks what the run handed on and its pipeline left unsettled
+// (dropped by one of its stages, or in flight when it was cancelled), so
+// the server redelivers it at once rather than when its lease runs out. A
+// stage still working on such a message finds its outcome taken:
+// cancelling a pipeline abandons its work.
+func (r *run) stranded() {
+	r.s.held.each(func(m *Message) {
+		if m.st.Owner() == r.id {
+			m.Nack()
+		}
+	})
+}
+
+// unsent settles what the run received but will not hand on: with the
+// steps' Unsent if one has it (a Subscriber's shutdown outcome), else a
+// nack, so the server redelivers it at once.
+func (r *run) unsent(ms []*Message) {
+	if len(ms) == 0 {
+		return
+	}
+	for _, f := range r.s.unsentFns {
+		f(ms)
+	}
+	for _, m := range ms {
+		m.Nack()
+	}
+}
+
+func (r *run) unsentOne(m *Message) { r.unsent([]*Message{m}) }
+
+// receipt decodes a response's messages and makes them the source's:
+// each is bound to the settle path and recorded as held, and the steps
+// run on them, on the stream's goroutine, before any of them is queued.
+func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage) []*Message {
+	ms := decodeResponse(make([]*Message, 0, len(rms)), rms, s.cfg.Subscription, s.props.Load(), time.Now(), &s.path)
+	s.c.received.Add(uint64(len(ms)))
+	for _, m := range ms {
+		if m.DeliveryAttempt > 1 {
+			s.c.redelivered.Add(1)
+		}
+	}
+	s.emit(event.Event{Kind: event.Received, Count: len(ms)})
+	if !s.held.add(ms) { // closed meanwhile
+		for _, m := range ms {
+			m.Nack()
+		}
+		return nil
+	}
+	if s.trace != nil {
+		s.trace.received(ms)
+	}
+	for _, st := range s.steps {
+		st.Receive(lane, ms)
+	}
+	return ms
+}
+
+// Stop ends the streams of every run, now and to come: each run hands on
+// nothing more, settles what it had received but not handed on (see
+// run.unsent) and closes its output, so a pipeline downstream finishes
+// what it holds and ends. Messages already handed on are not touched.
+// Stop is for a graceful end (a Subscriber drains with it); Close after
+// the pipelines have ended.
+func (s *Source) Stop() { s.stopFn() }
+
+func (c *core) stopped() bool { return c.stopCtx.Err() != nil }

@@ -1,0 +1,265 @@
+package source
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pubsubflow/pubsubflow/internal/ack"
+	"github.com/pubsubflow/pubsubflow/internal/event"
+	"github.com/pubsubflow/pubsubflow/internal/message"
+)
+
+// path is a Source's settle path (message.Path). Every message the source
+// decodes is bound to it, so whatever ends the message — a handler's Ack,
+// a stage's Nack, the sink's policy, lease expiry, Close — reaches it
+// exactly once: after the holders (leases, permits) were told, it counts
+// the outcome and queues what the server is to hear.
+type path struct{ c *core }
+
+func (p *path) Settle(mi any, o uint32, delay time.Duration) {
+	m := mi.(*Message)
+	c := p.c
+	c.c.settled(o)
+	if c.trace != nil {
+		c.trace.settled(m, o)
+	}
+	switch o {
+	case message.Ack:
+		if m.ExactlyOnce {
+			m.result = newAckResult()
+		}
+		c.c.acking.Add(1)
+		c.acks.AckTag(m.AckID, m.ExactlyOnce, (*ackTag)(m))
+	case message.Nack, message.NackAfter:
+		if o == message.Nack {
+			delay = 0
+		}
+		if m.ExactlyOnce {
+			m.result = newAckResult()
+		}
+		c.acks.NackTag(m.AckID, delay, m.ExactlyOnce, (*ackTag)(m))
+	default: // NoOp, Expired: nothing to send
+		m.st.Done(m)
+	}
+}
+
+// ackTag is a message as the acknowledger's Tag: it hears when the
+// message's ack or nack is final.
+type ackTag Message
+
+func (t *ackTag) AckDone(err error) {
+	m := (*Message)(t)
+	c := m.st.Path.(*path).c
+	if m.Outcome() == Ack {
+		c.c.acking.Add(-1)
+	}
+	if err != nil {
+		c.c.ackFailures.Add(1)
+		err = ackError(err)
+	}
+	if m.result != nil {
+		m.result.resolve(err)
+	}
+	m.st.Done(m)
+}
+
+// Stats is a snapshot of a Source's counters.
+type Stats struct {
+	// Received counts messages decoded; Redelivered those with a delivery
+	// attempt above 1.
+	Received    uint64
+	Redelivered uint64
+	// Settled messages by outcome.
+	Acked, Nacked, NoOps, Expired uint64
+	// Unsettled is received − settled: what the source's messages hold
+	// now, wherever they are.
+	Unsettled int64
+	// Acking counts acked messages whose ack is not final yet.
+	Acking int64
+	// AckFailures counts acks and nacks that failed for good.
+	AckFailures uint64
+	// Reconnects counts stream restarts.
+	Reconnects uint64
+	// LastError is the most recent stream or ack error.
+	LastError error
+}
+
+// counters back Stats; each is one atomic add on its hot path.
+type counters struct {
+	received, redelivered               atomic.Uint64
+	acked, nacked, noops, expired       atomic.Uint64
+	ackFailures, reconnects             atomic.Uint64
+	settledN                            atomic.Int64
+	acking                              atomic.Int64
+	mu                                  sync.Mutex
+	lastErr                             error
+}
+
+func (c *counters) settled(o uint32) {
+	switch o {
+	case message.Ack:
+		c.acked.Add(1)
+	case message.Nack, message.NackAfter:
+		c.nacked.Add(1)
+	case message.NoOp:
+		c.noops.Add(1)
+	case message.Expired:
+		c.expired.Add(1)
+	}
+	c.settledN.Add(1)
+}
+
+func (c *counters) event(e event.Event) {
+	if e.Kind == event.Reconnect {
+		c.reconnects.Add(1)
+	}
+	if e.Err != nil {
+		c.mu.Lock()
+		c.lastErr = e.Err
+		c.mu.Unlock()
+	}
+}
+
+func (c *counters) stats(*ack.Acknowledger) Stats {
+	c.mu.Lock()
+	last := c.lastErr
+	c.mu.Unlock()
+	received := c.received.Load()
+	return Stats{
+		Received:    received,
+		Redelivered: c.redelivered.Load(),
+		Acked:       c.acked.Load(),
+		Nacked:      c.nacked.Load(),
+		NoOps:       c.noops.Load(),
+		Expired:     c.expired.Load(),
+		Unsettled:   int64(received) - c.settledN.Load(),
+		Acking:      c.acking.Load(),
+		AckFailures: c.ackFailures.Load(),
+		Reconnects:  c.reconnects.Load(),
+		LastError:   last,
+	}
+}
+
+// registry is every message a source received and has not seen settled,
+// kept as the responses they came in (a response's messages share one
+// allocation anyway). Settling costs it nothing; responses whose messages
+// have all settled are dropped whenever the list has doubled since it was
+// last trimmed, so it holds O(unsettled responses).
+type registry struct {
+	mu      sync.Mutex
+	batches [][]*Message
+	trimAt  int
+	closed  bool
+}
+
+// add records a response's messages; false once closed.
+func (r *registry) add(ms []*Message) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.batches = append(r.batches, ms)
+	if len(r.batches) >= r.trimAt {
+		kept := r.batches[:0]
+		for _, b := range r.batches {
+			if !allSettled(b) {
+				kept = append(kept, b)
+			}
+		}
+		clear(r.batches[len(kept):])
+		r.batches = kept
+		r.trimAt = max(2*len(kept), 16)
+	}
+	return true
+}
+
+func allSettled(ms []*Message) bool {
+	for _, m := range ms {
+		if !m.Settled() {
+			return false
+		}
+	}
+	return true
+}
+
+// each calls f for every unsettled message, outside the lock.
+func (r *registry) each(f func(*Message)) {
+	r.mu.Lock()
+	bs := append([][]*Message(nil), r.batches...)
+	r.mu.Unlock()
+	for _, b := range bs {
+		for _, m := range b {
+			if !m.Settled() {
+				f(m)
+			}
+		}
+	}
+}
+
+// close refuses further messages and calls f for every unsettled one.
+func (r *registry) close(f func(*Message)) {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.each(f)
+}
+
+// AckError is why an ack or nack on an exactly-once subscription failed
+// (AckResult.Wait). errors.Is tells the kind (ErrAckRefused,
+// ErrAckRetriesExhausted, ErrClosed); status.Code(err) is the RPC's status
+// code.
+type AckError struct {
+	AckID  string // the message's ack id
+	Reason string // the server's per-ack-id reason, if it gave one
+	Kind   error  // ErrAckRefused, ErrAckRetriesExhausted or ErrClosed
+	Err    error  // the RPC's error; nil when the source was closed first
+}
+
+// Kinds of AckError.
+var (
+	// ErrAckRefused: the server refused the ack id for good (a
+	// PERMANENT_FAILURE_* reason such as an expired ack id, or a status
+	// that is not retried).
+	ErrAckRefused = errors.New("pubsubflow: ack refused")
+	// ErrAckRetriesExhausted: transient failures lasted past the retry
+	// deadline (60 s; 600 s exactly-once).
+	ErrAckRetriesExhausted = errors.New("pubsubflow: ack retries exhausted")
+	// ErrClosed: the source was closed before the ack or nack was
+	// confirmed, or it was made after Close.
+	ErrClosed = errors.New("pubsubflow: closed")
+)
+
+// ReasonInvalidAckID is the server's reason for an ack id that expired,
+// was already settled or is malformed: the message will be (or was)
+// redelivered.
+const ReasonInvalidAckID = ack.ReasonInvalidAckID
+
+// Error describes the failure: kind, ack id, reason and the RPC's error.
+func (e *AckError) Error() string { return (&ack.IDError{AckID: e.AckID, Reason: e.Reason, Kind: e.Kind, Err: e.Err}).Error() }
+
+// Unwrap returns the kind and the RPC's error.
+func (e *AckError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{e.Kind}
+	}
+	return []error{e.Kind, e.Err}
+}
+
+// ackError turns the acknowledger's error into an *AckError.
+func ackError(err error) error {
+	var ie *ack.IDError
+	if !errors.As(err, &ie) {
+		return err
+	}
+	kind := ErrAckRefused
+	switch {
+	case errors.Is(ie.Kind, ack.ErrRetryExhausted):
+		kind = ErrAckRetriesExhausted
+	case errors.Is(ie.Kind, ack.ErrClosed):
+		kind = ErrClosed
+	}
+	return &AckError{AckID: ie.AckID, Reason: ie.Reason, Kind: kind, Err: ie.Err}
+}

@@ -1,0 +1,173 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pubsubflow/pubsubflow/internal/ack"
+	"github.com/pubsubflow/pubsubflow/internal/carrier"
+	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/internal/tracing"
+)
+
+// tracer is a source's tracing (Config.TracerProvider): each message's
+// "<subscription> subscribe" span, open from receipt until the server took
+// its ack or nack (or it expired, or was released with NoOp), a child of
+// the trace context its publisher put in its attributes; and the "ack",
+// "nack" and "modack" RPC spans of the acknowledger, linked both ways to
+// the messages they settle. A source without a TracerProvider holds nil,
+// and every hook is behind that one nil check.
+type tracer struct {
+	tracing.Names
+
+	mu   sync.Mutex
+	open map[*Message]struct{} // subscribe spans not ended
+}
+
+var _ ack.Tracer = (*tracer)(nil)
+
+func newTracer(tp trace.TracerProvider, subscription string) *tracer {
+	return &tracer{Names: tracing.For(tp, subscription), open: map[*Message]struct{}{}}
+}
+
+// received starts the subscribe span of each message of a response.
+func (t *tracer) received(ms []*Message) {
+	for _, m := range ms {
+		ctx := context.Background()
+		if len(m.Attributes) > 0 {
+			ctx = propagation.TraceContext{}.Extract(ctx, carrier.Carrier(m.Attributes))
+		}
+		attrs := append(t.MessageAttrs(m.ID, len(m.Data), m.OrderingKey, m.DeliveryAttempt),
+			tracing.AttrExactlyOnce.Bool(m.ExactlyOnce),
+			semconv.MessagingGCPPubsubMessageAckID(m.AckID),
+			semconv.MessagingBatchMessageCount(len(ms)),
+			semconv.MessagingOperationTypeReceive,
+		)
+		// Internal, as Google's clients make it; the process span is the
+		// consumer span.
+		_, span := t.Tracer.Start(ctx, t.Prefix+"subscribe",
+			trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+		m.st.Trace = &message.Trace{Subscribe: span}
+		t.mu.Lock()
+		t.open[m] = struct{}{}
+		t.mu.Unlock()
+	}
+}
+
+// settled records m's outcome on its subscribe span. A no-op or an
+// expiry sends nothing, so it ends the span here; an ack or nack ends it
+// when the server took it (StartRPC).
+func (t *tracer) settled(m *Message, o uint32) {
+	mt := m.st.Trace
+	if mt == nil {
+		return
+	}
+	s := mt.Subscribe
+	switch o {
+	case message.Ack:
+		s.AddEvent("ack called")
+	case message.Nack, message.NackAfter:
+		s.AddEvent("nack called")
+	case message.NoOp:
+		s.AddEvent("no-op called")
+		t.end(m, tracing.AttrResult.String(tracing.ResultNoOp), nil)
+	case message.Expired:
+		s.AddEvent("expired")
+		t.end(m, tracing.AttrResult.String(tracing.ResultExpired), errExpired)
+	}
+}
+
+var (
+	errExpired = errors.New("pubsubflow: lease ended before the message was settled (past max extension, its deadline passed unconfirmed, or its exactly-once receipt failed)")
+	errClosed  = errors.New("pubsubflow: source closed before the server confirmed the message's outcome")
+)
+
+// end ends m's subscribe span once, with result and, if failed is set, an
+// error status.
+func (t *tracer) end(m *Message, result attribute.KeyValue, failed error) {
+	mt := m.st.Trace
+	if mt == nil || !mt.End() {
+		return
+	}
+	t.mu.Lock()
+	delete(t.open, m)
+	t.mu.Unlock()
+	s := mt.Subscribe
+	if result.Valid() {
+		s.SetAttributes(result)
+	}
+	switch {
+	case failed != nil:
+		tracing.Fail(s, failed)
+	case m.ExactlyOnce:
+		s.SetStatus(codes.Ok, "") // the server confirmed it
+	}
+	s.End()
+}
+
+// StartRPC traces one Acknowledge or ModifyAckDeadline attempt of the
+// acknowledger (ack.Tracer). An ack or nack the server took ends the
+// subscribe spans it settles.
+func (t *tracer) StartRPC(op string, seconds int32, _ []string, tags []ack.Tag) func(ack.Attempt) {
+	ms := make([]*Message, len(tags))
+	spans := make([]trace.Span, len(tags))
+	for i, tag := range tags {
+		if at, ok := tag.(*ackTag); ok {
+			m := (*Message)(at)
+			if m.st.Trace != nil && !m.st.Trace.Ended() {
+				ms[i], spans[i] = m, m.st.Trace.Subscribe
+			}
+		}
+	}
+	span := t.RPCSpan(op, seconds, spans)
+	return func(at ack.Attempt) {
+		if at.Err != nil {
+			tracing.Fail(span, at.Err)
+		}
+		span.End()
+		state := make([]uint8, len(ms)) // 0 confirmed, 1 failed, 2 retried
+		for _, i := range at.Failed {
+			state[i] = 1
+		}
+		for _, i := range at.Retry {
+			state[i] = 2
+		}
+		result := tracing.AttrResult.String(tracing.ResultAcked)
+		if op != "ack" {
+			result = tracing.AttrResult.String(tracing.ResultNacked)
+		}
+		for i, m := range ms {
+			if m == nil {
+				continue
+			}
+			m.st.Trace.Subscribe.AddEvent(op + " end")
+			switch state[i] {
+			case 0:
+				t.end(m, result, nil)
+			case 1:
+				t.end(m, attribute.KeyValue{}, at.Err)
+			}
+		}
+	}
+}
+
+// close ends every subscribe span still open when the source has closed:
+// the acks and nacks the server never confirmed.
+func (t *tracer) close() {
+	t.mu.Lock()
+	left := make([]*Message, 0, len(t.open))
+	for m := range t.open {
+		left = append(left, m)
+	}
+	t.mu.Unlock()
+	for _, m := range left {
+		t.end(m, attribute.KeyValue{}, errClosed)
+	}
+}
