@@ -269,4 +269,3 @@ type StuckHandlersError struct {
 func (e *StuckHandlersError) Error() string {
 	return fmt.Sprintf("pubsubflow: Run: %d handler(s) still running after the drain timeout and cancellation; their messages were nacked", e.Running)
 }
-

@@ -27,7 +27,6 @@ const Unlimited = -1
 // defaults are the source's, so both agree.
 const (
 	defaultMaxExtension      = 60 * time.Minute
-	defaultAckFlushInterval  = 100 * time.Millisecond
 	defaultShutdownNackDelay = 5 * time.Second
 	defaultDrainTimeout      = 30 * time.Second
 
@@ -87,10 +86,6 @@ type SubscriberConfig struct {
 	// min; Unlimited for none) bounds how long one message is held.
 	Lease        LeaseStrategy
 	MaxExtension time.Duration
-
-	// AckFlushInterval is the longest an ack waits to be batched (default
-	// 100 ms; a full batch or full flow control flushes at once).
-	AckFlushInterval time.Duration
 
 	// OnSuccess (default Ack) and OnFailure (default Nack) settle messages
 	// whose handler returned nil or an error; NackAfter uses NackDelay.
@@ -207,7 +202,6 @@ func (c *SubscriberConfig) Validate() error {
 	if c.MaxExtension < 0 && c.MaxExtension != Unlimited {
 		add(fieldError("MaxExtension", "%v: want ≥ 0 or Unlimited", c.MaxExtension))
 	}
-	add(positiveRange("AckFlushInterval", c.AckFlushInterval, time.Millisecond, 10*time.Second))
 	add(outcome("OnSuccess", c.OnSuccess, Ack, Nack, NackAfter, NoOp))
 	add(outcome("OnFailure", c.OnFailure, Ack, Nack, NackAfter, NoOp))
 	add(outcome("OnShutdown", c.OnShutdown, Nack, NackAfter, NoOp))
@@ -232,7 +226,6 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, min(source.DefaultHeartbeatTimeout, c.HeartbeatInterval))
 	c.ReconnectTimeout = cmp.Or(c.ReconnectTimeout, source.DefaultReconnectTimeout)
 	c.MaxExtension = cmp.Or(c.MaxExtension, defaultMaxExtension)
-	c.AckFlushInterval = cmp.Or(c.AckFlushInterval, defaultAckFlushInterval)
 	c.ShutdownNackDelay = cmp.Or(c.ShutdownNackDelay, defaultShutdownNackDelay)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, defaultDrainTimeout)
 	c.MaxOutstandingMessages = cmp.Or(c.MaxOutstandingMessages, source.DefaultMaxOutstandingMessages)

@@ -33,7 +33,6 @@ func TestBadConfigs(t *testing.T) {
 		{"negative heartbeat", sub, "HeartbeatInterval", SubscriberConfig{HeartbeatInterval: -time.Second}},
 		{"heartbeat timeout too long", sub, "HeartbeatTimeout", SubscriberConfig{HeartbeatTimeout: time.Hour}},
 		{"negative max extension", sub, "MaxExtension", SubscriberConfig{MaxExtension: -time.Minute}},
-		{"flush interval too long", sub, "AckFlushInterval", SubscriberConfig{AckFlushInterval: time.Minute}},
 		{"bad success outcome", sub, "OnSuccess", SubscriberConfig{OnSuccess: Outcome(99)}},
 		{"expired is not a failure outcome", sub, "OnFailure", SubscriberConfig{OnFailure: Outcome(5)}},
 		{"ack on shutdown", sub, "OnShutdown", SubscriberConfig{OnShutdown: Ack}},

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-		"time"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc"
@@ -145,7 +145,6 @@ func (s *Subscriber) build() error {
 		Backoff:                s.cfg.Backoff,
 		Classify:               s.cfg.Reconnect,
 		ReconnectTimeout:       reconnectTimeout(s.cfg.ReconnectTimeout),
-		AckFlushInterval:       s.cfg.AckFlushInterval,
 		TracerProvider:         s.cfg.TracerProvider,
 		Logger:                 s.cfg.Logger,
 	})

@@ -91,11 +91,11 @@ type Extender struct {
 
 	// mu guards the fields below. It is never held across an RPC, a
 	// channel wait, a timer or a call into a message's settle path.
-	mu      sync.Mutex
-	policy  policy
-	leases  map[key]*lease
-	pending []*lease // receipt modacks not yet sent
-	closed  bool
+	mu       sync.Mutex
+	policy   policy
+	leases   map[key]*lease
+	pending  []*lease // receipt modacks not yet sent
+	closed   bool
 	deadline atomic.Int64 // the policy's deadline, for readers without mu
 
 	extended atomic.Uint64

@@ -152,14 +152,6 @@ func (fc *FlowControl) Wake() <-chan struct{} {
 	}
 }
 
-// AtLimit reports whether the server, counting what it has not seen
-// released, has given the client its whole message budget: acks held back
-// then starve the streams, so an acknowledger sends them at once. Always
-// false when messages are unlimited. Atomics only.
-func (fc *FlowControl) AtLimit() bool {
-	return fc.maxMessages > 0 && fc.serverHeld.Load() >= fc.maxMessages
-}
-
 // Outstanding is the number of messages holding permits now.
 func (fc *FlowControl) Outstanding() int64 { return fc.outstanding.Load() }
 

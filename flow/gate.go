@@ -75,10 +75,6 @@ func (gt *Gate) Room() bool {
 // Wake is closed when room may have changed (source.Budget).
 func (gt *Gate) Wake() <-chan struct{} { return gt.fc.Wake() }
 
-// AtLimit tells the source's acknowledger to send held-back acks at once:
-// the server counts the whole budget as given out.
-func (gt *Gate) AtLimit() bool { return gt.fc.AtLimit() }
-
 // Run starts the standalone stage's goroutine under g and returns its
 // output.
 func (gt *Gate) Run(g *stage.Group, in <-chan *source.Message) <-chan *source.Message {
@@ -133,4 +129,3 @@ func (r *gateRun) wakeCh() <-chan struct{} {
 	r.wake = nil
 	return w
 }
-

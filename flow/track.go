@@ -57,7 +57,7 @@ func EagerTrack(ext *Extender, maxBuffer int) *Tracker {
 }
 
 var (
-	_ source.Step                         = (*Tracker)(nil)
+	_ source.Step                                  = (*Tracker)(nil)
 	_ stage.Flow[*source.Message, *source.Message] = (*Tracker)(nil)
 )
 

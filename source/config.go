@@ -9,6 +9,7 @@ import (
 	gax "github.com/googleapis/gax-go/v2"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
@@ -89,18 +90,15 @@ type Config struct {
 	// DefaultReconnectTimeout (2 min); RetryForever never gives up.
 	ReconnectTimeout time.Duration
 
-	// AckFlushInterval is the longest an ack or nack waits to share a
-	// request with others (0: 100 ms; 1 ms–1 min). A full request (1000
-	// ack ids or 512 KiB), a spent flow budget or an exactly-once ack
-	// sends at once.
-	AckFlushInterval time.Duration
-
 	// TracerProvider, if set, traces every message as Google's clients do:
 	// a "<subscription> subscribe" span from receipt until the server took
 	// its ack or nack, a child of the publisher's trace context from its
 	// attributes, and "ack" and "nack" RPC spans linked to the messages
 	// they settle. Nil: nothing is traced or allocated for tracing.
 	TracerProvider trace.TracerProvider
+
+	// events, if set, also receives every event (tests observe with it).
+	events func(event.Event)
 
 	// Logger receives the stream lifecycle (connects at Info, reconnects
 	// and failures at Warn, terminal errors at Error) and ack failures;
@@ -127,9 +125,6 @@ func (c Config) Validate() error {
 	}
 	if c.HeartbeatTimeout < 0 {
 		return fmt.Errorf("pubsubflow/source: HeartbeatTimeout %v must not be negative", c.HeartbeatTimeout)
-	}
-	if d := c.AckFlushInterval; d != 0 && (d < time.Millisecond || d > time.Minute) {
-		return fmt.Errorf("pubsubflow/source: AckFlushInterval %v must be 0 (100 ms) or within 1ms–1m0s", d)
 	}
 	if c.ReconnectTimeout < 0 && c.ReconnectTimeout != RetryForever {
 		return fmt.Errorf("pubsubflow/source: ReconnectTimeout %v must be ≥ 0 (0 means %v) or RetryForever", c.ReconnectTimeout, DefaultReconnectTimeout)

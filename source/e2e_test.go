@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/internal/event"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"github.com/pubsubflow/pubsubflow/stage"
@@ -22,7 +21,7 @@ import (
 // consume reads out, acks every message after ackEvery messages or when
 // out pauses, and returns the message ids seen (with repeats) once want
 // distinct ids arrived.
-func consume(t *testing.T, ctx context.Context, h *harness, out <-chan *message.Message, want int, pace time.Duration) map[string]int {
+func consume(t *testing.T, ctx context.Context, h *harness, out <-chan *Message, want int, pace time.Duration) map[string]int {
 	t.Helper()
 	seen := make(map[string]int)
 	var pending []string
@@ -113,7 +112,7 @@ func TestReconnectsUnderKills(t *testing.T) {
 			Subscription:           h.sub,
 			MaxOutstandingMessages: 200,
 			Streams:                2,
-			Events:                 rec.record,
+			events:                 rec.record,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -201,7 +200,7 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 		src, err := Subscribe(h.client, Config{
 			Subscription: h.sub,
 			Backoff:      gax.Backoff{Initial: 100 * time.Millisecond, Max: time.Minute},
-			Events:       rec.record,
+			events:       rec.record,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -257,7 +256,7 @@ func TestTerminalAfterOneAttempt(t *testing.T) {
 					h.srv.FailNext("StreamingPull", 1, codes.PermissionDenied)
 				}
 				var rec recorder
-				src, err := Subscribe(h.client, Config{Subscription: sub, Events: rec.record})
+				src, err := Subscribe(h.client, Config{Subscription: sub, events: rec.record})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -473,7 +472,7 @@ func TestTerminalErrorReturnedByPipeline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = pipeline.From[*message.Message](src).To(pipeline.ForEach(func(context.Context, *message.Message) error { return nil }))
+		err = pipeline.From[*Message](src).To(pipeline.ForEach(func(context.Context, *Message) error { return nil }))
 		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), h.sub) {
 			t.Fatalf("pipeline returned %v, want PERMISSION_DENIED naming %s", err, h.sub)
 		}

@@ -25,7 +25,7 @@ func TestUnreachableEndsSourceAfterReconnectTimeout(t *testing.T) {
 		h := newHarness(t, pubsubtest.SubscriptionConfig{})
 		h.srv.FailNext("StreamingPull", 1<<30, codes.Unavailable)
 		var rec recorder
-		src, err := Subscribe(h.client, Config{Subscription: h.sub, Events: rec.record})
+		src, err := Subscribe(h.client, Config{Subscription: h.sub, events: rec.record})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,6 @@ package source
 import (
 	"context"
 	"sync"
-
 )
 
 // handoff is the queue between the streams and the consumer. Streams push

@@ -22,7 +22,7 @@ func TestWatchdogQuietOnServerThatNeverAnswers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, pubsubtest.SubscriptionConfig{}, pubsubtest.WithoutHeartbeatAnswers())
 		var rec recorder
-		src, err := Subscribe(h.client, Config{Subscription: h.sub, Events: rec.record})
+		src, err := Subscribe(h.client, Config{Subscription: h.sub, events: rec.record})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +63,7 @@ func TestWatchdogRestartsSilentStreamOnceAnswered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, pubsubtest.SubscriptionConfig{})
 		var rec recorder
-		src, err := Subscribe(h.client, Config{Subscription: h.sub, Events: rec.record})
+		src, err := Subscribe(h.client, Config{Subscription: h.sub, events: rec.record})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -88,13 +88,13 @@ type Stats struct {
 
 // counters back Stats; each is one atomic add on its hot path.
 type counters struct {
-	received, redelivered               atomic.Uint64
-	acked, nacked, noops, expired       atomic.Uint64
-	ackFailures, reconnects             atomic.Uint64
-	settledN                            atomic.Int64
-	acking                              atomic.Int64
-	mu                                  sync.Mutex
-	lastErr                             error
+	received, redelivered         atomic.Uint64
+	acked, nacked, noops, expired atomic.Uint64
+	ackFailures, reconnects       atomic.Uint64
+	settledN                      atomic.Int64
+	acking                        atomic.Int64
+	mu                            sync.Mutex
+	lastErr                       error
 }
 
 func (c *counters) settled(o uint32) {
@@ -238,7 +238,9 @@ var (
 const ReasonInvalidAckID = ack.ReasonInvalidAckID
 
 // Error describes the failure: kind, ack id, reason and the RPC's error.
-func (e *AckError) Error() string { return (&ack.IDError{AckID: e.AckID, Reason: e.Reason, Kind: e.Kind, Err: e.Err}).Error() }
+func (e *AckError) Error() string {
+	return (&ack.IDError{AckID: e.AckID, Reason: e.Reason, Kind: e.Kind, Err: e.Err}).Error()
+}
 
 // Unwrap returns the kind and the RPC's error.
 func (e *AckError) Unwrap() []error {

@@ -31,10 +31,10 @@ import (
 // message waits anywhere.
 type Source struct {
 	*core
-	steps   []Step
-	flow    Budget
-	ready   []func(*Message) <-chan struct{}
-	handOff []func(context.Context, []*Message) []*Message
+	steps     []Step
+	flow      Budget
+	ready     []func(*Message) <-chan struct{}
+	handOff   []func(context.Context, []*Message) []*Message
 	unsentFns []func([]*Message)
 }
 
@@ -51,7 +51,6 @@ type core struct {
 	held     registry
 	lanes    atomic.Int64  // lane numbers for sources without a Budget
 	runs     atomic.Uint64 // run ids (owners of handed-off messages)
-	budget   atomic.Pointer[Budget] // the Budget of the copy that ran last
 
 	deadline   atomic.Int32 // stream ack deadline in whole seconds
 	deadlineMu sync.Mutex   // guards deadlineCh
@@ -98,10 +97,8 @@ func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 	c.path.c = c
 	s := &Source{core: c}
 	acfg := ack.Config{
-		FlushInterval: cfg.AckFlushInterval,
-		Flow:          atLimit{s},
-		Events:        c.emit,
-		Logger:        cfg.Logger,
+		Events: c.emit,
+		Logger: cfg.Logger,
 	}
 	if cfg.TracerProvider != nil {
 		c.trace = newTracer(cfg.TracerProvider, cfg.Subscription)
@@ -151,7 +148,9 @@ func (s *Source) With(steps ...Step) *Source {
 		if b, ok := st.(Budget); ok && n.flow == nil {
 			n.flow = b
 		}
-		if r, ok := st.(interface{ Ready(*Message) <-chan struct{} }); ok {
+		if r, ok := st.(interface {
+			Ready(*Message) <-chan struct{}
+		}); ok {
 			n.ready = append(n.ready, r.Ready)
 		}
 		if h, ok := st.(interface {
@@ -249,21 +248,11 @@ func (s *Source) Flush(ctx context.Context) error { return s.acks.Flush(ctx) }
 // one instant).
 func (s *Source) Stats() Stats { return s.c.stats(s.acks) }
 
-// atLimit tells the acknowledger when its held-back acks starve the
-// streams: the source's Budget, if it has one, decides.
-type atLimit struct{ s *Source }
-
-func (a atLimit) AtLimit(int64) bool {
-	if b := a.s.budget.Load(); b != nil {
-		if l, ok := (*b).(interface{ AtLimit() bool }); ok {
-			return l.AtLimit()
-		}
-	}
-	return false
-}
-
 func (c *core) emit(e event.Event) {
 	e.Subscription = c.cfg.Subscription
 	c.c.event(e)
 	event.Log(c.log, e)
+	if c.cfg.events != nil {
+		c.cfg.events(e)
+	}
 }

@@ -22,9 +22,6 @@ var errStreamDone = errors.New("pubsubflow/source: stream done")
 // waits a backoff delay and opens the next, or ends the source. It returns
 // nil when ctx is done (a shutdown is not a failure).
 func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
-	if b := s.flow; b != nil {
-		s.budget.Store(&b)
-	}
 	delays := newDelays(s.cfg.Backoff)
 	gu := newGiveUp(s.cfg.ReconnectTimeout)
 	attempt := 0
@@ -217,7 +214,6 @@ func waitOn(ctx context.Context, ch <-chan struct{}, d time.Duration) bool {
 	}
 	return true
 }
-
 
 // wait waits d or until ctx is done; it reports whether d passed.
 func wait(ctx context.Context, d time.Duration) bool {

@@ -22,8 +22,8 @@ const MaxModackSeconds = 600
 // with New and stop it with Close, which flushes and returns only after
 // every goroutine it started has exited.
 //
-// Goroutines: one flush ticker, plus one per RPC in flight (at most
-// 2 × MaxInFlight); none per ack id.
+// Goroutines: one per RPC in flight (at most 2 × MaxInFlight), and the
+// retry timer's while it fires; none per ack id, none while idle.
 type Acknowledger struct {
 	client pubsubpb.SubscriberClient
 	sub    string
@@ -33,13 +33,13 @@ type Acknowledger struct {
 
 	ctx    context.Context // cancelled when Close gives up: aborts RPCs
 	cancel context.CancelFunc
-	stop   chan struct{} // closed by Close: stops the ticker
 	wg     sync.WaitGroup
 
 	mu       sync.Mutex
 	batches  map[batchKey]*batch
 	order    []*batch // batches in creation order, for dispatch
 	retries  []*request
+	retryAt  *time.Timer // armed while retries wait: dispatches the due ones
 	inflight [numKinds]int
 	// eoInflight counts the exactly-once requests in flight per kind: a
 	// caller waits on their confirmations, so such ids go out at once
@@ -51,11 +51,10 @@ type Acknowledger struct {
 	closed     bool  // no more ack ids accepted
 	aborted    bool  // nothing more is sent
 	idle       chan struct{}
-	stopOnce   sync.Once
 }
 
 // New returns an Acknowledger for subscription (its full name) that sends
-// through client, and starts its flush ticker.
+// through client. It starts no goroutine until there is something to send.
 func New(client pubsubpb.SubscriberClient, subscription string, cfg Config) (*Acknowledger, error) {
 	if client == nil {
 		return nil, errors.New("ack: nil SubscriberClient")
@@ -76,11 +75,8 @@ func New(client pubsubpb.SubscriberClient, subscription string, cfg Config) (*Ac
 		events:  cfg.Events,
 		ctx:     ctx,
 		cancel:  cancel,
-		stop:    make(chan struct{}),
 		batches: make(map[batchKey]*batch),
 	}
-	a.wg.Add(1)
-	go a.tick()
 	return a, nil
 }
 
@@ -145,7 +141,7 @@ func (a *Acknowledger) Modacks(ackIDs []string, seconds int32) {
 	if key.counts() {
 		a.unacked += int64(len(ackIDs))
 	}
-	if b.full() || key.counts() && a.urgentLocked(key.kind) {
+	if b.full() || a.sendNowLocked(key) {
 		a.dispatchLocked()
 	}
 	a.mu.Unlock()
@@ -209,27 +205,22 @@ func (a *Acknowledger) enqueueTag(key batchKey, ackID string, t Tag) {
 	if counts {
 		a.unacked++
 	}
-	if b.full() || counts && a.urgentLocked(key.kind) || a.sendNowLocked(key) {
+	if b.full() || a.sendNowLocked(key) {
 		a.dispatchLocked()
 	}
 	a.mu.Unlock()
 }
 
-// urgentLocked reports whether acks of kind k should go out now because
-// they hold the flow budget back. One such RPC at a time: while it is in
-// flight, acks accumulate into the next one.
-func (a *Acknowledger) urgentLocked(k kind) bool {
-	return a.cfg.Flow != nil && a.inflight[k] == 0 && a.cfg.Flow.AtLimit(a.unacked)
-}
-
-// sendNowLocked reports whether ack ids of key go out without waiting for
-// the flush tick: someone waits on their confirmation (exactly-once) and no
-// such request of their kind is in flight. While one is, later ids gather
-// into the next request, which leaves when it completes — the send-now,
-// else-coalesce rule, which keeps a confirmation one round trip away
-// instead of a flush interval, without one RPC per ack id under load.
+// sendNowLocked reports whether ack ids of key go out at once: no request
+// of their kind is in flight (for exactly-once ids, none of theirs, as a
+// caller waits on their confirmation). While one is, later ids gather into
+// the next request, which leaves when it completes — send now, else
+// coalesce. At low load an ack reaches the server one round trip after
+// Ack; under load each request carries what arrived during the previous
+// one's round trip, so the requests per ack stay few. Nothing waits for a
+// timer.
 func (a *Acknowledger) sendNowLocked(key batchKey) bool {
-	return key.eo && a.eoInflight[key.kind] == 0
+	return a.inflight[key.kind] == 0 || key.eo && a.eoInflight[key.kind] == 0
 }
 
 func (a *Acknowledger) batchLocked(key batchKey) *batch {
@@ -296,10 +287,10 @@ func (a *Acknowledger) Close(ctx context.Context) error {
 	dropped = append(dropped, a.retries...)
 	a.retries = nil
 	a.pending = 0
+	a.stopRetryTimerLocked()
 	a.noteIdleLocked()
 	a.mu.Unlock()
 
-	a.stopOnce.Do(func() { close(a.stop) })
 	a.cancel() // RPCs still in flight fail now and are settled by complete
 	for _, r := range dropped {
 		a.failAll(r, ErrClosed, r.err)
@@ -373,21 +364,36 @@ var closedChan = func() chan struct{} {
 	return c
 }()
 
-// tick flushes every FlushInterval and dispatches due retries.
-func (a *Acknowledger) tick() {
-	defer a.wg.Done()
-	t := time.NewTicker(a.cfg.FlushInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.stop:
-			return
-		case <-t.C:
-			a.mu.Lock()
-			a.flushAllLocked()
-			a.mu.Unlock()
+// armRetryLocked arms the retry timer for the earliest retry, unless it
+// is armed already (it then fires no later than needed: dispatching
+// re-arms it for what is left).
+func (a *Acknowledger) armRetryLocked() {
+	if a.retryAt != nil || len(a.retries) == 0 || a.aborted {
+		return
+	}
+	due := a.retries[0].due
+	for _, r := range a.retries[1:] {
+		if r.due.Before(due) {
+			due = r.due
 		}
 	}
+	a.wg.Add(1)
+	a.retryAt = time.AfterFunc(max(time.Until(due), 0), func() {
+		defer a.wg.Done()
+		a.mu.Lock()
+		a.retryAt = nil
+		a.dispatchLocked()
+		a.armRetryLocked()
+		a.mu.Unlock()
+	})
+}
+
+// stopRetryTimerLocked disarms the retry timer (Close).
+func (a *Acknowledger) stopRetryTimerLocked() {
+	if a.retryAt != nil && a.retryAt.Stop() {
+		a.wg.Done()
+	}
+	a.retryAt = nil
 }
 
 func (a *Acknowledger) emitFailed(n int, err error) {

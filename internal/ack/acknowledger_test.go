@@ -43,42 +43,18 @@ func ids(prefix string, n int) []string {
 	return out
 }
 
-// TestFullBatchesGoAtOnce: 1000 ack ids make a request at once; the rest
-// waits for the flush interval.
-func TestFullBatchesGoAtOnce(t *testing.T) {
+// TestLoneAckGoesAtOnce: with nothing in flight an ack is sent the moment
+// it is made (virtual time does not move).
+func TestLoneAckGoesAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &stubClient{}
 		a := newAck(t, c, Config{})
-		for _, id := range ids("a", 2500) {
-			a.Ack(id)
-		}
-		synctest.Wait()
-		calls := c.snapshot()
-		if len(calls) != 2 || len(calls[0].ids) != 1000 || len(calls[1].ids) != 1000 {
-			t.Fatalf("before the tick: %d calls, want two of 1000 ids", len(calls))
-		}
-		time.Sleep(DefaultFlushInterval)
-		synctest.Wait()
-		calls = c.snapshot()
-		if len(calls) != 3 || len(calls[2].ids) != 500 {
-			t.Fatalf("after the tick: %d calls, want a third of 500 ids", len(calls))
-		}
-		closeAck(t, a)
-	})
-}
-
-// TestFlushInterval: a lone ack waits at most one flush interval.
-func TestFlushInterval(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := &stubClient{}
-		a := newAck(t, c, Config{FlushInterval: 50 * time.Millisecond})
 		start := time.Now()
 		sent := make(chan time.Time, 1)
 		c.reply = func(context.Context, call) error { sent <- time.Now(); return nil }
 		a.Ack("x")
-		at := <-sent
-		if d := at.Sub(start); d <= 0 || d > 50*time.Millisecond {
-			t.Fatalf("sent after %v, want within the 50ms interval", d)
+		if at := <-sent; at != start {
+			t.Fatalf("sent after %v, want at once", at.Sub(start))
 		}
 		closeAck(t, a)
 	})
@@ -327,54 +303,6 @@ func TestExactlyOncePerAckID(t *testing.T) {
 }
 
 // budgetStub is a flow budget that is at its limit while atLimit is set.
-type budgetStub struct{ atLimit atomic.Bool }
-
-func (b *budgetStub) AtLimit(unacked int64) bool { return b.atLimit.Load() && unacked > 0 }
-
-// TestUrgentWhenFlowAtLimit: while the flow budget is at its limit, acks go
-// at once, one RPC at a time, and accumulate while it is in flight.
-func TestUrgentWhenFlowAtLimit(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		gate := make(chan struct{})
-		c := &stubClient{reply: func(ctx context.Context, _ call) error {
-			select {
-			case <-gate:
-			case <-ctx.Done():
-			}
-			return nil
-		}}
-		b := &budgetStub{}
-		a := newAck(t, c, Config{Flow: b, FlushInterval: time.Minute})
-		a.Ack("before") // not at limit: waits for the (long) interval
-		synctest.Wait()
-		if n := len(c.snapshot()); n != 0 {
-			t.Fatalf("%d calls before the limit, want 0", n)
-		}
-		b.atLimit.Store(true)
-		a.Ack("first")
-		synctest.Wait()
-		calls := c.snapshot()
-		if len(calls) != 1 || len(calls[0].ids) != 2 {
-			t.Fatalf("at the limit: %d calls, want one with both pending acks", len(calls))
-		}
-		for _, id := range ids("more", 10) {
-			a.Ack(id)
-		}
-		synctest.Wait()
-		if n := len(c.snapshot()); n != 1 {
-			t.Fatalf("%d calls while one is in flight, want 1", n)
-		}
-		gate <- struct{}{} // the first completes: the 10 go together
-		synctest.Wait()
-		calls = c.snapshot()
-		if len(calls) != 2 || len(calls[1].ids) != 10 {
-			t.Fatalf("after the first RPC: %d calls (last %d ids), want the 10 in one", len(calls), len(calls[len(calls)-1].ids))
-		}
-		close(gate)
-		closeAck(t, a)
-	})
-}
-
 // TestCloseGivesUp: Close bounded by its context aborts the RPCs in flight
 // and settles every result with ErrClosed; nothing is left running.
 func TestCloseGivesUp(t *testing.T) {
@@ -407,7 +335,7 @@ func TestCloseGivesUp(t *testing.T) {
 func TestCloseFlushes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &stubClient{}
-		a := newAck(t, c, Config{FlushInterval: time.Minute})
+		a := newAck(t, c, Config{})
 		for _, id := range ids("a", 10) {
 			a.Ack(id)
 		}
@@ -425,9 +353,6 @@ func TestConfigValidate(t *testing.T) {
 		want string
 	}{
 		{Config{}, ""},
-		{Config{FlushInterval: -1}, "FlushInterval"},
-		{Config{FlushInterval: time.Microsecond}, "FlushInterval"},
-		{Config{FlushInterval: time.Hour}, "FlushInterval"},
 		{Config{MaxInFlight: -1}, "MaxInFlight"},
 		{Config{MaxInFlight: 5000}, "MaxInFlight"},
 		{Config{RetryDeadline: -time.Second}, "RetryDeadline"},

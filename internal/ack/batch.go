@@ -30,11 +30,11 @@ func (k batchKey) counts() bool { return k.kind == kindAck || k.seconds == 0 }
 // cut from the front, and requests keep cap-limited prefixes of it, so
 // later appends never touch an id slice a request is sending.
 type batch struct {
-	key     batchKey
-	ids     []string
-	tags    []Tag // parallel to ids (nil entries: nobody listens)
-	bytes   int               // encoded size of ids
-	flush   bool              // send everything, partial chunks included
+	key   batchKey
+	ids   []string
+	tags  []Tag // parallel to ids (nil entries: nobody listens)
+	bytes int   // encoded size of ids
+	flush bool  // send everything, partial chunks included
 }
 
 func (b *batch) add(id string, t Tag) {

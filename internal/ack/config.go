@@ -11,8 +11,7 @@ import (
 
 // Defaults of a zero Config.
 const (
-	DefaultFlushInterval = 100 * time.Millisecond
-	DefaultMaxInFlight   = 8
+	DefaultMaxInFlight = 8
 	// DefaultRetryDeadline bounds retries of an ack id that is not
 	// exactly-once; DefaultExactlyOnceRetryDeadline those of one that is
 	// (the server must confirm it, so it is worth waiting for).
@@ -22,29 +21,12 @@ const (
 	DefaultRPCTimeout = 60 * time.Second
 )
 
-// Limits checked by Validate.
-const (
-	MinFlushInterval = time.Millisecond
-	MaxFlushInterval = time.Minute
-	MaxMaxInFlight   = 1024
-)
-
-// Budget is the flow-control budget as the acknowledger sees it;
-// *flow.FlowControl implements it. AtLimit(unacked) reports whether acks
-// held back now starve the subscriber, given the number of ack ids (acks
-// and immediate nacks) the acknowledger holds that the server has not
-// confirmed. It is called with the acknowledger's lock held, so it must be
-// cheap and must not call back into the acknowledger.
-type Budget interface {
-	AtLimit(unacked int64) bool
-}
+// MaxMaxInFlight bounds Config.MaxInFlight.
+const MaxMaxInFlight = 1024
 
 // Config configures an Acknowledger. The zero value means the documented
 // defaults.
 type Config struct {
-	// FlushInterval is the longest an ack id waits before it is sent
-	// (0: DefaultFlushInterval; otherwise MinFlushInterval–MaxFlushInterval).
-	FlushInterval time.Duration
 	// MaxInFlight bounds concurrent RPCs per kind: Acknowledge, and
 	// ModifyAckDeadline (0: DefaultMaxInFlight; at most MaxMaxInFlight).
 	MaxInFlight int
@@ -58,9 +40,6 @@ type Config struct {
 	// forms: every ack id gets a Result that settles when the server
 	// confirmed it. The WithResult forms switch it on per ack id.
 	ExactlyOnce bool
-	// Flow, if set, makes acks and immediate nacks go out at once (one RPC
-	// at a time) while Flow.AtLimit says they hold the subscriber back.
-	Flow Budget
 	// OnAcked, if set, is called once for every ack id queued with Ack or
 	// AckWithResult when its fate is final: confirmed, failed for good, or
 	// abandoned at Close. The lease manager uses it to keep extending a
@@ -80,8 +59,6 @@ type Config struct {
 // Validate reports the first invalid setting.
 func (c Config) Validate() error {
 	switch {
-	case c.FlushInterval < 0 || c.FlushInterval > 0 && (c.FlushInterval < MinFlushInterval || c.FlushInterval > MaxFlushInterval):
-		return fmt.Errorf("ack: FlushInterval %v must be 0 (default %v) or within %v–%v", c.FlushInterval, DefaultFlushInterval, MinFlushInterval, MaxFlushInterval)
 	case c.MaxInFlight < 0 || c.MaxInFlight > MaxMaxInFlight:
 		return fmt.Errorf("ack: MaxInFlight %d must be within 0 (default %d) and %d", c.MaxInFlight, DefaultMaxInFlight, MaxMaxInFlight)
 	case c.RetryDeadline < 0:
@@ -93,7 +70,6 @@ func (c Config) Validate() error {
 }
 
 func (c Config) withDefaults() Config {
-	c.FlushInterval = cmp.Or(c.FlushInterval, DefaultFlushInterval)
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, DefaultMaxInFlight)
 	c.RPCTimeout = cmp.Or(c.RPCTimeout, DefaultRPCTimeout)
 	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))

@@ -17,8 +17,8 @@ import (
 type request struct {
 	key     batchKey
 	ids     []string
-	tags    []Tag             // parallel to ids
-	start   time.Time         // first attempt: the retry deadline counts from here
+	tags    []Tag     // parallel to ids
+	start   time.Time // first attempt: the retry deadline counts from here
 	attempt int
 	bo      *gax.Backoff  // retry pauses, from the first retry on
 	due     time.Time     // next attempt, while waiting to be retried
@@ -28,7 +28,7 @@ type request struct {
 
 // dispatchLocked starts every RPC that is due and has a free slot: retries
 // whose backoff has passed first (they are the oldest), then batches that
-// are full, flushed or urgent.
+// are full, flushed, or find their kind idle.
 func (a *Acknowledger) dispatchLocked() {
 	if a.aborted {
 		return
@@ -58,13 +58,13 @@ func (a *Acknowledger) dispatchRetriesLocked(now time.Time) {
 
 // dispatchBatchLocked cuts requests from the front of b with ackids.Split
 // while slots are free. A partial last chunk stays unless the batch is
-// being flushed or its acks are urgent.
+// being flushed or its kind is idle.
 func (a *Acknowledger) dispatchBatchLocked(b *batch) {
 	k := b.key.kind
 	if a.inflight[k] >= a.cfg.MaxInFlight {
 		return
 	}
-	all := b.flush || b.key.counts() && a.urgentLocked(k) || a.sendNowLocked(b.key)
+	all := b.flush || a.sendNowLocked(b.key)
 	if !all && !b.full() {
 		return
 	}
@@ -75,7 +75,7 @@ func (a *Acknowledger) dispatchBatchLocked(b *batch) {
 			return
 		}
 		if !all && sent+len(chunk) == len(b.ids) && len(chunk) < ackids.MaxIDs {
-			stopped = true // a partial last chunk waits for more or the tick
+			stopped = true // a partial last chunk waits behind the RPC in flight
 			return
 		}
 		r := &request{key: b.key, ids: chunk[:len(chunk):len(chunk)], start: time.Now()}
@@ -246,6 +246,7 @@ func (a *Acknowledger) complete(r *request, err error) {
 	if again != nil {
 		finished -= len(again.ids)
 		a.retries = append(a.retries, again)
+		a.armRetryLocked()
 	}
 	a.inflight[r.key.kind]--
 	if r.key.eo {
@@ -366,6 +367,7 @@ func (a *Acknowledger) failIndexes(r *request, idx []int, reasons []string, kind
 	}
 	return first
 }
+
 // failAll fails every ack id of r with kind and reports them.
 func (a *Acknowledger) failAll(r *request, kind, err error) {
 	if len(r.ids) == 0 {

@@ -1,25 +1,22 @@
-// Package ack is a subscriber's acknowledger: the one place that sends
-// acks, nacks and deadline modifications to Pub/Sub, shared by the settle
-// path (sink), the lease extender and shutdown.
+// Package ack is a source's acknowledger: the one place that sends its
+// acks and nacks to Pub/Sub.
 //
 // Ack ids are batched per kind (Acknowledge; ModifyAckDeadline per deadline)
 // and sent by unary RPC — never on the stream, so a slow RPC cannot block
-// receiving — when:
+// receiving. An ack id goes out at once when no request of its kind is in
+// flight; while one is, later ids gather behind it and leave when it
+// completes (send now, else coalesce). So at low load an ack reaches the
+// server one round trip after it was made, and under load each request
+// carries what arrived during the previous one's round trip: the requests
+// per ack stay few without a flush timer. A batch that reaches 1000 ack
+// ids or 512 KiB encoded goes at once too (requests are cut with
+// internal/ackids, so no request ever exceeds either), and Flush and Close
+// send everything.
 //
-//   - the flush interval (100 ms by default) ticks;
-//   - a batch reaches 1000 ack ids or 512 KiB encoded (requests are cut with
-//     internal/ackids, so no request ever exceeds either);
-//   - the flow-control budget says the acks held back now starve the
-//     subscriber (Config.Flow), so throughput is not capped at max
-//     outstanding ÷ flush interval;
-//   - Flush or Close asks.
-//
-// At most Config.MaxInFlight RPCs per kind are in flight; while they are
-// all busy, ack ids keep accumulating into fuller batches. Transient
+// At most Config.MaxInFlight RPCs per kind are in flight. Transient
 // failures are retried with backoff within a retry deadline (60 s; 600 s
 // for exactly-once); ack ids that fail for good are reported as an
-// event.AckFailed and, for exactly-once, settle their message.Result with
-// an *IDError.
+// event.AckFailed and their Tag hears the *IDError.
 //
 // Exactly-once delivery: the server reports failures per ack id in an
 // errdetails.ErrorInfo whose metadata maps ack id → reason. Reasons with the

@@ -7,11 +7,18 @@ import (
 	"time"
 )
 
-// TestExactlyOnceSendsAtOnceThenCoalesces: an ack someone waits on goes out
-// at once when no such request is in flight — without the flush interval
-// passing — and what arrives while it is in flight goes together the moment
-// it completes, still cut at 1,000 ids a request.
-func TestExactlyOnceSendsAtOnceThenCoalesces(t *testing.T) {
+// TestSendsAtOnceThenCoalesces: an ack goes out at once when no request of
+// its kind is in flight, and what arrives while it is in flight goes
+// together the moment it completes, still cut at 1,000 ids a request —
+// with exactly-once and without. No timer is involved: virtual time does
+// not move.
+func TestSendsAtOnceThenCoalesces(t *testing.T) {
+	for _, eo := range []bool{true, false} {
+		t.Run(map[bool]string{true: "exactly-once", false: "plain"}[eo], func(t *testing.T) { sendsAtOnceThenCoalesces(t, eo) })
+	}
+}
+
+func sendsAtOnceThenCoalesces(t *testing.T, eo bool) {
 	synctest.Test(t, func(t *testing.T) {
 		gate := make(chan struct{})
 		c := &stubClient{reply: func(ctx context.Context, _ call) error {
@@ -21,9 +28,10 @@ func TestExactlyOnceSendsAtOnceThenCoalesces(t *testing.T) {
 			}
 			return nil
 		}}
-		a := newAck(t, c, Config{ExactlyOnce: true, FlushInterval: time.Minute})
+		a := newAck(t, c, Config{ExactlyOnce: eo})
 		start := time.Now()
-		first := a.Ack("first")
+		first := NewResult()
+		a.AckTag("first", eo, first)
 		synctest.Wait()
 		calls := c.snapshot()
 		if len(calls) != 1 || len(calls[0].ids) != 1 || time.Since(start) != 0 {
@@ -65,43 +73,33 @@ func TestExactlyOnceSendsAtOnceThenCoalesces(t *testing.T) {
 }
 
 // TestWaitedModackGoesAtOnce: a receipt modack whose confirmation a caller
-// waits for goes at once, even while lease extensions (nobody waits on them)
-// are queued or in flight, which keep waiting for the tick.
+// waits for goes at once, in a request of its own, even while a lease
+// extension (nobody waits on it) is in flight.
 func TestWaitedModackGoesAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := &stubClient{}
-		a := newAck(t, c, Config{FlushInterval: time.Minute})
+		gate := make(chan struct{})
+		c := &stubClient{reply: func(ctx context.Context, cl call) error {
+			if cl.ids[0] == "receipt" {
+				return nil
+			}
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+			return nil
+		}}
+		a := newAck(t, c, Config{})
 		a.Modacks(ids("lease", 10), 60)
+		synctest.Wait()
 		r := a.ModackWithResult("receipt", 60)
 		if err := r.Wait(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		calls := c.snapshot()
-		if len(calls) != 1 || len(calls[0].ids) != 1 || calls[0].ids[0] != "receipt" {
-			t.Fatalf("calls %+v, want only the receipt modack", calls)
+		if len(calls) != 2 || len(calls[1].ids) != 1 || calls[1].ids[0] != "receipt" {
+			t.Fatalf("calls %+v, want the extension and then the receipt modack alone", calls)
 		}
-		closeAck(t, a)
-	})
-}
-
-// TestPlainAcksStillBatch: without exactly-once an ack waits for the flush
-// interval, so acks under load share requests.
-func TestPlainAcksStillBatch(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := &stubClient{}
-		a := newAck(t, c, Config{})
-		for _, id := range ids("a", 10) {
-			a.Ack(id)
-		}
-		synctest.Wait()
-		if n := len(c.snapshot()); n != 0 {
-			t.Fatalf("%d calls before the flush interval, want 0", n)
-		}
-		time.Sleep(DefaultFlushInterval)
-		synctest.Wait()
-		if calls := c.snapshot(); len(calls) != 1 || len(calls[0].ids) != 10 {
-			t.Fatalf("calls %+v after the interval, want one with all 10", calls)
-		}
+		close(gate)
 		closeAck(t, a)
 	})
 }

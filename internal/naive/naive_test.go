@@ -8,7 +8,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
-	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
@@ -44,7 +44,7 @@ func TestAcksWhatHandlersReturn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv, sub, client := server(t, 50)
 		c, err := Start(context.Background(), client, sub, Config{
-			Handler:           func(context.Context, *message.Message) { time.Sleep(time.Millisecond) },
+			Handler:           func(context.Context, *source.Message) { time.Sleep(time.Millisecond) },
 			Parallelism:       4,
 			StreamAckDeadline: deadline,
 		})
@@ -76,7 +76,7 @@ func TestStopSettlesLeased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv, sub, client := server(t, 20)
 		c, err := Start(context.Background(), client, sub, Config{
-			Handler:           func(ctx context.Context, _ *message.Message) { <-ctx.Done() },
+			Handler:           func(ctx context.Context, _ *source.Message) { <-ctx.Done() },
 			Parallelism:       2,
 			StreamAckDeadline: deadline,
 		})
@@ -104,7 +104,7 @@ func TestStopSettlesLeased(t *testing.T) {
 func TestStartRefusesBadConfig(t *testing.T) {
 	for _, cfg := range []Config{
 		{Parallelism: 1},
-		{Handler: func(context.Context, *message.Message) {}},
+		{Handler: func(context.Context, *source.Message) {}},
 	} {
 		if c, err := Start(context.Background(), nil, "projects/p/subscriptions/s", cfg); err == nil {
 			_ = c.Stop()
