@@ -311,6 +311,9 @@ func (e *Extender) emitEvent(ev event.Event) {
 		e.expired.Add(uint64(ev.Count))
 	}
 	event.Log(e.log, ev)
+	if e.cfg.events != nil {
+		e.cfg.events(ev)
+	}
 }
 
 // removeLocked takes l out of the table.

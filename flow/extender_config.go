@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/pubsubflow/pubsubflow/internal/event"
 )
 
 // Defaults of ExtenderConfig's zero fields.
@@ -81,6 +83,8 @@ type ExtenderConfig struct {
 	// linked to the subscribe spans (see source.Config.TracerProvider) of
 	// the messages it extends. Nil: none.
 	TracerProvider trace.TracerProvider
+	// events, if set, also receives every event (tests observe with it).
+	events func(event.Event)
 	// Logger receives warnings about failed RPCs (nil: discard).
 	Logger *slog.Logger
 }
