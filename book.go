@@ -15,7 +15,12 @@ import (
 // for what only the Subscriber can tell (processing in Stats, the ack
 // latency metric, tracing), and it settles with the OnShutdown outcome
 // what a draining subscriber received but did not hand on.
-type book Subscriber
+type book struct {
+	s *Subscriber
+	// onHandOff: a message counts as processing from the moment it leaves
+	// the source (a custom pipeline); else once a handler takes it (Run).
+	onHandOff bool
+}
 
 var _ source.Step = (*book)(nil)
 
@@ -33,7 +38,7 @@ func (b *book) Receive(_ int, ms []*Message) {
 // Settled counts a handed-off message out of processing.
 func (b *book) Settled(mi any, o uint32) {
 	m := mi.(*Message)
-	s := (*Subscriber)(b)
+	s := b.s
 	if o == message.Ack {
 		s.tel.observeAck(time.Since(m.ReceiveTime))
 	}
@@ -48,13 +53,12 @@ func (b *book) Done(any) {}
 // messages get the OnShutdown outcome instead of going on; otherwise a
 // custom pipeline's messages count as processing from here (Run's count
 // once a handler takes them).
-func (b *book) HandOff(ctx context.Context, ms []*Message) []*Message {
-	s := (*Subscriber)(b)
-	if s.life.draining() {
+func (b *book) HandOff(_ context.Context, ms []*Message) []*Message {
+	if b.s.life.draining() {
 		b.Unsent(ms)
 		return nil
 	}
-	if kind, _ := ctx.Value(runKey{}).(runKind); kind == runCustom {
+	if b.onHandOff {
 		for _, m := range ms {
 			b.markHanded(m)
 		}
@@ -65,7 +69,7 @@ func (b *book) HandOff(ctx context.Context, ms []*Message) []*Message {
 // Unsent settles what the source received but will not hand on: with the
 // OnShutdown outcome while draining (the source nacks the rest).
 func (b *book) Unsent(ms []*Message) {
-	s := (*Subscriber)(b)
+	s := b.s
 	if !s.life.draining() {
 		return
 	}
@@ -77,6 +81,6 @@ func (b *book) Unsent(ms []*Message) {
 // markHanded records that m left the subscriber's buffers for processing.
 func (b *book) markHanded(m *Message) {
 	if message.Of(m).MarkHandedOff(1) {
-		b.c.handed.Add(1)
+		b.s.c.handed.Add(1)
 	}
 }

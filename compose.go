@@ -50,8 +50,6 @@ const (
 	runHandlers
 )
 
-type runKey struct{}
-
 // subSource is one run of the subscriber's source.
 type subSource struct {
 	s    *Subscriber
@@ -64,10 +62,10 @@ func (ss *subSource) Run(g *stage.Group) <-chan *Message {
 	return batch.Unbatch(g, ss.RunBatches(g), func(m *Message) { m.Nack() })
 }
 
-// RunBatches starts a run of the source in a group of its own under g:
-// the subscriber stops it (its streams first, its pipeline's leftovers
-// once the drain timeout has passed) even if the pipeline downstream no
-// longer reads, and Close waits for it.
+// RunBatches joins the run to the subscriber's lifecycle (a run started
+// after Close began fails with ErrClosed) and starts the source under g.
+// The run counts until its pipeline is over: shutdown drains by waiting
+// for the runs, up to the drain timeout.
 func (ss *subSource) RunBatches(g *stage.Group) <-chan []*Message {
 	s := ss.s
 	if !s.life.join() {
@@ -76,24 +74,11 @@ func (ss *subSource) RunBatches(g *stage.Group) <-chan []*Message {
 		close(out)
 		return out
 	}
-	rg := stage.NewGroup(context.WithValue(g.Context(), runKey{}, ss.kind))
-	stop := context.AfterFunc(s.life.abandoned, rg.Cancel)
-	out := s.src.RunBatches(rg)
-	g.Go(func(context.Context) error {
-		err := rg.Wait()
-		stop()
-		s.life.leave()
-		return ignoreCanceled(err)
-	})
-	return out
-}
-
-// ignoreCanceled drops the error of a group stopped by cancellation.
-func ignoreCanceled(err error) error {
-	if errors.Is(err, context.Canceled) {
-		return nil
+	g.OnDone(s.life.leave)
+	if ss.kind == runHandlers {
+		return s.runSrc.RunBatches(g)
 	}
-	return err
+	return s.src.RunBatches(g)
 }
 
 // Acknowledge returns the sink paired with Source: each message that
@@ -133,7 +118,7 @@ func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Messag
 				sink.Settle(m, s.cfg.OnShutdown, s.cfg.ShutdownNackDelay)
 				return m, nil
 			}
-			(*book)(s).markHanded(m)
+			s.runBook.markHanded(m)
 		}
 		var span trace.Span
 		if s.tracing != nil {

@@ -55,9 +55,9 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 		}
 		timeout.Stop()
 	}
-	// Stop every run still going: its streams, and what its pipeline left.
+	// Past the drain timeout: cancel Run's pipelines; the source's own
+	// goroutines have stopped with Stop, and Close nacks what is left.
 	s.life.abandon()
-	<-idle
 
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()

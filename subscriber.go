@@ -38,7 +38,9 @@ type Subscriber struct {
 	conn   *grpc.ClientConn // dialed by us, closed by Close
 	client pubsubpb.SubscriberClient
 
-	src     *source.Source // with the receipt steps fused in
+	src     *source.Source // with the receipt steps fused in, for Source
+	runSrc  *source.Source // the same, for Run (processing counts in handlers)
+	runBook *book
 	ext     *flow.Extender
 	gate    *flow.Gate
 	policy  sink.Policy
@@ -151,7 +153,10 @@ func (s *Subscriber) build() error {
 	if err != nil {
 		return err
 	}
-	s.src = src.With(flow.EagerTrack(s.ext, 0), s.gate, (*book)(s))
+	base := src.With(flow.EagerTrack(s.ext, 0), s.gate)
+	s.runBook = &book{s: s}
+	s.src = base.With(&book{s: s, onHandOff: true})
+	s.runSrc = base.With(s.runBook)
 	return nil
 }
 

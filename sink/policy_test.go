@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
 func TestPolicyValidate(t *testing.T) {
@@ -15,9 +16,9 @@ func TestPolicyValidate(t *testing.T) {
 		want string
 	}{
 		{Policy{}, ""},
-		{Policy{OnSuccess: message.NoOp, OnFailure: message.NackAfter, NackDelay: 5 * time.Second}, ""},
-		{Policy{OnSuccess: message.Expired}, "OnSuccess"},
-		{Policy{OnFailure: message.Outcome(99)}, "OnFailure"},
+		{Policy{OnSuccess: source.NoOp, OnFailure: source.NackAfter, NackDelay: 5 * time.Second}, ""},
+		{Policy{OnSuccess: source.Expired}, "OnSuccess"},
+		{Policy{OnFailure: source.Outcome(99)}, "OnFailure"},
 		{Policy{NackDelay: -time.Second}, "NackDelay"},
 		{Policy{NackDelay: time.Hour}, "NackDelay"},
 	} {
@@ -33,20 +34,37 @@ func TestApply(t *testing.T) {
 	for _, tc := range []struct {
 		p     Policy
 		err   error
-		want  message.Outcome
+		want  source.Outcome
 		delay time.Duration
 	}{
-		{Policy{}, nil, message.Ack, 0},
-		{Policy{}, fail, message.Nack, 0},
-		{Policy{OnFailure: message.NackAfter, NackDelay: 5 * time.Second}, fail, message.NackAfter, 5 * time.Second},
-		{Policy{OnSuccess: message.NoOp}, nil, message.NoOp, 0},
+		{Policy{}, nil, source.Ack, 0},
+		{Policy{}, fail, source.Nack, 0},
+		{Policy{OnFailure: source.NackAfter, NackDelay: 5 * time.Second}, fail, source.NackAfter, 5 * time.Second},
+		{Policy{OnSuccess: source.NoOp}, nil, source.NoOp, 0},
 	} {
 		m := newMsg("x", 1)
-		if !Apply(m, tc.err, tc.p) || m.Outcome() != tc.want || tc.want == message.NackAfter && message.Delay(m) != tc.delay {
-			t.Errorf("Apply(%v, %+v): outcome %v delay %v, want %v %v", tc.err, tc.p, m.Outcome(), message.Delay(m), tc.want, tc.delay)
+		p := &pathRec{}
+		message.Of(m).Path = p
+		if !Apply(m, tc.err, tc.p) || m.Outcome() != tc.want || tc.want == source.NackAfter && p.delay != tc.delay {
+			t.Errorf("Apply(%v, %+v): outcome %v delay %v, want %v %v", tc.err, tc.p, m.Outcome(), p.delay, tc.want, tc.delay)
 		}
 		if Apply(m, nil, Policy{}) {
 			t.Error("Apply overrode an earlier outcome")
 		}
 	}
+}
+
+// pathRec is a settle path that records the delay it was given.
+type pathRec struct{ delay time.Duration }
+
+func (p *pathRec) Settle(m any, _ uint32, d time.Duration) {
+	p.delay = d
+	message.Of(m).Done(m)
+}
+
+// newMsg is a hand-made message of size bytes, settled locally.
+func newMsg(ackID string, size int) *source.Message {
+	m := &source.Message{AckID: ackID}
+	message.Of(m).Size = size
+	return m
 }

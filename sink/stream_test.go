@@ -9,68 +9,24 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/pubsubflow/pubsubflow/flow"
-	"github.com/pubsubflow/pubsubflow/internal/ack"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// streamSource is a minimal StreamingPull source for these tests (package
-// source is the real one): one stream, no heartbeats, no reconnects. It
-// binds every message to s on receipt.
-func streamSource(client pubsubpb.SubscriberClient, sub string, maxOutstanding int64, s message.Settler) stage.Source[*message.Message] {
-	return stage.SourceFunc[*message.Message](func(g *stage.Group) <-chan *message.Message {
-		out := make(chan *message.Message)
-		g.Go(func(ctx context.Context) error {
-			defer close(out)
-			stream, err := client.StreamingPull(ctx)
-			if err != nil {
-				return err
-			}
-			if err := stream.Send(&pubsubpb.StreamingPullRequest{
-				Subscription:             sub,
-				StreamAckDeadlineSeconds: 60,
-				MaxOutstandingMessages:   maxOutstanding,
-				ClientId:                 "sink-test",
-			}); err != nil {
-				return err
-			}
-			for {
-				resp, err := stream.Recv()
-				if err != nil {
-					if ctx.Err() != nil {
-						return nil
-					}
-					return fmt.Errorf("recv: %w", err)
-				}
-				for _, rm := range resp.ReceivedMessages {
-					m := message.FromReceived(rm, sub, resp.SubscriptionProperties, time.Now())
-					message.Bind(m, s)
-					select {
-					case out <- m:
-					case <-ctx.Done():
-						return nil
-					}
-				}
-			}
-		})
-		return out
-	})
-}
-
 // rig is a consuming pipeline against a pubsubtest server:
-// stream → FlowGate → Acknowledge, with one Settler.
+// source.Subscribe with FlowGate fused in → Acknowledge.
 type rig struct {
 	srv    *pubsubtest.Server
 	sub    string
 	topic  string
 	client pubsubpb.SubscriberClient
 	fc     *flow.FlowControl
-	acks   *ack.Acknowledger
+	src    *source.Source
 	g      *stage.Group
 }
 
-func newRig(t *testing.T, srv *pubsubtest.Server, maxMessages int64, cfg ack.Config, opts ...func(*pubsubtest.SubscriptionConfig)) *rig {
+func newRig(t *testing.T, srv *pubsubtest.Server, maxMessages int64, opts ...func(*pubsubtest.SubscriptionConfig)) *rig {
 	t.Helper()
 	ctx := context.Background()
 	topic, err := srv.CreateTopic(ctx, "topic")
@@ -87,12 +43,11 @@ func newRig(t *testing.T, srv *pubsubtest.Server, maxMessages int64, cfg ack.Con
 	}
 	r := &rig{srv: srv, sub: sub, topic: topic, client: pubsubpb.NewSubscriberClient(srv.ClientConn())}
 	r.fc = flow.NewFlowControl(maxMessages, 0)
-	if cfg.Flow == nil {
-		cfg.Flow = r.fc
-	}
-	if r.acks, err = ack.New(r.client, sub, cfg); err != nil {
+	src, err := source.Subscribe(r.client, source.Config{Subscription: sub, MaxOutstandingMessages: maxMessages})
+	if err != nil {
 		t.Fatal(err)
 	}
+	r.src = src.With(flow.FlowGate(r.fc))
 	return r
 }
 
@@ -117,22 +72,22 @@ func (r *rig) start() {
 	r.g.Go(func(context.Context) error { return Acknowledge(Policy{}).Run(r.g, gated) })
 }
 
-// startGated runs stream → FlowGate and returns the gate's output.
-func (r *rig) startGated() <-chan *message.Message {
+// startGated runs the source and returns its output.
+func (r *rig) startGated() <-chan *source.Message {
 	r.g = stage.NewGroup(context.Background())
-	settler := NewSettler(r.acks, r.fc, nil)
-	src := streamSource(r.client, r.sub, r.fc.MaxMessages(), settler).Run(r.g)
-	return flow.FlowGate(r.fc).Run(r.g, src)
+	return r.src.Run(r.g)
 }
 
-// stop cancels the pipeline and closes the acknowledger.
+// stop stops the source and the pipeline, waits for it, and closes the
+// source.
 func (r *rig) stop(t *testing.T) {
 	t.Helper()
+	r.src.Stop()
 	r.g.Cancel()
 	if err := r.g.Wait(); err != nil {
 		t.Errorf("pipeline: %v", err)
 	}
-	if err := r.acks.Close(context.Background()); err != nil {
+	if err := r.src.Close(context.Background()); err != nil {
 		t.Errorf("Close: %v", err)
 	}
 }

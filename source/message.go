@@ -139,18 +139,19 @@ func (r *AckResult) Wait(ctx context.Context) error {
 }
 
 // decodeResponse decodes a StreamingPull response's messages into one
-// allocation (a response's messages live and die together closely enough
-// that one slab per response costs less than one object per message),
-// binds each to path, and appends pointers to them to dst.
-func decodeResponse(dst []*Message, rms []*pubsubpb.ReceivedMessage, subscription string, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time, path message.Path) []*Message {
-	slab := make([]Message, len(rms))
+// allocation, slab (a response's messages live and die together closely
+// enough that one slab per response costs less than one object per
+// message), binds each to path, and returns pointers to them.
+func decodeResponse(rms []*pubsubpb.ReceivedMessage, subscription string, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time, path message.Path) (slab []Message, ms []*Message) {
+	slab = make([]Message, len(rms))
+	ms = make([]*Message, len(rms))
 	for i, rm := range rms {
 		m := &slab[i]
 		m.decode(rm, subscription, props, now)
 		m.st.Path = path
-		dst = append(dst, m)
+		ms[i] = m
 	}
-	return dst
+	return slab, ms
 }
 
 // decode fills a zero Message from a StreamingPull response element.

@@ -21,8 +21,8 @@ type run struct {
 func (s *Source) newRun() *run { return &run{s: s, id: s.runs.Add(1)} }
 
 // runBatches starts r's streams and pump under g. When the run's pipeline
-// is over (g's context done) it settles what it handed on and its
-// pipeline left unsettled.
+// is over (g is done) it settles what it handed on and its pipeline left
+// unsettled.
 func (s *Source) runBatches(g *stage.Group, r *run) <-chan []*Message {
 	out := make(chan []*Message)
 	if s.stopped() {
@@ -55,12 +55,7 @@ func (s *Source) runBatches(g *stage.Group, r *run) <-chan []*Message {
 		s.pump(sctx, r, h, out, streamsDone)
 		return nil
 	})
-	g.Go(func(ctx context.Context) error {
-		<-ctx.Done()
-		<-streamsDone
-		r.stranded()
-		return nil
-	})
+	g.OnDone(r.stranded)
 	return out
 }
 
@@ -98,7 +93,7 @@ func (r *run) unsentOne(m *Message) { r.unsent([]*Message{m}) }
 // each is bound to the settle path and recorded as held, and the steps
 // run on them, on the stream's goroutine, before any of them is queued.
 func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage) []*Message {
-	ms := decodeResponse(make([]*Message, 0, len(rms)), rms, s.cfg.Subscription, s.props.Load(), time.Now(), &s.path)
+	slab, ms := decodeResponse(rms, s.cfg.Subscription, s.props.Load(), time.Now(), &s.path)
 	s.c.received.Add(uint64(len(ms)))
 	for _, m := range ms {
 		if m.DeliveryAttempt > 1 {
@@ -106,7 +101,7 @@ func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage) []*Message {
 		}
 	}
 	s.emit(event.Event{Kind: event.Received, Count: len(ms)})
-	if !s.held.add(ms) { // closed meanwhile
+	if !s.held.add(slab) { // closed meanwhile
 		for _, m := range ms {
 			m.Nack()
 		}

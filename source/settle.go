@@ -143,19 +143,19 @@ func (c *counters) stats(*ack.Acknowledger) Stats {
 }
 
 // registry is every message a source received and has not seen settled,
-// kept as the responses they came in (a response's messages share one
-// allocation anyway). Settling costs it nothing; responses whose messages
+// kept as the slabs of the responses they came in (a response's messages
+// share one allocation anyway). Settling costs it nothing; responses whose messages
 // have all settled are dropped whenever the list has doubled since it was
 // last trimmed, so it holds O(unsettled responses).
 type registry struct {
 	mu      sync.Mutex
-	batches [][]*Message
+	batches [][]Message
 	trimAt  int
 	closed  bool
 }
 
 // add records a response's messages; false once closed.
-func (r *registry) add(ms []*Message) bool {
+func (r *registry) add(ms []Message) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -176,9 +176,9 @@ func (r *registry) add(ms []*Message) bool {
 	return true
 }
 
-func allSettled(ms []*Message) bool {
-	for _, m := range ms {
-		if !m.Settled() {
+func allSettled(ms []Message) bool {
+	for i := range ms {
+		if !ms[i].Settled() {
 			return false
 		}
 	}
@@ -188,11 +188,11 @@ func allSettled(ms []*Message) bool {
 // each calls f for every unsettled message, outside the lock.
 func (r *registry) each(f func(*Message)) {
 	r.mu.Lock()
-	bs := append([][]*Message(nil), r.batches...)
+	bs := append([][]Message(nil), r.batches...)
 	r.mu.Unlock()
 	for _, b := range bs {
-		for _, m := range b {
-			if !m.Settled() {
+		for i := range b {
+			if m := &b[i]; !m.Settled() {
 				f(m)
 			}
 		}

@@ -19,8 +19,10 @@ type Group struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu  sync.Mutex
-	err error
+	mu    sync.Mutex
+	err   error
+	hooks []func()
+	done  bool
 }
 
 // NewGroup returns a Group whose context is derived from parent.
@@ -75,11 +77,36 @@ func (g *Group) Err() error {
 // error. When no goroutine failed but the parent context was cancelled, it
 // returns the parent's error, so a cancelled pipeline is never mistaken for a
 // completed one.
+//
+// Once every goroutine has returned, Wait runs the OnDone hooks (the first
+// Wait only).
 func (g *Group) Wait() error {
 	g.wg.Wait()
 	g.cancel()
+	g.mu.Lock()
+	hooks := g.hooks
+	g.hooks, g.done = nil, true
+	g.mu.Unlock()
+	for _, f := range hooks {
+		f()
+	}
 	if err := g.Err(); err != nil {
 		return err
 	}
 	return g.parent.Err()
+}
+
+// OnDone registers f to run once the group is over: in Wait, after every
+// goroutine of the group has returned. A stage uses it to clean up after
+// the whole pipeline (a source settles what its pipeline left unsettled).
+// Registered after that, f runs at once.
+func (g *Group) OnDone(f func()) {
+	g.mu.Lock()
+	if !g.done {
+		g.hooks = append(g.hooks, f)
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Unlock()
+	f()
 }

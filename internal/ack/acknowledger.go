@@ -39,7 +39,9 @@ type Acknowledger struct {
 	batches  map[batchKey]*batch
 	order    []*batch // batches in creation order, for dispatch
 	retries  []*request
-	retryAt  *time.Timer // armed while retries wait: dispatches the due ones
+	timer    *time.Timer // armed while retries or gap-held ids wait: dispatches them
+	timerAt  time.Time
+	lastSent [numKinds]time.Time // start of the last request per kind
 	inflight [numKinds]int
 	// eoInflight counts the exactly-once requests in flight per kind: a
 	// caller waits on their confirmations, so such ids go out at once
@@ -219,8 +221,21 @@ func (a *Acknowledger) enqueueTag(key batchKey, ackID string, t Tag) {
 // Ack; under load each request carries what arrived during the previous
 // one's round trip, so the requests per ack stay few. Nothing waits for a
 // timer.
+//
+// Requests of a kind also start at least Gap apart (unless full): at low
+// load that costs nothing (the last request is long gone), and under load
+// it makes each request carry at least Gap's worth of acks, however short
+// the round trip.
 func (a *Acknowledger) sendNowLocked(key batchKey) bool {
-	return a.inflight[key.kind] == 0 || key.eo && a.eoInflight[key.kind] == 0
+	idle := a.inflight[key.kind] == 0 || key.eo && a.eoInflight[key.kind] == 0
+	if !idle {
+		return false
+	}
+	if next := a.lastSent[key.kind].Add(a.cfg.Gap); time.Now().Before(next) {
+		a.armLocked(next)
+		return false
+	}
+	return true
 }
 
 func (a *Acknowledger) batchLocked(key batchKey) *batch {
@@ -287,7 +302,7 @@ func (a *Acknowledger) Close(ctx context.Context) error {
 	dropped = append(dropped, a.retries...)
 	a.retries = nil
 	a.pending = 0
-	a.stopRetryTimerLocked()
+	a.stopTimerLocked()
 	a.noteIdleLocked()
 	a.mu.Unlock()
 
@@ -364,11 +379,9 @@ var closedChan = func() chan struct{} {
 	return c
 }()
 
-// armRetryLocked arms the retry timer for the earliest retry, unless it
-// is armed already (it then fires no later than needed: dispatching
-// re-arms it for what is left).
+// armRetryLocked arms the timer for the earliest retry.
 func (a *Acknowledger) armRetryLocked() {
-	if a.retryAt != nil || len(a.retries) == 0 || a.aborted {
+	if len(a.retries) == 0 {
 		return
 	}
 	due := a.retries[0].due
@@ -377,23 +390,35 @@ func (a *Acknowledger) armRetryLocked() {
 			due = r.due
 		}
 	}
+	a.armLocked(due)
+}
+
+// armLocked makes the timer fire no later than at: it then dispatches
+// whatever is due (and re-arms for what is left). One timer serves the
+// retries and the ids held back by the gap.
+func (a *Acknowledger) armLocked(at time.Time) {
+	if a.aborted || a.timer != nil && !at.Before(a.timerAt) {
+		return
+	}
+	a.stopTimerLocked()
 	a.wg.Add(1)
-	a.retryAt = time.AfterFunc(max(time.Until(due), 0), func() {
+	a.timerAt = at
+	a.timer = time.AfterFunc(max(time.Until(at), 0), func() {
 		defer a.wg.Done()
 		a.mu.Lock()
-		a.retryAt = nil
+		a.timer = nil
 		a.dispatchLocked()
 		a.armRetryLocked()
 		a.mu.Unlock()
 	})
 }
 
-// stopRetryTimerLocked disarms the retry timer (Close).
-func (a *Acknowledger) stopRetryTimerLocked() {
-	if a.retryAt != nil && a.retryAt.Stop() {
+// stopTimerLocked disarms the timer.
+func (a *Acknowledger) stopTimerLocked() {
+	if a.timer != nil && a.timer.Stop() {
 		a.wg.Done()
 	}
-	a.retryAt = nil
+	a.timer = nil
 }
 
 func (a *Acknowledger) emitFailed(n int, err error) {

@@ -17,6 +17,9 @@ const (
 	// (the server must confirm it, so it is worth waiting for).
 	DefaultRetryDeadline            = 60 * time.Second
 	DefaultExactlyOnceRetryDeadline = 600 * time.Second
+	// DefaultGap spaces the requests of a kind under load: at most 1,000
+	// a second, each carrying a millisecond's worth of acks or more.
+	DefaultGap = time.Millisecond
 	// DefaultRPCTimeout bounds one Acknowledge / ModifyAckDeadline attempt.
 	DefaultRPCTimeout = 60 * time.Second
 )
@@ -34,6 +37,9 @@ type Config struct {
 	// attempt (0: DefaultRetryDeadline, or DefaultExactlyOnceRetryDeadline
 	// for exactly-once ack ids).
 	RetryDeadline time.Duration
+	// Gap is the least time between the starts of two requests of a kind
+	// that are not full (0: DefaultGap; negative: none).
+	Gap time.Duration
 	// RPCTimeout bounds one attempt (0: DefaultRPCTimeout).
 	RPCTimeout time.Duration
 	// ExactlyOnce makes Ack, Nack and Modack behave like their WithResult
@@ -72,6 +78,7 @@ func (c Config) Validate() error {
 func (c Config) withDefaults() Config {
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, DefaultMaxInFlight)
 	c.RPCTimeout = cmp.Or(c.RPCTimeout, DefaultRPCTimeout)
+	c.Gap = max(cmp.Or(c.Gap, DefaultGap), 0)
 	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	return c
 }

@@ -100,6 +100,7 @@ func (a *Acknowledger) dispatchBatchLocked(b *batch) {
 }
 
 func (a *Acknowledger) startLocked(r *request) {
+	a.lastSent[r.key.kind] = time.Now()
 	a.inflight[r.key.kind]++
 	if r.key.eo {
 		a.eoInflight[r.key.kind]++
