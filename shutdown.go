@@ -55,9 +55,17 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 		}
 		timeout.Stop()
 	}
-	// Past the drain timeout: cancel Run's pipelines; the source's own
-	// goroutines have stopped with Stop, and Close nacks what is left.
+	// Past the drain timeout: cancel Run's pipelines, and give the runs a
+	// moment to end, so what their workers settle on the way out still
+	// reaches the acknowledger. The source's own goroutines have stopped
+	// with Stop; Close nacks what is left.
 	s.life.abandon()
+	grace := time.NewTimer(stuckGrace)
+	select {
+	case <-idle:
+	case <-grace.C:
+	}
+	grace.Stop()
 
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/internal/tracing"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/publisher"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
@@ -152,7 +153,7 @@ func TestTraceJoinsGooglePublisher(t *testing.T) {
 		// each subscribe span records one.
 		receipted := func() (n int) {
 			for _, md := range sp.named("sub modack") {
-				if v, _ := attr(md, attrReceiptModack); v.AsBool() {
+				if v, _ := attr(md, tracing.AttrReceiptModack); v.AsBool() {
 					n += len(md.Links)
 				}
 			}
@@ -208,8 +209,8 @@ func TestTraceJoinsGooglePublisher(t *testing.T) {
 		if u := users[id]; u.Parent.SpanID() != pr.SpanContext.SpanID() {
 			t.Errorf("%s: the handler's span is not a child of the process span", id)
 		}
-		if v, _ := attr(sub, attrResult); v.AsString() != resultAcked {
-			t.Errorf("%s: subscribe span result %q, want %q", id, v.AsString(), resultAcked)
+		if v, _ := attr(sub, tracing.AttrResult); v.AsString() != tracing.ResultAcked {
+			t.Errorf("%s: subscribe span result %q, want %q", id, v.AsString(), tracing.ResultAcked)
 		}
 		linked := false
 		for _, a := range acks {
@@ -230,7 +231,7 @@ func TestTraceJoinsGooglePublisher(t *testing.T) {
 		}
 	}
 	for _, m := range modacks {
-		if v, _ := attr(m, attrReceiptModack); !v.AsBool() {
+		if v, _ := attr(m, tracing.AttrReceiptModack); !v.AsBool() {
 			t.Errorf("modack span %v: is_receipt_modack not set", m.Attributes)
 		}
 	}
@@ -362,7 +363,7 @@ func TestTraceEndsSpansWithStatus(t *testing.T) {
 		if sub.Status.Code != codes.Ok {
 			t.Errorf("exactly-once ack confirmed: status %v, want Ok", sub.Status)
 		}
-		if v, _ := attr(sub, attrExactlyOnce); !v.AsBool() {
+		if v, _ := attr(sub, tracing.AttrExactlyOnce); !v.AsBool() {
 			t.Error("exactly_once_delivery attribute not set")
 		}
 	}
@@ -404,8 +405,8 @@ func TestTraceShutdownNacks(t *testing.T) {
 		t.Fatalf("%d subscribe spans ended, want 20", len(subs))
 	}
 	for _, sub := range subs {
-		if v, _ := attr(sub, attrResult); v.AsString() != resultNacked {
-			t.Errorf("subscribe span result %q (status %v), want %q", v.AsString(), sub.Status, resultNacked)
+		if v, _ := attr(sub, tracing.AttrResult); v.AsString() != tracing.ResultNacked {
+			t.Errorf("subscribe span result %q (status %v), want %q", v.AsString(), sub.Status, tracing.ResultNacked)
 		}
 	}
 	procs := sp.named("sub process")
@@ -443,7 +444,7 @@ func TestTraceExpiry(t *testing.T) {
 		// have spans of their own (expired too, or nacked at shutdown).
 		expiredSpans := 0
 		for _, sub := range sp.named("sub subscribe") {
-			if v, _ := attr(sub, attrResult); v.AsString() != resultExpired {
+			if v, _ := attr(sub, tracing.AttrResult); v.AsString() != tracing.ResultExpired {
 				continue
 			}
 			expiredSpans++
@@ -480,7 +481,7 @@ func TestTraceProcessStage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err := pipeline.FromContext(ctx, s.Source()).Via(s.Process(4, func(ctx context.Context, m *Message) error {
-		if !trace.SpanContextFromContext(ctx).IsValid() || trace.SpanContextFromContext(ctx).SpanID() == message.TraceOf(m).Subscribe.SpanContext().SpanID() {
+		if !trace.SpanContextFromContext(ctx).IsValid() || trace.SpanContextFromContext(ctx).SpanID() == message.Of(m).Trace.Subscribe.SpanContext().SpanID() {
 			bad.Add(1)
 		}
 		if handled.Add(1) == 10 {

@@ -4,51 +4,75 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"strings"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/pubsubflow/pubsubflow/flow"
-	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
-// An Extender tracks each message on receipt and keeps its lease alive
-// until the settle path releases it.
+// One Extender serves every subscription: it extends each message's
+// lease on the subscription the message names. Here two sources share
+// it, each with EagerTrack as its receipt step.
 func ExampleNewExtender() {
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	srv, err := pubsubtest.NewServer()
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer srv.Close()
 	topic, _ := srv.CreateTopic(ctx, "orders")
-	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "billing", Topic: "orders"})
-	_, _ = srv.Publish(ctx, topic, &pubsubpb.PubsubMessage{Data: []byte("order 1")})
+	billing, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "billing", Topic: "orders"})
+	shipping, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "shipping", Topic: "orders"})
+	for i := range 2 {
+		_, _ = srv.Publish(ctx, topic, &pubsubpb.PubsubMessage{Data: fmt.Appendf(nil, "order %d", i)})
+	}
 	client := pubsubpb.NewSubscriberClient(srv.ClientConn())
 
-	ext, err := flow.NewExtender(client, sub, flow.ExtenderConfig{StreamAckDeadline: 10 * time.Second})
+	ext, err := flow.NewExtender(client, flow.ExtenderConfig{StreamAckDeadline: 10 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer ext.Close()
 
-	resp, err := client.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 1})
-	if err != nil {
-		log.Fatal(err)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got := map[string]int{}
+	for _, sub := range []string{billing, shipping} {
+		src, err := source.Subscribe(client, source.Config{Subscription: sub})
+		if err != nil {
+			log.Fatal(err)
+		}
+		wg.Go(func() {
+			n := 0
+			ctx, stop := context.WithCancel(ctx)
+			defer stop()
+			_ = pipeline.FromContext(ctx, src.With(flow.EagerTrack(ext, 0))).To(pipeline.ForEach(func(_ context.Context, m *source.Message) error {
+				m.Ack()
+				if n++; n == 2 {
+					stop()
+				}
+				return nil
+			}))
+			_ = src.Close(context.Background())
+			mu.Lock()
+			got[shortName(sub)] = n
+			mu.Unlock()
+		})
 	}
-	m := message.FromReceived(resp.ReceivedMessages[0], sub, nil, time.Now())
-	ext.Track(m) // on receipt: the lease is extended from now on
-	fmt.Println("leases:", ext.Len(), "deadline:", ext.Deadline())
-
-	// ... process the message, then ack it and release the lease.
-	_, _ = client.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: sub, AckIds: []string{m.AckID}})
-	ext.Release(m, message.Ack)
-	fmt.Println("leases:", ext.Len())
-	// Output:
-	// leases: 1 deadline: 10s
-	// leases: 0
+	wg.Wait()
+	fmt.Println("billing:", got["billing"], "shipping:", got["shipping"], "leases held:", ext.Len())
+	// Output: billing: 2 shipping: 2 leases held: 0
 }
+
+// shortName is a subscription's short name.
+func shortName(sub string) string { return sub[strings.LastIndex(sub, "/")+1:] }
 
 // Fixed extends to the same deadline on a fixed tick.
 func ExampleFixed() {
@@ -72,7 +96,7 @@ func ExampleAdaptive() {
 	defer srv.Close()
 	_, _ = srv.CreateTopic(ctx, "topic")
 	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic"})
-	ext, err := flow.NewExtender(pubsubpb.NewSubscriberClient(srv.ClientConn()), sub, flow.ExtenderConfig{
+	ext, err := flow.NewExtender(pubsubpb.NewSubscriberClient(srv.ClientConn()), flow.ExtenderConfig{
 		Strategy:          flow.Adaptive(flow.AdaptiveConfig{Min: 20 * time.Second, Max: 5 * time.Minute}),
 		StreamAckDeadline: 90 * time.Second,
 	})
@@ -81,9 +105,9 @@ func ExampleAdaptive() {
 	}
 	defer ext.Close()
 	fmt.Println("before any ack:", ext.Deadline())
-	m := &message.Message{AckID: "a1", ReceiveTime: time.Now()}
-	ext.Track(m)
-	ext.Release(m, message.Ack) // acked within a second
+	m := &source.Message{AckID: "a1", Subscription: sub, ReceiveTime: time.Now()}
+	flow.EagerTrack(ext, 0).Receive(0, []*source.Message{m}) // leased on receipt
+	m.Ack()                                                  // acked within a second (built by hand: nothing is sent)
 	fmt.Println("after a fast ack:", ext.Deadline())
 	// Output:
 	// before any ack: 1m30s

@@ -13,6 +13,7 @@ import (
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
 // TestMaxExtension: a lease held past MaxExtension is dropped, the message
@@ -22,13 +23,11 @@ func TestMaxExtension(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, subCfg(10*time.Second, false))
 		var ev events
-		e := newExt(t, f.client, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second, MaxExtension: 45 * time.Second, Events: ev.fn()})
-		s := newSettler(e, f.client)
+		e := newExt(t, f.client, ExtenderConfig{StreamAckDeadline: 10 * time.Second, MaxExtension: 45 * time.Second, events: ev.fn()})
+		a := newAcker(f.client)
 		f.publish(t, 3)
-		msgs := f.pull(t, 3, s)
-		for _, m := range msgs {
-			e.Track(m)
-		}
+		msgs := f.pull(t, 3, a)
+		e.track(msgs)
 		time.Sleep(40 * time.Second)
 		if st := f.srv.SubscriptionStats(f.sub); st.Expired != 0 || st.ModAcks < 3*4 {
 			t.Fatalf("before max extension: expired %d, modacks %d", st.Expired, st.ModAcks)
@@ -36,7 +35,7 @@ func TestMaxExtension(t *testing.T) {
 		time.Sleep(10 * time.Second) // 50 s: past 45 s, at most one tick later
 		synctest.Wait()
 		for _, m := range msgs {
-			if o := s.outcome(m); o != message.Expired {
+			if o := a.outcome(m); o != message.Expired || m.Outcome() != source.Expired {
 				t.Fatalf("message %s outcome %v, want expired", m.ID, o)
 			}
 		}
@@ -66,10 +65,8 @@ func TestLongAckIDsStayWithinRequestLimits(t *testing.T) {
 				f := newFixture(t, subCfg(10*time.Second, false))
 				c := &capture{SubscriberClient: f.client}
 				var ev events
-				e := newExt(t, c, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
-				for _, m := range handMade(f.sub, 5000, idLen, false) {
-					e.Track(m)
-				}
+				e := newExt(t, c, ExtenderConfig{StreamAckDeadline: 10 * time.Second, events: ev.fn()})
+				e.track(handMade(f.sub, 5000, idLen, false))
 				time.Sleep(30 * time.Second)
 				synctest.Wait()
 				rounds := map[string]int{}
@@ -99,19 +96,18 @@ func TestLongAckIDsStayWithinRequestLimits(t *testing.T) {
 
 // TestSlowAcknowledgeDoesNotDelayExtension: every Acknowledge takes 5 s
 // (fault injection) and the settle path acks one message at a time, so the
-// last ack lands after 100 s; extension keeps every lease alive meanwhile,
-// on its own RPCs: no expiry, no redelivery.
+// last ack lands after 100 s; an acked message keeps its lease until its
+// ack is final, and extension keeps every lease alive meanwhile, on its
+// own RPCs: no expiry, no redelivery.
 func TestSlowAcknowledgeDoesNotDelayExtension(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, subCfg(10*time.Second, false))
 		var ev events
-		e := newExt(t, f.client, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
-		s := newSettler(e, f.client)
+		e := newExt(t, f.client, ExtenderConfig{StreamAckDeadline: 10 * time.Second, events: ev.fn()})
+		a := newAcker(f.client)
 		f.publish(t, 20)
-		msgs := f.pull(t, 20, s)
-		for _, m := range msgs {
-			e.Track(m)
-		}
+		msgs := f.pull(t, 20, a)
+		e.track(msgs)
 		f.srv.SetLatency("Acknowledge", 5*time.Second)
 		start := time.Now()
 		done := make(chan struct{})
@@ -159,17 +155,17 @@ func TestExactlyOnceReceipt(t *testing.T) {
 		f := newFixture(t, subCfg(10*time.Second, true))
 		c := &capture{SubscriberClient: f.client}
 		var ev events
-		e := newExt(t, c, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
-		s := newSettler(e, f.client)
+		e := newExt(t, c, ExtenderConfig{StreamAckDeadline: 10 * time.Second, events: ev.fn()})
+		a := newAcker(f.client)
 		f.publish(t, 4)
-		msgs := f.pull(t, 4, s)
+		msgs := f.pull(t, 4, a)
 		if !msgs[0].ExactlyOnce {
 			t.Fatal("fixture: message not exactly-once")
 		}
 		f.srv.FailNextAckIDs(1, "PERMANENT_FAILURE_INVALID_ACK_ID")
 		var waits []<-chan struct{}
 		for _, m := range msgs[:2] {
-			e.Track(m)
+			e.track(one(m))
 			w := e.Confirmed(m)
 			if w == nil {
 				t.Fatal("Confirmed = nil before the receipt modack")
@@ -179,8 +175,14 @@ func TestExactlyOnceReceipt(t *testing.T) {
 		for _, w := range waits {
 			<-w
 		}
-		if o := s.outcome(msgs[0]); o != message.Expired || e.Confirmed(msgs[0]) != nil {
+		// The outcome is set before the waiter is let go; the holders
+		// hear of it, and the event is emitted, just after.
+		if o := msgs[0].Outcome(); o != source.Expired || e.Confirmed(msgs[0]) != nil {
 			t.Fatalf("failed receipt: outcome %v", o)
+		}
+		synctest.Wait()
+		if o := a.outcome(msgs[0]); o != message.Expired {
+			t.Fatalf("failed receipt: the settle path heard %v", o)
 		}
 		if fe := ev.of(event.ReceiptModackFail); len(fe) != 1 || fe[0].Count != 1 || fe[0].Err == nil {
 			t.Fatalf("receipt failure events %+v", fe)
@@ -190,7 +192,7 @@ func TestExactlyOnceReceipt(t *testing.T) {
 		}
 
 		f.srv.FailNextAckIDs(1, "TRANSIENT_FAILURE_UNORDERED_ACK_ID")
-		e.Track(msgs[2])
+		e.track(one(msgs[2]))
 		<-e.Confirmed(msgs[2])
 		if msgs[2].Settled() || len(ev.of(event.Retry)) != 1 {
 			t.Fatalf("transient failure: settled %v, retries %d", msgs[2].Settled(), len(ev.of(event.Retry)))
@@ -203,7 +205,7 @@ func TestExactlyOnceReceipt(t *testing.T) {
 		// Released before confirmation: the waiter is let go, and the
 		// message (settled) is skipped by the stage that waits.
 		c.setHook(func(ctx context.Context, _ *pubsubpb.ModifyAckDeadlineRequest) error { <-ctx.Done(); return ctx.Err() })
-		e.Track(msgs[3])
+		e.track(one(msgs[3]))
 		w := e.Confirmed(msgs[3])
 		msgs[3].Nack()
 		<-w
@@ -217,13 +219,11 @@ func TestExactlyOncePermanentExtensionFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, subCfg(10*time.Second, true))
 		var ev events
-		e := newExt(t, f.client, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
-		s := newSettler(e, f.client)
+		e := newExt(t, f.client, ExtenderConfig{StreamAckDeadline: 10 * time.Second, events: ev.fn()})
+		a := newAcker(f.client)
 		f.publish(t, 2)
-		msgs := f.pull(t, 2, s)
-		for _, m := range msgs {
-			e.Track(m)
-		}
+		msgs := f.pull(t, 2, a)
+		e.track(msgs)
 		for _, m := range msgs {
 			if w := e.Confirmed(m); w != nil {
 				<-w
@@ -238,7 +238,7 @@ func TestExactlyOncePermanentExtensionFailure(t *testing.T) {
 		}
 		dropped := 0
 		for _, m := range msgs {
-			if s.outcome(m) == message.Expired {
+			if a.outcome(m) == message.Expired {
 				dropped++
 			}
 		}

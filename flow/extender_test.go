@@ -11,6 +11,7 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -33,32 +34,29 @@ func TestConfigValidate(t *testing.T) {
 		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), "lease: ") {
 			t.Errorf("%s: Validate() = %v, want a lease: error", name, err)
 		}
-		if _, err := NewExtender(&capture{}, "projects/p/subscriptions/s", cfg); err == nil {
+		if _, err := NewExtender(&capture{}, cfg); err == nil {
 			t.Errorf("%s: NewExtender accepted it", name)
 		}
 	}
 	if err := (ExtenderConfig{}).Validate(); err != nil {
 		t.Errorf("zero ExtenderConfig: %v", err)
 	}
-	if _, err := NewExtender(nil, "s", ExtenderConfig{}); err == nil {
+	if _, err := NewExtender(nil, ExtenderConfig{}); err == nil {
 		t.Error("NewExtender(nil client) succeeded")
-	}
-	if _, err := NewExtender(&capture{}, "", ExtenderConfig{}); err == nil {
-		t.Error("NewExtender(empty subscription) succeeded")
 	}
 }
 
-// TestReceiptModackBatchedAndSplit: Track queues receipt modacks that go out
+// TestReceiptModackBatchedAndSplit: track queues receipt modacks that go out
 // within a few milliseconds, batched, split at 1000 ack ids, with the
 // strategy's starting deadline (the stream ack deadline).
 func TestReceiptModackBatchedAndSplit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &capture{}
-		e := newExt(t, c, "projects/p/subscriptions/s", ExtenderConfig{StreamAckDeadline: 30 * time.Second})
+		e := newExt(t, c, ExtenderConfig{StreamAckDeadline: 30 * time.Second})
 		start := time.Now()
-		msgs := handMade("", 2500, 8, false)
+		msgs := handMade(testSub, 2500, 8, false)
 		for _, m := range msgs {
-			e.Track(m)
+			e.track(one(m))
 		}
 		time.Sleep(10 * time.Millisecond)
 		synctest.Wait()
@@ -95,15 +93,15 @@ func TestNoLeaseLapses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &capture{}
 		const stream = 10 * time.Second
-		e := newExt(t, c, "projects/p/subscriptions/s", ExtenderConfig{StreamAckDeadline: stream})
+		e := newExt(t, c, ExtenderConfig{StreamAckDeadline: stream})
 		recv := map[string]time.Time{}
-		for i, m := range handMade("", 60, 4, false) {
+		for i, m := range handMade(testSub, 60, 4, false) {
 			time.Sleep(1300 * time.Millisecond)
 			m.ReceiveTime = time.Now()
 			recv[m.AckID] = m.ReceiveTime
-			e.Track(m)
+			e.track(one(m))
 			if i%7 == 0 {
-				defer e.Release(m, message.Nack) // some leave before the end
+				defer m.Nack() // some leave before the end
 			}
 		}
 		time.Sleep(5 * time.Minute)
@@ -141,11 +139,9 @@ func TestNoLeaseLapses(t *testing.T) {
 func TestFixedStrategy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &capture{}
-		e := newExt(t, c, "projects/p/subscriptions/s", ExtenderConfig{Strategy: Fixed(200*time.Millisecond, time.Second)})
+		e := newExt(t, c, ExtenderConfig{Strategy: Fixed(200*time.Millisecond, time.Second)})
 		start := time.Now()
-		for _, m := range handMade("", 10, 2, false) {
-			e.Track(m)
-		}
+		e.track(handMade(testSub, 10, 2, false))
 		time.Sleep(800 * time.Millisecond)
 		synctest.Wait()
 		var ext []modack
@@ -163,30 +159,32 @@ func TestFixedStrategy(t *testing.T) {
 	})
 }
 
-// TestReleaseTrackEdges: Release is idempotent and stops extension; Track
-// ignores duplicates, settled messages, and everything after Close.
+// TestReleaseTrackEdges: settling ends a lease once (later outcomes do
+// nothing) and stops its extension; track ignores duplicates, settled
+// messages, messages without an ack id or a subscription, and everything
+// after Close.
 func TestReleaseTrackEdges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &capture{}
-		e, err := NewExtender(c, "projects/p/subscriptions/s", ExtenderConfig{Strategy: Fixed(time.Second, 2*time.Second)})
+		e, err := NewExtender(c, ExtenderConfig{Strategy: Fixed(time.Second, 2*time.Second)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ms := handMade("", 3, 1, false)
-		e.Track(ms[0])
-		e.Track(ms[0])
-		e.Track(ms[1])
+		ms := handMade(testSub, 3, 1, false)
+		e.track(one(ms[0]))
+		e.track([]*source.Message{ms[0], ms[1]})
 		ms[2].Ack() // settled before tracking
-		e.Track(ms[2])
-		e.Track(nil)
-		e.Track(&message.Message{})
+		e.track(one(ms[2]))
+		e.track([]*source.Message{nil, {}, {AckID: "no-sub", ReceiveTime: time.Now()}, {Subscription: testSub}})
 		if e.Len() != 2 {
 			t.Fatalf("Len = %d, want 2", e.Len())
 		}
-		e.Release(ms[0], message.Ack)
-		e.Release(ms[0], message.Ack)
-		e.Release(ms[2], message.Nack)
-		e.Release(nil, message.Nack)
+		if !ms[0].Ack() || ms[0].Ack() || ms[0].Nack() {
+			t.Fatal("the first outcome did not win alone")
+		}
+		if ms[2].Nack() { // settled and never tracked
+			t.Fatal("a settled message took a second outcome")
+		}
 		if e.Len() != 1 {
 			t.Fatalf("Len = %d, want 1", e.Len())
 		}
@@ -202,12 +200,94 @@ func TestReleaseTrackEdges(t *testing.T) {
 		if err := e.Close(); err != nil {
 			t.Fatal(err)
 		}
-		e.Track(handMade("", 1, 5, false)[0])
+		e.track(handMade(testSub, 1, 5, false))
 		if e.Len() != 1 {
-			t.Fatalf("Len after Close+Track = %d, want 1", e.Len())
+			t.Fatalf("Len after Close+track = %d, want 1", e.Len())
 		}
 		if err := e.Close(); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// TestAckKeepsLeaseUntilDone: an acked message keeps its lease, and keeps
+// being extended, until its settle path says the ack is final (Done);
+// only then does the ack teach Adaptive its latency. Any other outcome
+// ends the lease at once, before Done. Stats reports leases, extensions
+// and the deadline.
+func TestAckKeepsLeaseUntilDone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &capture{}
+		var ev events
+		e := newExt(t, c, ExtenderConfig{StreamAckDeadline: 30 * time.Second, Strategy: Adaptive(AdaptiveConfig{}), events: ev.fn()})
+		var p heldPath
+		ms := handMade(testSub, 2, 1, false)
+		for _, m := range ms {
+			p.bind(m)
+		}
+		e.track(ms)
+		time.Sleep(5 * time.Second)
+		ms[0].Ack()
+		ms[1].Nack()
+		if e.Len() != 1 {
+			t.Fatalf("Len = %d after an ack and a nack before Done, want 1 (the acked one)", e.Len())
+		}
+		acked := time.Now()
+		time.Sleep(time.Minute) // the ack RPC crawls
+		synctest.Wait()
+		extended := false
+		for _, r := range c.requests() {
+			for _, id := range r.ids {
+				if id == ms[1].AckID && r.at.After(acked) {
+					t.Fatalf("nacked message extended at %v", r.at)
+				}
+				if id == ms[0].AckID && r.at.After(acked) {
+					extended = true
+				}
+			}
+		}
+		if !extended || e.Deadline() != 30*time.Second {
+			t.Fatalf("acked message extended while its ack was not final: %v; Deadline %v, want 30s (nothing learnt yet)", extended, e.Deadline())
+		}
+		message.Of(ms[1]).Done(ms[1])
+		message.Of(ms[0]).Done(ms[0])
+		st := e.Stats()
+		if st.Leases != 0 || e.Len() != 0 {
+			t.Fatalf("leases after Done: %+v", st)
+		}
+		// The ack was final 65 s after receipt: Adaptive's p99.
+		if st.Deadline != 65*time.Second || st.Extended == 0 || st.Extended != uint64(ev.count(event.Extend)) || st.Expired != 0 {
+			t.Fatalf("Stats = %+v, want deadline 65s and the extensions counted", st)
+		}
+	})
+}
+
+// TestOneExtenderManySubscriptions: one Extender serves messages of
+// several subscriptions, each leased under its own subscription (ack ids
+// are unique only within one), and extended on the subscription the
+// message names.
+func TestOneExtenderManySubscriptions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &capture{}
+		e := newExt(t, c, ExtenderConfig{Strategy: Fixed(time.Second, 3*time.Second)})
+		a, b := "projects/p/subscriptions/a", "projects/p/subscriptions/b"
+		e.track(append(handMade(a, 3, 1, false), handMade(b, 2, 1, false)...)) // ack ids 0, 1, 2 and 0, 1
+		if e.Len() != 5 {
+			t.Fatalf("Len = %d, want 5 (same ack ids, different subscriptions)", e.Len())
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		got := map[string]map[string]int{a: {}, b: {}}
+		for _, r := range c.requests() {
+			if got[r.sub] == nil {
+				t.Fatalf("modack on %q", r.sub)
+			}
+			for _, id := range r.ids {
+				got[r.sub][id]++
+			}
+		}
+		if len(got[a]) != 3 || len(got[b]) != 2 || got[a]["2"] < 2 || got[b]["1"] < 2 {
+			t.Fatalf("modacks by subscription %v; want a's 3 and b's 2, each extended", got)
 		}
 	})
 }
@@ -220,11 +300,11 @@ func TestCloseBoundsHungRPC(t *testing.T) {
 			<-ctx.Done()
 			return ctx.Err()
 		}}
-		e, err := NewExtender(c, "projects/p/subscriptions/s", ExtenderConfig{CloseTimeout: 3 * time.Second})
+		e, err := NewExtender(c, ExtenderConfig{CloseTimeout: 3 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.Track(handMade("", 1, 1, false)[0])
+		e.track(handMade(testSub, 1, 1, false))
 		time.Sleep(time.Second)
 		start := time.Now()
 		_ = e.Close()
@@ -243,13 +323,11 @@ func TestTransientErrorsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, subCfg(10*time.Second, false))
 		var ev events
-		e := newExt(t, f.client, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second, Events: ev.fn()})
-		s := newSettler(e, f.client)
+		e := newExt(t, f.client, ExtenderConfig{StreamAckDeadline: 10 * time.Second, events: ev.fn()})
+		a := newAcker(f.client)
 		f.publish(t, 5)
-		msgs := f.pull(t, 5, s)
-		for _, m := range msgs {
-			e.Track(m)
-		}
+		msgs := f.pull(t, 5, a)
+		e.track(msgs)
 		time.Sleep(time.Second)
 		f.srv.FailNext("ModifyAckDeadline", 2, codesUnavailable)
 		time.Sleep(2 * time.Minute)

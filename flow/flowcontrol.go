@@ -33,8 +33,9 @@ type FlowControl struct {
 	// serverHeld counts messages received whose release the server has not
 	// seen yet: outstanding ones, and settled ones whose ack or nack is
 	// not final.
-	serverHeld atomic.Int64
-	acquired   atomic.Int64
+	serverHeld      atomic.Int64
+	serverHeldBytes atomic.Int64
+	acquired        atomic.Int64
 	released   atomic.Int64
 
 	mu    sync.Mutex // guards lane opening and closing
@@ -92,6 +93,7 @@ func (fc *FlowControl) count(size int64) {
 	fc.outstanding.Add(1)
 	fc.outstandingBytes.Add(size)
 	fc.serverHeld.Add(1)
+	fc.serverHeldBytes.Add(size)
 	fc.acquired.Add(1)
 }
 
@@ -104,6 +106,7 @@ func (fc *FlowControl) Release(size int) { fc.ReleaseN(1, size) }
 func (fc *FlowControl) ReleaseN(n, bytes int) {
 	fc.settle(int64(n), int64(max(bytes, 0)))
 	fc.serverHeld.Add(-int64(n))
+	fc.serverHeldBytes.Add(-int64(max(bytes, 0)))
 }
 
 // settle takes n messages of bytes out of the client's count, and wakes
@@ -201,6 +204,7 @@ func (p *permit) Settled(any, uint32) { p.fc.settle(1, p.size) }
 // new stream may be granted.
 func (p *permit) Done(any) {
 	p.fc.serverHeld.Add(-1)
+	p.fc.serverHeldBytes.Add(-p.size)
 	if p.lane != noLane {
 		p.fc.lanes[p.lane].release(p.gen, p.size)
 	}

@@ -4,19 +4,20 @@ import (
 	"fmt"
 
 	"github.com/pubsubflow/pubsubflow/flow"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
+// A FlowControl's plain counting (the Publisher's): every TryAcquire that
+// succeeds is paired with one Release. Received messages are counted by a
+// FlowGate instead, and their settle path gives the permits back.
 func ExampleNewFlowControl() {
 	fc := flow.NewFlowControl(2, 1<<20) // 2 messages, 1 MiB
 
-	m := &message.Message{AckID: "a"}
-	message.SetSize(m, 512)
-	fmt.Println(fc.AcquireMessage(m), fc.Outstanding(), fc.OutstandingBytes())
-
-	// The settle path returns the permits, once.
-	fmt.Println(fc.ReleaseMessage(m), fc.ReleaseMessage(m), fc.Outstanding())
+	fmt.Println(fc.TryAcquire(512), fc.TryAcquire(512), fc.TryAcquire(512))
+	fmt.Println(fc.Outstanding(), fc.OutstandingBytes(), fc.Room())
+	fc.Release(512)
+	fmt.Println(fc.Outstanding(), fc.OutstandingBytes(), fc.Room())
 	// Output:
-	// true 1 512
-	// true false 0
+	// true true false
+	// 2 1024 false
+	// 1 512 true
 }

@@ -4,35 +4,63 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
-func newMsg(id int, size int) *message.Message {
-	m := &message.Message{ID: strconv.Itoa(id), AckID: "ack-" + strconv.Itoa(id)}
-	message.SetSize(m, size)
+func newMsg(id int, size int) *source.Message {
+	m := &source.Message{ID: strconv.Itoa(id), AckID: "ack-" + strconv.Itoa(id)}
+	message.Of(m).Size = size
 	return m
 }
 
-// releaser is a minimal settle path: it returns the message's permits.
-type releaser struct {
-	fc *FlowControl
-	mu sync.Mutex
-	n  int
+// settles is a Holder that counts how often each message was settled and
+// done (its source's settle path would tell the server).
+type settles struct {
+	mu      sync.Mutex
+	settled map[*source.Message]int
+	done    map[*source.Message]int
 }
 
-func (r *releaser) Settle(m *message.Message, _ message.Outcome, _ time.Duration) {
-	r.fc.ReleaseMessage(m)
-	r.mu.Lock()
-	r.n++
-	r.mu.Unlock()
+func newSettles() *settles {
+	return &settles{settled: map[*source.Message]int{}, done: map[*source.Message]int{}}
 }
 
-func (r *releaser) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.n
+// hold attaches s to m and returns m.
+func (s *settles) hold(m *source.Message) *source.Message {
+	message.Of(m).Hold(m, new(message.HoldNode), s)
+	return m
+}
+
+func (s *settles) Settled(m any, _ uint32) {
+	s.mu.Lock()
+	s.settled[m.(*source.Message)]++
+	s.mu.Unlock()
+}
+
+func (s *settles) Done(m any) {
+	s.mu.Lock()
+	s.done[m.(*source.Message)]++
+	s.mu.Unlock()
+}
+
+// count is the number of Settled calls.
+func (s *settles) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.settled {
+		n += c
+	}
+	return n
+}
+
+// of is how often m was settled and done.
+func (s *settles) of(m *source.Message) (settled, done int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.settled[m], s.done[m]
 }
 
 func TestFlowControlCountsBothLimits(t *testing.T) {
@@ -77,7 +105,7 @@ func TestFlowControlUnlimited(t *testing.T) {
 			t.Fatalf("unlimited budget refused message %d", i)
 		}
 	}
-	if !fc.Room() || fc.AtLimit(1<<40) {
+	if !fc.Room() {
 		t.Fatal("unlimited budget reports a limit")
 	}
 	if got := fc.Outstanding(); got != 10_000 {
@@ -112,30 +140,53 @@ func TestFlowControlOversizeAdmittedAlone(t *testing.T) {
 	}
 }
 
-func TestFlowControlMessageRecord(t *testing.T) {
+// TestFlowControlPermitReleasedOnce: a message's permit (standalone
+// acquireOne, or the receipt step Receive) goes back once, whatever
+// settles it first; a message settled already takes none; settling a
+// message that holds no permit releases nothing.
+func TestFlowControlPermitReleasedOnce(t *testing.T) {
 	fc := NewFlowControl(2, 0)
 	m := newMsg(1, 10)
-	if !fc.AcquireMessage(m) || !fc.Holds(m) {
-		t.Fatal("AcquireMessage failed")
+	if !fc.acquireOne(m) || fc.Outstanding() != 1 || fc.OutstandingBytes() != 10 {
+		t.Fatalf("acquireOne: %+v", fc.Stats())
 	}
-	if !fc.AcquireMessage(m) || fc.Outstanding() != 1 {
-		t.Fatal("second AcquireMessage of the same message took permits")
+	message.Of(m).Settle(m, message.Expired, 0) // the lease ran out first
+	if fc.Outstanding() != 0 || fc.OutstandingBytes() != 0 {
+		t.Fatalf("after the expiry: %+v", fc.Stats())
 	}
-	if !fc.ReleaseMessage(m) {
-		t.Fatal("ReleaseMessage of a holder returned false")
-	}
-	if fc.ReleaseMessage(m) {
-		t.Fatal("second ReleaseMessage released again")
+	if m.Ack() || m.Nack() || fc.Stats().Released != 1 {
+		t.Fatalf("later outcomes released again: %+v", fc.Stats())
 	}
 	settled := newMsg(2, 10)
 	settled.Ack()
-	if !fc.AcquireMessage(settled) || fc.Holds(settled) || fc.Outstanding() != 0 {
+	if !fc.acquireOne(settled) || fc.Outstanding() != 0 || fc.Stats().Acquired != 1 {
 		t.Fatal("a settled message took permits")
 	}
-	if fc.ReleaseMessage(newMsg(3, 10)) {
-		t.Fatal("released a message that never held permits")
+	fc.Receive(0, []*source.Message{settled})
+	if fc.Outstanding() != 0 || fc.Stats().Acquired != 1 {
+		t.Fatal("the receipt step counted a settled message")
 	}
-	if st := fc.Stats(); st.Acquired != st.Released || st.Outstanding != 0 {
+	newMsg(3, 10).Nack() // never held a permit
+	if st := fc.Stats(); st.Acquired != st.Released || st.Outstanding != 0 || st.ServerHeld != 0 {
+		t.Fatalf("Stats = %+v", st)
+	}
+
+	// The receipt step counts a whole batch at once, even past the limit
+	// (the messages are in the client's hands), and each message's
+	// settle path returns its own permit.
+	ms := []*source.Message{newMsg(4, 5), newMsg(5, 6), newMsg(6, 7)}
+	fc.Receive(-1, ms)
+	if fc.Outstanding() != 3 || fc.OutstandingBytes() != 18 || fc.Room() {
+		t.Fatalf("after Receive: %+v", fc.Stats())
+	}
+	for i, m := range ms {
+		m.NoOp()
+		m.NoOp()
+		if got := fc.Outstanding(); got != int64(2-i) {
+			t.Fatalf("Outstanding %d after %d settled", got, i+1)
+		}
+	}
+	if st := fc.Stats(); st.Acquired != 4 || st.Released != 4 || st.OutstandingBytes != 0 || st.ServerHeld != 0 {
 		t.Fatalf("Stats = %+v", st)
 	}
 }
@@ -164,23 +215,6 @@ func TestFlowControlWakeBroadcast(t *testing.T) {
 	}
 	if w3 := fc.Wake(); w3 == w1 {
 		t.Fatal("Wake after a release returned the closed channel")
-	}
-}
-
-func TestFlowControlAtLimit(t *testing.T) {
-	fc := NewFlowControl(10, 0)
-	for range 6 {
-		fc.TryAcquire(1)
-	}
-	if fc.AtLimit(3) {
-		t.Fatal("6 outstanding + 3 unacked of 10 reported at limit")
-	}
-	if !fc.AtLimit(4) {
-		t.Fatal("6 outstanding + 4 unacked of 10 not at limit")
-	}
-	fc.buffered.Add(1)
-	if fc.AtLimit(4) {
-		t.Fatal("at limit although a gate still buffers work")
 	}
 }
 

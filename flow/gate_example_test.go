@@ -6,34 +6,27 @@ import (
 	"time"
 
 	"github.com/pubsubflow/pubsubflow/flow"
-	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// release is the smallest settle path: it returns the flow permits.
-type release struct{ fc *flow.FlowControl }
-
-func (r release) Settle(m *message.Message, _ message.Outcome, _ time.Duration) {
-	r.fc.ReleaseMessage(m)
-}
-
+// A FlowGate running as a stage of its own (for a chain that does not
+// start at source.Subscribe) takes a permit for every message it receives,
+// not only for what downstream took, and stops receiving at the limit.
+// Settling a message gives its permit back: there is nothing to pair.
 func ExampleFlowGate() {
 	fc := flow.NewFlowControl(3, 0)
 	g := stage.NewGroup(context.Background())
 
-	in := make(chan *message.Message, 10)
+	in := make(chan *source.Message, 10)
 	for i := range 10 {
-		m := &message.Message{AckID: fmt.Sprint(i)}
-		message.Bind(m, release{fc}) // a subscriber binds its settle path on receipt
-		in <- m
+		in <- &source.Message{AckID: fmt.Sprint(i)}
 	}
 	close(in)
 
 	out := flow.FlowGate(fc).Run(g, in)
 	first := <-out
-	// The gate took permits for what it received, not only for what
-	// downstream took, and stopped at the limit.
-	for fc.Outstanding() < 3 {
+	for fc.Outstanding() < 3 { // the gate fills its budget on its own
 		time.Sleep(time.Millisecond)
 	}
 	fmt.Println("outstanding:", fc.Outstanding())

@@ -11,23 +11,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
-
-// countingSettler is a settle path that returns permits and counts how
-// often each message was settled.
-type countingSettler struct {
-	fc      *FlowControl
-	mu      sync.Mutex
-	settles map[*message.Message]int
-}
-
-func (s *countingSettler) Settle(m *message.Message, _ message.Outcome, _ time.Duration) {
-	s.fc.ReleaseMessage(m)
-	s.mu.Lock()
-	s.settles[m]++
-	s.mu.Unlock()
-}
 
 // TestGateProperties runs random limits, sizes, processing delays and
 // outcomes through one or two gates sharing a budget, with leases expiring
@@ -36,8 +22,8 @@ func (s *countingSettler) Settle(m *message.Message, _ message.Outcome, _ time.D
 //   - Outstanding never exceeds the message limit, and OutstandingBytes the
 //     byte limit except for one oversize message alone;
 //   - every message is settled exactly once;
-//   - when all have settled, Outstanding, bytes, Waiting and Buffered are 0
-//     and permits released equal permits acquired.
+//   - when all have settled, Outstanding, bytes and ServerHeld are 0 and
+//     permits released equal permits acquired.
 func TestGateProperties(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		maxMsgs := rapid.Int64Range(1, 12).Draw(rt, "maxMessages")
@@ -48,7 +34,7 @@ func TestGateProperties(t *testing.T) {
 		type plan struct {
 			size    int
 			delay   time.Duration
-			outcome message.Outcome
+			outcome uint32
 			expire  int // 0 never, 1 before the gate, 2 a moment after sending
 		}
 		plans := make([]plan, n)
@@ -57,7 +43,7 @@ func TestGateProperties(t *testing.T) {
 			p := plan{
 				size:    rapid.IntRange(1, 500).Draw(rt, "size"),
 				delay:   time.Duration(rapid.IntRange(0, 200).Draw(rt, "delayµs")) * time.Microsecond,
-				outcome: rapid.SampledFrom([]message.Outcome{message.Ack, message.Nack, message.NackAfter, message.NoOp}).Draw(rt, "outcome"),
+				outcome: rapid.SampledFrom([]uint32{message.Ack, message.Nack, message.NackAfter, message.NoOp}).Draw(rt, "outcome"),
 				expire:  rapid.IntRange(0, 8).Draw(rt, "expire") % 3,
 			}
 			if rapid.IntRange(0, 9).Draw(rt, "pexpire") < 7 {
@@ -70,7 +56,7 @@ func TestGateProperties(t *testing.T) {
 		}
 
 		fc := NewFlowControl(maxMsgs, maxBytes)
-		set := &countingSettler{fc: fc, settles: make(map[*message.Message]int)}
+		set := newSettles()
 		var violation atomic.Value
 		check := func(where string) {
 			o, b := fc.Outstanding(), fc.OutstandingBytes()
@@ -85,21 +71,20 @@ func TestGateProperties(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		g := stage.NewGroup(ctx)
-		msgs := make([]*message.Message, n)
+		msgs := make([]*source.Message, n)
 		for i := range msgs {
-			msgs[i] = newMsg(i, plans[i].size)
-			message.Bind(msgs[i], set)
+			msgs[i] = set.hold(newMsg(i, plans[i].size))
 		}
 		var expirers sync.WaitGroup
-		var outs []<-chan *message.Message
+		var outs []<-chan *source.Message
 		for k := range gates {
-			in := make(chan *message.Message)
+			in := make(chan *source.Message)
 			g.Go(func(ctx context.Context) error {
 				defer close(in)
 				for i := k; i < n; i += gates {
 					m, p := msgs[i], plans[i]
 					if p.expire == 1 {
-						message.Settle(m, message.Expired, 0)
+						message.Of(m).Settle(m, message.Expired, 0)
 					}
 					select {
 					case in <- m:
@@ -112,7 +97,7 @@ func TestGateProperties(t *testing.T) {
 						go func() { // the lease manager, on its own clock
 							defer expirers.Done()
 							time.Sleep(p.delay / 2)
-							message.Settle(m, message.Expired, 0)
+							message.Of(m).Settle(m, message.Expired, 0)
 						}()
 					}
 				}
@@ -120,7 +105,7 @@ func TestGateProperties(t *testing.T) {
 			})
 			outs = append(outs, FlowGate(fc).Run(g, in))
 		}
-		index := make(map[*message.Message]int, n)
+		index := make(map[*source.Message]int, n)
 		for i, m := range msgs {
 			index[m] = i
 		}
@@ -131,7 +116,7 @@ func TestGateProperties(t *testing.T) {
 						check("process")
 						p := plans[index[m]]
 						time.Sleep(p.delay) // simulated processing, not an assertion
-						message.Settle(m, p.outcome, time.Second)
+						message.Of(m).Settle(m, p.outcome, time.Second)
 					}
 					return nil
 				})
@@ -146,12 +131,12 @@ func TestGateProperties(t *testing.T) {
 			rt.Fatal(v)
 		}
 		for i, m := range msgs {
-			if c := set.settles[m]; c != 1 {
-				rt.Fatalf("message %d settled %d times", i, c)
+			if s, d := set.of(m); s != 1 || d != 1 {
+				rt.Fatalf("message %d settled %d times, done %d", i, s, d)
 			}
 		}
 		st := fc.Stats()
-		if st.Outstanding != 0 || st.OutstandingBytes != 0 || st.Waiting != 0 || st.Buffered != 0 {
+		if st.Outstanding != 0 || st.OutstandingBytes != 0 || st.ServerHeld != 0 {
 			rt.Fatalf("not back to zero: %+v", st)
 		}
 		if st.Acquired != st.Released {

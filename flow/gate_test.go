@@ -7,18 +7,18 @@ import (
 	"testing/synctest"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// produce sends n messages of the given size, each bound to s, and counts
-// the sends the gate took.
-func produce(g *stage.Group, n, size int, s message.Settler, sent *atomic.Int64) <-chan *message.Message {
-	in := make(chan *message.Message)
+// produce sends n messages of the given size, each held by s (which counts
+// their settles), and counts the sends the gate took.
+func produce(g *stage.Group, n, size int, s *settles, sent *atomic.Int64) <-chan *source.Message {
+	in := make(chan *source.Message)
 	g.Go(func(ctx context.Context) error {
 		defer close(in)
 		for i := range n {
-			m := newMsg(i, size)
-			message.Bind(m, s)
+			m := s.hold(newMsg(i, size))
 			select {
 			case in <- m:
 				sent.Add(1)
@@ -39,24 +39,20 @@ func TestGateCountsOnReceipt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit = 5
 		fc := NewFlowControl(limit, 0)
-		rel := &releaser{fc: fc}
+		set := newSettles()
 		g := stage.NewGroup(t.Context())
 		var sent atomic.Int64
-		out := FlowGate(fc).Run(g, produce(g, 100, 10, rel, &sent))
+		out := FlowGate(fc).Run(g, produce(g, 100, 10, set, &sent))
 
 		processing := <-out // the one "mapAsync(1)" holds forever
 		synctest.Wait()
 		if got := fc.Outstanding(); got != limit {
 			t.Fatalf("Outstanding = %d, want %d (a gate counting only what downstream took)", got, limit)
 		}
+		// A full budget stops reception before admission: nothing waits
+		// for a permit.
 		if got := sent.Load(); got != limit {
 			t.Fatalf("the gate received %d messages, want it to stop at %d", got, limit)
-		}
-		if got := fc.Waiting(); got != 0 {
-			t.Fatalf("Waiting = %d, want 0: a full budget stops reception before Admit", got)
-		}
-		if got := fc.Buffered(); got != limit-2 {
-			t.Fatalf("Buffered = %d, want %d (4 held, one of them on offer)", got, limit-2)
 		}
 
 		// Settling the processing message frees exactly one permit.
@@ -71,42 +67,51 @@ func TestGateCountsOnReceipt(t *testing.T) {
 			t.Fatalf("Wait: %v", err)
 		}
 		st := fc.Stats()
-		if st.Outstanding != 0 || st.Acquired != st.Released || st.Buffered != 0 {
+		if st.Outstanding != 0 || st.Acquired != st.Released || st.Acquired != limit+1 || st.ServerHeld != 0 {
 			t.Fatalf("after shutdown: %+v (the buffered messages must be nacked and released)", st)
 		}
-		if got := rel.count(); got != limit+1 {
+		if got := set.count(); got != limit+1 {
 			t.Fatalf("settled %d messages, want %d (1 acked, %d nacked on shutdown)", got, limit+1, limit)
 		}
 	})
 }
 
-// TestGateWaitsForBytes: a message that does not fit the byte budget waits,
-// counted as Waiting, and is admitted by the release that makes room.
+// TestGateWaitsForBytes: a message that does not fit the byte budget waits
+// for its permit (received, not counted, and the gate receives nothing
+// more), and is admitted by the release that makes room.
 func TestGateWaitsForBytes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fc := NewFlowControl(0, 100)
-		rel := &releaser{fc: fc}
+		set := newSettles()
 		g := stage.NewGroup(t.Context())
 		var sent atomic.Int64
-		out := FlowGate(fc).Run(g, produce(g, 10, 60, rel, &sent))
+		out := FlowGate(fc).Run(g, produce(g, 10, 60, set, &sent))
 		first := <-out
 		synctest.Wait()
-		if o, w, s := fc.Outstanding(), fc.Waiting(), sent.Load(); o != 1 || w != 1 || s != 2 {
-			t.Fatalf("Outstanding, Waiting, received = %d, %d, %d; want 1, 1, 2", o, w, s)
+		if o, b, s := fc.Outstanding(), fc.OutstandingBytes(), sent.Load(); o != 1 || b != 60 || s != 2 {
+			t.Fatalf("Outstanding, bytes, received = %d, %d, %d; want 1, 60, 2 (one waiting)", o, b, s)
 		}
 		first.Ack()
 		second := <-out
 		synctest.Wait()
-		if o, w := fc.Outstanding(), fc.Waiting(); o != 1 || w != 1 {
-			t.Fatalf("after the release: Outstanding, Waiting = %d, %d; want 1, 1", o, w)
+		if o, s := fc.Outstanding(), sent.Load(); o != 1 || s != 3 {
+			t.Fatalf("after the release: Outstanding, received = %d, %d; want 1, 3 (one waiting)", o, s)
 		}
 		second.Nack()
+		synctest.Wait() // the waiting one is admitted, the next one waits
+		if o, s := fc.Outstanding(), sent.Load(); o != 1 || s != 4 {
+			t.Fatalf("after the nack: Outstanding, received = %d, %d; want 1, 4", o, s)
+		}
 		g.Cancel()
 		if err := g.Wait(); err != nil {
 			t.Fatal(err)
 		}
-		if st := fc.Stats(); st.Outstanding != 0 || st.Waiting != 0 || st.Acquired != st.Released {
+		if st := fc.Stats(); st.Outstanding != 0 || st.OutstandingBytes != 0 || st.Acquired != st.Released || st.Acquired != 3 {
 			t.Fatalf("after shutdown: %+v", st)
+		}
+		// The buffered one and the one waiting were dropped (nacked) too.
+		if got := set.count(); got != 4 {
+			t.Fatalf("settled %d, want 4", got)
 		}
 	})
 }
@@ -116,10 +121,9 @@ func TestGateWaitsForBytes(t *testing.T) {
 func TestGateOversizeMessage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fc := NewFlowControl(10, 100)
-		rel := &releaser{fc: fc}
 		g := stage.NewGroup(t.Context())
 		var sent atomic.Int64
-		out := FlowGate(fc).Run(g, produce(g, 3, 1000, rel, &sent))
+		out := FlowGate(fc).Run(g, produce(g, 3, 1000, newSettles(), &sent))
 		for i := range 3 {
 			m := <-out
 			synctest.Wait()
@@ -141,22 +145,19 @@ func TestGateOversizeMessage(t *testing.T) {
 }
 
 // TestGateSettledWhileBuffered: a message settled (say its lease expired)
-// while it waits in the gate's buffer releases its permit once, through
-// its settle path (or through the gate when it has none), and is dropped
-// instead of emitted. (The head of the buffer, once offered downstream, is
-// emitted even if settled meanwhile; its later outcomes are no-ops.)
+// while it waits in the gate's buffer releases its permit once, at once,
+// through its settle path, and is dropped instead of emitted. (The head of
+// the buffer, once offered downstream, is emitted even if settled
+// meanwhile; its later outcomes are no-ops.)
 func TestGateSettledWhileBuffered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fc := NewFlowControl(3, 0)
-		rel := &releaser{fc: fc}
+		set := newSettles()
 		g := stage.NewGroup(t.Context())
-		in := make(chan *message.Message, 3)
-		ms := make([]*message.Message, 3)
+		in := make(chan *source.Message, 3)
+		ms := make([]*source.Message, 3)
 		for i := range ms {
-			ms[i] = newMsg(i, 10)
-			if i != 2 {
-				message.Bind(ms[i], rel) // ms[2] has no settle path at all
-			}
+			ms[i] = set.hold(newMsg(i, 10))
 			in <- ms[i]
 		}
 		close(in)
@@ -165,12 +166,15 @@ func TestGateSettledWhileBuffered(t *testing.T) {
 		if got := fc.Outstanding(); got != 3 {
 			t.Fatalf("Outstanding = %d, want 3", got)
 		}
-		message.Settle(ms[1], message.Expired, 0)
+		message.Of(ms[1]).Settle(ms[1], message.Expired, 0)
 		if got := fc.Outstanding(); got != 2 {
 			t.Fatalf("Outstanding = %d after an expiry, want 2", got)
 		}
-		ms[2].NoOp() // no settle path: the gate releases it when it skips it
-		var got []*message.Message
+		ms[2].NoOp()
+		if got := fc.Outstanding(); got != 1 {
+			t.Fatalf("Outstanding = %d after a no-op, want 1", got)
+		}
+		var got []*source.Message
 		for m := range out {
 			got = append(got, m)
 		}
@@ -184,8 +188,10 @@ func TestGateSettledWhileBuffered(t *testing.T) {
 		if st := fc.Stats(); st.Outstanding != 0 || st.Acquired != 3 || st.Released != 3 {
 			t.Fatalf("Stats = %+v, want 3 acquired and 3 released", st)
 		}
-		if rel.count() != 2 {
-			t.Fatalf("settle path ran %d times, want 2", rel.count())
+		for i, m := range ms {
+			if s, d := set.of(m); s != 1 || d != 1 {
+				t.Fatalf("message %d settled %d times, done %d; want once each", i, s, d)
+			}
 		}
 	})
 }
@@ -195,21 +201,22 @@ func TestGateSettledWhileBuffered(t *testing.T) {
 func TestGateSettledBeforeAdmission(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fc := NewFlowControl(0, 100)
-		rel := &releaser{fc: fc}
+		set := newSettles()
 		g := stage.NewGroup(t.Context())
-		in := make(chan *message.Message, 2)
-		a, b := newMsg(1, 80), newMsg(2, 80)
-		message.Bind(a, rel)
-		message.Bind(b, rel)
+		in := make(chan *source.Message, 2)
+		a, b := set.hold(newMsg(1, 80)), set.hold(newMsg(2, 80))
 		in <- a
 		in <- b
 		close(in)
 		out := FlowGate(fc).Run(g, in)
 		synctest.Wait()
-		if fc.Waiting() != 1 || !fc.Holds(a) || fc.Holds(b) {
-			t.Fatalf("want a admitted and b waiting: %+v", fc.Stats())
+		if st := fc.Stats(); st.Outstanding != 1 || st.OutstandingBytes != 80 || st.Acquired != 1 {
+			t.Fatalf("want a admitted and b waiting: %+v", st)
 		}
-		message.Settle(b, message.Expired, 0) // releases nothing: b holds nothing
+		message.Of(b).Settle(b, message.Expired, 0) // releases nothing: b holds nothing
+		if st := fc.Stats(); st.Outstanding != 1 || st.Released != 0 {
+			t.Fatalf("b's expiry released a permit it never had: %+v", st)
+		}
 		if got := <-out; got != a {
 			t.Fatal("first output is not a")
 		}
@@ -220,8 +227,11 @@ func TestGateSettledBeforeAdmission(t *testing.T) {
 		if err := g.Wait(); err != nil {
 			t.Fatal(err)
 		}
-		if st := fc.Stats(); st.Outstanding != 0 || st.Waiting != 0 || st.Acquired != 1 || st.Released != 1 {
+		if st := fc.Stats(); st.Outstanding != 0 || st.Acquired != 1 || st.Released != 1 {
 			t.Fatalf("Stats = %+v", st)
+		}
+		if set.count() != 2 {
+			t.Fatalf("settled %d times, want 2", set.count())
 		}
 	})
 }
@@ -232,20 +242,21 @@ func TestGatesShareBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit = 4
 		fc := NewFlowControl(limit, 0)
-		rel := &releaser{fc: fc}
+		set := newSettles()
 		g := stage.NewGroup(t.Context())
 		var sentA, sentB atomic.Int64
-		outA := FlowGate(fc).Run(g, produce(g, 50, 1, rel, &sentA))
-		outB := FlowGate(fc).Run(g, produce(g, 50, 1, rel, &sentB))
+		outA := FlowGate(fc).Run(g, produce(g, 50, 1, set, &sentA))
+		outB := FlowGate(fc).Run(g, produce(g, 50, 1, set, &sentB))
 		synctest.Wait()
 		// Both gates may see room for the last permit; the loser holds its
-		// message as Waiting (received = Outstanding + Waiting, exactly).
-		if got := sentA.Load() + sentB.Load(); fc.Outstanding() != limit || got != limit+fc.Waiting() || fc.Waiting() > 1 {
-			t.Fatalf("two gates received %d, Outstanding %d, Waiting %d; want %d outstanding", got, fc.Outstanding(), fc.Waiting(), limit)
+		// message, waiting for a permit: received = Outstanding + at most
+		// one waiting.
+		if got, o := sentA.Load()+sentB.Load(), fc.Outstanding(); o != limit || got < o || got > o+1 {
+			t.Fatalf("two gates received %d, Outstanding %d; want %d outstanding and at most one waiting", got, o, limit)
 		}
 		// Drain both: every release lets exactly one more in.
 		for outA != nil || outB != nil {
-			var m *message.Message
+			var m *source.Message
 			var ok bool
 			select {
 			case m, ok = <-outA:
@@ -268,42 +279,6 @@ func TestGatesShareBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		if st := fc.Stats(); st.Outstanding != 0 || st.Acquired != 100 || st.Released != 100 {
-			t.Fatalf("Stats = %+v", st)
-		}
-	})
-}
-
-// TestGateDiscard: closing Discard nacks what the gate holds and releases
-// the permits, and what arrives later too.
-func TestGateDiscard(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		fc := NewFlowControl(5, 0)
-		rel := &releaser{fc: fc}
-		g := stage.NewGroup(t.Context())
-		discard := make(chan struct{})
-		var nacked atomic.Int64
-		gate := &Gate{Flow: fc, Discard: discard, OnDrop: func(m *message.Message) {
-			if m.Nack() {
-				nacked.Add(1)
-			}
-		}}
-		var sent atomic.Int64
-		out := gate.Run(g, produce(g, 20, 1, rel, &sent))
-		synctest.Wait()
-		if fc.Outstanding() != 5 {
-			t.Fatalf("Outstanding = %d", fc.Outstanding())
-		}
-		close(discard)
-		for range out {
-			t.Fatal("a discarding gate emitted")
-		}
-		if err := g.Wait(); err != nil {
-			t.Fatal(err)
-		}
-		if got := nacked.Load(); got != 20 {
-			t.Fatalf("nacked %d, want all 20", got)
-		}
-		if st := fc.Stats(); st.Outstanding != 0 || st.Acquired != st.Released {
 			t.Fatalf("Stats = %+v", st)
 		}
 	})

@@ -22,6 +22,7 @@ type lane struct {
 	grantMsgs, grantBytes int64 // under FlowControl.mu; 0: unlimited on the wire
 
 	mu                  sync.Mutex
+	live                bool   // open, as Receive sees it
 	gen                 uint32 // bumped when its stream ends
 	heldMsgs, heldBytes int64
 }
@@ -56,7 +57,7 @@ func (fc *FlowControl) Receive(lane int, ms []*source.Message) {
 	if onLane {
 		l := &fc.lanes[lane]
 		l.mu.Lock()
-		gen = l.gen
+		gen, onLane = l.gen, l.live // a lane this budget did not open counts nothing
 		l.mu.Unlock()
 	}
 	for i, m := range ms {
@@ -120,12 +121,15 @@ func (fc *FlowControl) OpenLane(shareMsgs, shareBytes int64) (lane int, msgs, by
 		return 0, 0, 0, false
 	}
 	msgs, okM := grant(fc.maxMessages, shareMsgs, fc.serverHeld.Load()+otherMsgs)
-	bytes, okB := grant(fc.maxBytes, shareBytes, fc.outstandingBytes.Load()+otherBytes)
+	bytes, okB := grant(fc.maxBytes, shareBytes, fc.serverHeldBytes.Load()+otherBytes)
 	if !okM || !okB {
 		return 0, 0, 0, false
 	}
 	l := &fc.lanes[free]
 	l.open, l.grantMsgs, l.grantBytes = true, msgs, bytes
+	l.mu.Lock()
+	l.live = true
+	l.mu.Unlock()
 	return free, msgs, bytes, true
 }
 
@@ -140,6 +144,7 @@ func (fc *FlowControl) CloseLane(lane int) {
 	l := &fc.lanes[lane]
 	l.open, l.grantMsgs, l.grantBytes = false, 0, 0
 	l.mu.Lock()
+	l.live = false
 	l.gen++
 	l.heldMsgs, l.heldBytes = 0, 0
 	l.mu.Unlock()

@@ -7,7 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
 // p99 is the nearest-rank 99th percentile of latencies rounded up to
@@ -73,21 +73,21 @@ func TestAdaptiveConvergesAndClamps(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cap := &capture{}
-				e := newExt(t, cap, "projects/p/subscriptions/s", ExtenderConfig{
+				e := newExt(t, cap, ExtenderConfig{
 					Strategy: Adaptive(c.bounds), StreamAckDeadline: c.stream, MaxExtension: -1,
 				})
 				if got := e.Deadline(); got != c.initial {
 					t.Fatalf("initial Deadline %v, want %v", got, c.initial)
 				}
-				msgs := handMade("", c.n, 5, false)
+				msgs := handMade(testSub, c.n, 5, false)
 				type ack struct {
-					m   *message.Message
+					m   *source.Message
 					lat time.Duration
 				}
 				acks := make([]ack, c.n)
 				lat := make([]time.Duration, c.n)
 				for i, m := range msgs {
-					e.Track(m)
+					e.track(one(m))
 					acks[i] = ack{m, c.latency(i)}
 					lat[i] = acks[i].lat
 				}
@@ -95,13 +95,13 @@ func TestAdaptiveConvergesAndClamps(t *testing.T) {
 				start := time.Now()
 				for _, a := range acks {
 					time.Sleep(time.Until(start.Add(a.lat)))
-					e.Release(a.m, message.Ack)
+					a.m.Ack() // no settle path: final at once
 				}
 				if got := e.Deadline(); got != c.want {
 					t.Fatalf("Deadline %v, want %v (p99 of the latencies %v)", got, c.want, p99(lat))
 				}
 				// New leases get the converged deadline.
-				e.Track(handMade("", 1, 9, false)[0])
+				e.track(handMade(testSub, 1, 9, false))
 				time.Sleep(10 * time.Millisecond)
 				reqs := cap.requests()
 				if last := reqs[len(reqs)-1]; time.Duration(last.secs)*time.Second != c.want {
@@ -115,10 +115,13 @@ func TestAdaptiveConvergesAndClamps(t *testing.T) {
 // TestNackDoesNotTeachAdaptive: only acks are latency samples.
 func TestNackDoesNotTeachAdaptive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := newExt(t, &capture{}, "projects/p/subscriptions/s", ExtenderConfig{StreamAckDeadline: 45 * time.Second})
-		for _, m := range handMade("", 5, 1, false) {
-			e.Track(m)
-			e.Release(m, message.Nack)
+		e := newExt(t, &capture{}, ExtenderConfig{StreamAckDeadline: 45 * time.Second})
+		for _, m := range handMade(testSub, 5, 1, false) {
+			e.track(one(m))
+			m.Nack()
+		}
+		if e.Len() != 0 {
+			t.Fatalf("Len %d after nacks, want 0", e.Len())
 		}
 		if got := e.Deadline(); got != 45*time.Second {
 			t.Fatalf("Deadline %v after nacks, want the initial 45s", got)

@@ -9,22 +9,18 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/pubsubflow/pubsubflow/flow"
-	"github.com/pubsubflow/pubsubflow/internal/ack"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
-	"github.com/pubsubflow/pubsubflow/sink"
 	"github.com/pubsubflow/pubsubflow/source"
 )
 
 // A chain built by hand from source.Subscribe, EagerTrack and FlowGate gets
 // the same exact accounting as a Subscriber when the tracker and the gate
-// run as receipt steps — on the stream's goroutine, where each response
-// is decoded — and the gate is the source's budget: every message is bound,
-// leased and counted before it waits anywhere, the stream reads only while
-// there is room, and a reconnecting stream asks the server only for the
-// room that is left.
+// run as the source's receipt steps, where each response is decoded: every
+// message is leased and counted before it waits anywhere, the gate is the
+// source's budget (the stream reads only while there is room), and each
+// message's Ack gives back its lease and its permit and sends the ack.
 func ExampleGate_Receive() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -40,54 +36,36 @@ func ExampleGate_Receive() {
 	}
 	client := pubsubpb.NewSubscriberClient(srv.ClientConn())
 
-	ext, err := flow.NewExtender(client, sub, flow.ExtenderConfig{})
+	ext, err := flow.NewExtender(client, flow.ExtenderConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer ext.Close()
 	fc := flow.NewFlowControl(3, 0) // at most 3 messages held
-	acks, err := ack.New(client, sub, ack.Config{Flow: fc, OnAcked: func(ids []string) { ext.ReleaseAcked(sub, ids) }})
+	src, err := source.Subscribe(client, source.Config{Subscription: sub})
 	if err != nil {
 		log.Fatal(err)
 	}
-	settler := sink.NewSettler(acks, fc, ext) // the one settle path
-	settler.ReleaseAfterAck = true
-	tracker := &flow.Tracker{Extender: ext}
-	gate := &flow.Gate{Flow: fc, Pending: func() int64 { return acks.Stats().Unacked }}
+	src = src.With(flow.EagerTrack(ext, 0), flow.FlowGate(fc)) // the receipt steps
 
-	src, err := source.Subscribe(client, source.Config{
-		Subscription:           sub,
-		MaxOutstandingMessages: fc.MaxMessages(),
-		Receipt: func(stream int, ms []*message.Message) {
-			for _, m := range ms {
-				message.Bind(m, settler)
-			}
-			tracker.Receive(stream, ms) // EagerTrack's step: the leases
-			gate.Receive(stream, ms)    // FlowGate's step: the permits
-		},
-		Budget: gate,
-		Ready:  tracker.Ready,
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
 	var most atomic.Int64 // the most messages held, seen by the workers
-	process := operators.ParallelMap(2, func(_ context.Context, m *message.Message) (*message.Message, error) {
+	process := operators.ParallelMap(2, func(_ context.Context, m *source.Message) (*source.Message, error) {
 		for cur := fc.Outstanding(); cur > most.Load(); {
 			most.CompareAndSwap(most.Load(), cur)
 		}
 		return m, nil
-	}, operators.Options[*message.Message, *message.Message]{})
+	}, operators.Options[*source.Message, *source.Message]{})
 	done := 0
-	ackAll := pipeline.ForEach(func(_ context.Context, m *message.Message) error {
-		m.Ack() // through the settle path: permit and lease released, ack batched
+	ackAll := pipeline.ForEach(func(_ context.Context, m *source.Message) error {
+		m.Ack() // permit and lease given back, ack sent by the source
 		if done++; done == 5 {
 			cancel()
 		}
 		return nil
 	})
 	_ = pipeline.FromContext(ctx, src).Via(process).To(ackAll)
-	_ = acks.Close(context.Background())
-	_ = ext.Close()
-	fmt.Println("processed:", done, "never held more than 3:", most.Load() <= 3, "still held:", fc.Outstanding())
-	// Output: processed: 5 never held more than 3: true still held: 0
+	_ = src.Close(context.Background()) // flushes the acks
+	fmt.Println("processed:", done, "never held more than 3:", most.Load() <= 3,
+		"still held:", fc.Outstanding(), "leases:", ext.Len())
+	// Output: processed: 5 never held more than 3: true still held: 0 leases: 0
 }

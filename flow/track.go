@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
@@ -72,7 +73,21 @@ func (t *Tracker) Receive(_ int, ms []*source.Message) {
 // Ready is the hand-on condition of a tracked message: on an exactly-once
 // subscription, closed once its receipt modack is confirmed; otherwise nil
 // (ready now).
-func (t *Tracker) Ready(m *source.Message) <-chan struct{} { return t.ext.Confirmed(m) }
+func (t *Tracker) Ready(m *source.Message) <-chan struct{} {
+	if t.ext == nil {
+		return nil
+	}
+	return t.ext.Confirmed(m)
+}
+
+// AckDeadline is the deadline the extender's strategy yields now: a source
+// the tracker is fused into makes it its stream ack deadline.
+func (t *Tracker) AckDeadline() time.Duration {
+	if t.ext == nil {
+		return 0
+	}
+	return t.ext.Deadline()
+}
 
 // Run starts the standalone stage's goroutine under g and returns its
 // output.

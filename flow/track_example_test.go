@@ -12,7 +12,6 @@ import (
 	gsflow "github.com/reugn/go-streams/flow"
 
 	"github.com/pubsubflow/pubsubflow/flow"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
@@ -20,9 +19,9 @@ import (
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// EagerTrack sits right after the source: every message is tracked for
-// lease extension the moment it arrives, however long it then waits for
-// the slow stage behind it.
+// EagerTrack as the source's receipt step: every message is leased the
+// moment it is decoded, however long it then waits for the slow stage
+// behind it, and its Ack ends the lease once the ack is final.
 func ExampleEagerTrack() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -38,7 +37,7 @@ func ExampleEagerTrack() {
 	}
 	client := pubsubpb.NewSubscriberClient(srv.ClientConn())
 
-	ext, err := flow.NewExtender(client, sub, flow.ExtenderConfig{StreamAckDeadline: 10 * time.Second})
+	ext, err := flow.NewExtender(client, flow.ExtenderConfig{StreamAckDeadline: 10 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -47,30 +46,28 @@ func ExampleEagerTrack() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	process := operators.ParallelMap(2, func(_ context.Context, m *message.Message) (*message.Message, error) {
+	process := operators.ParallelMap(2, func(_ context.Context, m *source.Message) (*source.Message, error) {
 		return m, nil // the handler; leases are extended meanwhile
-	}, operators.Options[*message.Message, *message.Message]{})
+	}, operators.Options[*source.Message, *source.Message]{})
 
 	acked := 0
-	err = pipeline.FromContext(ctx, src).
-		Via(flow.EagerTrack(ext, 100), process).
-		To(pipeline.ForEach(func(ctx context.Context, m *message.Message) error {
-			// A Subscriber's settle path does this: ack, then release.
-			if _, err := client.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: sub, AckIds: []string{m.AckID}}); err != nil {
-				return err
-			}
-			ext.Release(m, message.Ack)
+	err = pipeline.FromContext(ctx, src.With(flow.EagerTrack(ext, 0))).
+		Via(process).
+		To(pipeline.ForEach(func(ctx context.Context, m *source.Message) error {
+			m.Ack()
 			if acked++; acked == 3 {
 				cancel()
 			}
 			return nil
 		}))
+	_ = src.Close(context.Background()) // flushes the acks: the leases end
 	fmt.Println("cancelled:", errors.Is(err, context.Canceled), "acked:", acked, "leases held:", ext.Len())
 	// Output: cancelled: true acked: 3 leases held: 0
 }
 
-// A Tracker (the struct form of EagerTrack, with Discard and Observe) can
-// sit inside a go-streams graph like every stage.
+// A Tracker can also run as a stage of its own, here inside a go-streams
+// graph like every stage: it leases what it receives at once, and hands it
+// on on demand.
 func ExampleTracker() {
 	ctx := context.Background()
 	srv, err := pubsubtest.NewServer()
@@ -80,23 +77,29 @@ func ExampleTracker() {
 	defer srv.Close()
 	_, _ = srv.CreateTopic(ctx, "topic")
 	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic"})
-	ext, err := flow.NewExtender(pubsubpb.NewSubscriberClient(srv.ClientConn()), sub, flow.ExtenderConfig{})
+	ext, err := flow.NewExtender(pubsubpb.NewSubscriberClient(srv.ClientConn()), flow.ExtenderConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer ext.Close()
 
-	tracker := &flow.Tracker{Extender: ext, MaxBuffer: 10}
-	graph := pipeline.Streams[*message.Message, *message.Message](func(g *stage.Group, in streams.Source) streams.Outlet {
+	tracker := flow.EagerTrack(ext, 10)
+	graph := pipeline.Streams[*source.Message, *source.Message](func(g *stage.Group, in streams.Source) streams.Outlet {
 		return in.Via(gsflow.NewPassThrough()).Via(pipeline.NewStreamsFlow(g, tracker))
-	}, pipeline.StreamsOptions[*message.Message]{})
+	}, pipeline.StreamsOptions[*source.Message]{})
 
-	msgs := []*message.Message{{AckID: "a1"}, {AckID: "a2"}, {AckID: "a3"}}
+	msgs := []*source.Message{{AckID: "a1", Subscription: sub}, {AckID: "a2", Subscription: sub}, {AckID: "a3", Subscription: sub}}
 	n := 0
-	err = pipeline.From(pipeline.Slice(msgs...)).Via(graph).To(pipeline.ForEach(func(context.Context, *message.Message) error {
+	err = pipeline.From(pipeline.Slice(msgs...)).Via(graph).To(pipeline.ForEach(func(context.Context, *source.Message) error {
 		n++
 		return nil
 	}))
 	fmt.Println(err, n, "messages through,", ext.Len(), "leases held")
-	// Output: <nil> 3 messages through, 3 leases held
+	for _, m := range msgs {
+		m.NoOp() // settling ends the lease
+	}
+	fmt.Println(ext.Len(), "leases held")
+	// Output:
+	// <nil> 3 messages through, 3 leases held
+	// 0 leases held
 }

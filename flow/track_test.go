@@ -65,52 +65,35 @@ func (c *trkStub) extensions(after time.Time) []trkModack {
 	return out
 }
 
-// trkSettler is the tests' settle path: an ack goes to the server through
-// the client directly (the acknowledger lives in another package), then
-// the lease is released. Every outcome is counted.
-type trkSettler struct {
-	ext      *Extender
-	client   pubsubpb.SubscriberClient // nil: send nothing
-	outcomes sync.Map                  // *message.Message → message.Outcome
-	acked    atomic.Int64
-}
+// trkSub is the subscription of the hand-made messages.
+const trkSub = "projects/p/subscriptions/sub"
 
-func (s *trkSettler) Settle(m *message.Message, o message.Outcome, _ time.Duration) {
-	s.outcomes.Store(m, o)
-	if o == message.Ack && s.client != nil {
-		if _, err := s.client.Acknowledge(context.Background(), &pubsubpb.AcknowledgeRequest{Subscription: m.Subscription, AckIds: []string{m.AckID}}); err == nil {
-			s.acked.Add(1)
-		}
+// trkHold is a receipt step that attaches a (recording each message's
+// outcome) to every message a source decodes.
+type trkHold struct{ a *acker }
+
+func (h trkHold) Receive(_ int, ms []*source.Message) {
+	for _, m := range ms {
+		h.a.hold(m)
 	}
-	s.ext.Release(m, o)
 }
 
-func (s *trkSettler) outcome(m *message.Message) message.Outcome {
-	o, _ := s.outcomes.Load(m)
-	o2, _ := o.(message.Outcome)
-	return o2
-}
-
-// trkBind binds every message to s on its way through (what the
-// Subscriber does on receipt).
-func trkBind(s message.Settler) stage.Flow[*message.Message, *message.Message] {
-	return pipeline.Filter(func(m *message.Message) bool { message.Bind(m, s); return true }, nil)
-}
-
-func trkMessages(n int, s message.Settler) []*message.Message {
-	out := make([]*message.Message, n)
+// trkMessages returns n hand-made messages received now, each held by a
+// (nil: none).
+func trkMessages(n int, a *acker) []*source.Message {
+	out := make([]*source.Message, n)
 	for i := range out {
-		out[i] = &message.Message{ID: fmt.Sprint(i + 1), AckID: fmt.Sprint(i + 1), Subscription: "projects/p/subscriptions/sub", ReceiveTime: time.Now()}
-		if s != nil {
-			message.Bind(out[i], s)
+		out[i] = &source.Message{ID: fmt.Sprint(i + 1), AckID: fmt.Sprint(i + 1), Subscription: trkSub, ReceiveTime: time.Now()}
+		if a != nil {
+			a.hold(out[i])
 		}
 	}
 	return out
 }
 
-func trkExtender(t *testing.T, client pubsubpb.SubscriberClient, sub string, cfg ExtenderConfig) *Extender {
+func trkExtender(t *testing.T, client pubsubpb.SubscriberClient, cfg ExtenderConfig) *Extender {
 	t.Helper()
-	ext, err := NewExtender(client, sub, cfg)
+	ext, err := NewExtender(client, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,37 +104,37 @@ func trkExtender(t *testing.T, client pubsubpb.SubscriberClient, sub string, cfg
 // trkNaiveTrack is the demand-driven tracker, built with go-streams:
 // a flow.NewMap that tracks as elements pass through it, so it tracks only
 // when downstream pulls.
-func trkNaiveTrack(ext *Extender) stage.Flow[*message.Message, *message.Message] {
-	return pipeline.Streams[*message.Message, *message.Message](func(_ *stage.Group, in streams.Source) streams.Outlet {
-		return in.Via(gsflow.NewMap(func(m *message.Message) *message.Message {
-			ext.Track(m)
+func trkNaiveTrack(ext *Extender) stage.Flow[*source.Message, *source.Message] {
+	return pipeline.Streams[*source.Message, *source.Message](func(_ *stage.Group, in streams.Source) streams.Outlet {
+		return in.Via(gsflow.NewMap(func(m *source.Message) *source.Message {
+			ext.track(one(m))
 			return m
 		}, 1))
-	}, pipeline.StreamsOptions[*message.Message]{})
+	}, pipeline.StreamsOptions[*source.Message]{})
 }
 
 // trkBlocked is ParallelMap(1) whose handler never returns (until the
 // pipeline is cancelled): a handler stuck on its first message.
-func trkBlocked() stage.Flow[*message.Message, *message.Message] {
-	return operators.ParallelMap(1, func(ctx context.Context, m *message.Message) (*message.Message, error) {
+func trkBlocked() stage.Flow[*source.Message, *source.Message] {
+	return operators.ParallelMap(1, func(ctx context.Context, m *source.Message) (*source.Message, error) {
 		<-ctx.Done()
 		return m, ctx.Err()
-	}, operators.Options[*message.Message, *message.Message]{})
+	}, operators.Options[*source.Message, *source.Message]{})
 }
 
-func trkDiscard() stage.Sink[*message.Message] {
-	return pipeline.ForEach(func(context.Context, *message.Message) error { return nil })
+func trkDiscard() stage.Sink[*source.Message] {
+	return pipeline.ForEach(func(context.Context, *source.Message) error { return nil })
 }
 
 // runStuckDownstream receives 10 messages with downstream
 // ParallelMap(1) blocked forever, extension interval 200 ms; it returns the
 // ack ids of the first extension request.
-func runStuckDownstream(t *testing.T, track func(*Extender) stage.Flow[*message.Message, *message.Message]) []string {
+func runStuckDownstream(t *testing.T, track func(*Extender) stage.Flow[*source.Message, *source.Message]) []string {
 	t.Helper()
 	var first []string
 	synctest.Test(t, func(t *testing.T) {
 		stub := &trkStub{}
-		ext := trkExtender(t, stub, "projects/p/subscriptions/sub", ExtenderConfig{Strategy: Fixed(200*time.Millisecond, time.Second)})
+		ext := trkExtender(t, stub, ExtenderConfig{Strategy: Fixed(200*time.Millisecond, time.Second)})
 		start := time.Now()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -179,7 +162,7 @@ func runStuckDownstream(t *testing.T, track func(*Extender) stage.Flow[*message.
 // with EagerTrack the first extension request names all 10 ack ids,
 // although downstream took only one.
 func TestEagerTrackExtendsEveryReceivedMessage(t *testing.T) {
-	got := runStuckDownstream(t, func(ext *Extender) stage.Flow[*message.Message, *message.Message] { return EagerTrack(ext, 0) })
+	got := runStuckDownstream(t, func(ext *Extender) stage.Flow[*source.Message, *source.Message] { return EagerTrack(ext, 0) })
 	slices.Sort(got)
 	want := make([]string, 10)
 	for i := range want {
@@ -201,34 +184,55 @@ func TestDemandDrivenTrackerMisses(t *testing.T) {
 	t.Logf("demand-driven tracker: first extension names %d of 10", len(got))
 }
 
+// trkWire is how a test puts tracking after a source: it returns the
+// pipeline up to the handler.
+type trkWire func(ctx context.Context, src *source.Source, ext *Extender) pipeline.Pipeline[*source.Message]
+
+// trkFused leases as the source's receipt step (EagerTrack fused into the
+// source, as a Subscriber composes it).
+func trkFused(ctx context.Context, src *source.Source, ext *Extender) pipeline.Pipeline[*source.Message] {
+	return pipeline.FromContext(ctx, src.With(EagerTrack(ext, 0)))
+}
+
+// trkStage runs EagerTrack as a standalone eager stage right behind the
+// source (a pass-through in between keeps it from being fused).
+func trkStage(ctx context.Context, src *source.Source, ext *Extender) pipeline.Pipeline[*source.Message] {
+	pass := pipeline.Filter(func(*source.Message) bool { return true }, nil)
+	return pipeline.FromContext(ctx, src).Via(pass, EagerTrack(ext, 0))
+}
+
+// trkNaive is the demand-driven tracker behind the source.
+func trkNaive(ctx context.Context, src *source.Source, ext *Extender) pipeline.Pipeline[*source.Message] {
+	return pipeline.FromContext(ctx, src).Via(trkNaiveTrack(ext))
+}
+
 // trkE2E is the end-to-end scenario against pubsubtest over bufconn in
 // virtual time: backlog 200, handler 300 ms, parallelism 4, stream ack
-// deadline 10 s; it returns the subscription's counters once every
-// message was acked.
-func trkE2E(t *testing.T, track func(*Extender) stage.Flow[*message.Message, *message.Message]) pubsubtest.SubStats {
+// deadline 10 s; acks go through the source's settle path. It returns the
+// subscription's counters once every message was acked.
+func trkE2E(t *testing.T, wire trkWire) pubsubtest.SubStats {
 	t.Helper()
 	var stats pubsubtest.SubStats
 	synctest.Test(t, func(t *testing.T) {
 		f := trkNewFixture(t, pubsubtest.SubscriptionConfig{AckDeadline: 10 * time.Second})
 		f.publish(t, 200)
-		ext := trkExtender(t, f.client, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second})
-		s := &trkSettler{ext: ext, client: f.client}
+		ext := trkExtender(t, f.client, ExtenderConfig{StreamAckDeadline: 10 * time.Second})
 		src, err := source.Subscribe(f.client, source.Config{Subscription: f.sub, StreamAckDeadline: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		handler := operators.ParallelMap(4, func(ctx context.Context, m *message.Message) (*message.Message, error) {
+		handler := operators.ParallelMap(4, func(ctx context.Context, m *source.Message) (*source.Message, error) {
 			select {
 			case <-time.After(300 * time.Millisecond):
 				m.Ack()
 			case <-ctx.Done():
 			}
 			return m, nil
-		}, operators.Options[*message.Message, *message.Message]{})
+		}, operators.Options[*source.Message, *source.Message]{})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			done <- pipeline.FromContext(ctx, src).Via(trkBind(s), track(ext), handler).To(trkDiscard())
+			done <- wire(ctx, src, ext).Via(handler).To(trkDiscard())
 		}()
 		start := time.Now()
 		for {
@@ -245,6 +249,9 @@ func trkE2E(t *testing.T, track func(*Extender) stage.Flow[*message.Message, *me
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Fatalf("pipeline: %v", err)
 		}
+		if err := src.Close(context.Background()); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
 		stats = f.srv.SubscriptionStats(f.sub)
 		t.Logf("%v virtual: delivered %d, redelivered %d, expired %d, modacks %d, acked %d",
 			time.Since(start).Round(time.Second), stats.Delivered, stats.Redelivered, stats.Expired, stats.ModAcks, stats.Acked)
@@ -252,13 +259,18 @@ func trkE2E(t *testing.T, track func(*Extender) stage.Flow[*message.Message, *me
 	return stats
 }
 
-// TestEagerTrackEndToEnd: with EagerTrack nothing is redelivered and no
-// lease expires, although the last messages wait 15 s behind the handler
-// with a 10 s stream ack deadline.
+// TestEagerTrackEndToEnd: with EagerTrack, as the source's receipt step or
+// as a stage right behind it, nothing is redelivered and no lease expires,
+// although the last messages wait 15 s behind the handler with a 10 s
+// stream ack deadline.
 func TestEagerTrackEndToEnd(t *testing.T) {
-	st := trkE2E(t, func(ext *Extender) stage.Flow[*message.Message, *message.Message] { return EagerTrack(ext, 0) })
-	if st.Redelivered != 0 || st.Expired != 0 {
-		t.Fatalf("EagerTrack: redelivered %d, expired %d; want 0 and 0", st.Redelivered, st.Expired)
+	for name, wire := range map[string]trkWire{"receipt step": trkFused, "stage": trkStage} {
+		t.Run(name, func(t *testing.T) {
+			st := trkE2E(t, wire)
+			if st.Redelivered != 0 || st.Expired != 0 {
+				t.Fatalf("EagerTrack: redelivered %d, expired %d; want 0 and 0", st.Redelivered, st.Expired)
+			}
+		})
 	}
 }
 
@@ -267,7 +279,7 @@ func TestEagerTrackEndToEnd(t *testing.T) {
 // tracking) does redeliver. If this test fails, the scenario stopped
 // exposing the bug, and TestEagerTrackEndToEnd proves nothing.
 func TestDemandDrivenTrackerRedelivers(t *testing.T) {
-	st := trkE2E(t, trkNaiveTrack)
+	st := trkE2E(t, trkNaive)
 	if st.Redelivered == 0 || st.Expired == 0 {
 		t.Fatalf("demand-driven tracker: redelivered %d, expired %d; want both > 0", st.Redelivered, st.Expired)
 	}
@@ -299,66 +311,73 @@ func (f *trkFixture) publish(t *testing.T, n int) {
 // handed on only after its receipt modack was confirmed (the modack takes
 // 2 s here), and a message whose receipt modack failed permanently is not
 // handed on: it is settled as Expired, and the server redelivers it when
-// its stream deadline passes.
+// its stream deadline passes. Both as the source's receipt step and as a
+// stage.
 func TestEagerTrackExactlyOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := trkNewFixture(t, pubsubtest.SubscriptionConfig{AckDeadline: 10 * time.Second, EnableExactlyOnceDelivery: true})
-		f.publish(t, 5)
-		ext := trkExtender(t, f.client, f.sub, ExtenderConfig{StreamAckDeadline: 10 * time.Second})
-		s := &trkSettler{ext: ext, client: f.client}
-		src, err := source.Subscribe(f.client, source.Config{Subscription: f.sub, StreamAckDeadline: 10 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.srv.SetLatency("ModifyAckDeadline", 2*time.Second)
-		f.srv.FailNextAckIDs(1, "PERMANENT_FAILURE_INVALID_ACK_ID")
-		var (
-			mu     sync.Mutex
-			handed = map[*message.Message]time.Duration{} // → receipt to hand-off
-		)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- pipeline.FromContext(ctx, src).Via(trkBind(s), EagerTrack(ext, 0)).To(pipeline.ForEach(func(_ context.Context, m *message.Message) error {
-				mu.Lock()
-				handed[m] = time.Since(m.ReceiveTime)
-				mu.Unlock()
-				m.Ack()
-				return nil
-			}))
-		}()
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
-		cancel()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		ids := map[string]bool{}
-		for m, d := range handed {
-			ids[m.ID] = true
-			if d < 2*time.Second {
-				t.Fatalf("message %s (attempt %d) handed on %v after receipt, before its 2 s receipt modack returned", m.ID, m.DeliveryAttempt, d)
-			}
-		}
-		var dropped []*message.Message
-		s.outcomes.Range(func(m, o any) bool {
-			if o.(message.Outcome) == message.Expired {
-				dropped = append(dropped, m.(*message.Message))
-			}
-			return true
+	for name, wire := range map[string]trkWire{"receipt step": trkFused, "stage": trkStage} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { trkExactlyOnce(t, wire) })
 		})
-		if len(dropped) != 1 {
-			t.Fatalf("%d messages dropped, want the 1 whose receipt modack failed", len(dropped))
+	}
+}
+
+func trkExactlyOnce(t *testing.T, wire trkWire) {
+	f := trkNewFixture(t, pubsubtest.SubscriptionConfig{AckDeadline: 10 * time.Second, EnableExactlyOnceDelivery: true})
+	f.publish(t, 5)
+	ext := trkExtender(t, f.client, ExtenderConfig{StreamAckDeadline: 10 * time.Second})
+	a := newAcker(nil) // records outcomes; the source sends the acks
+	src, err := source.Subscribe(f.client, source.Config{Subscription: f.sub, StreamAckDeadline: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.SetLatency("ModifyAckDeadline", 2*time.Second)
+	f.srv.FailNextAckIDs(1, "PERMANENT_FAILURE_INVALID_ACK_ID")
+	var (
+		mu     sync.Mutex
+		handed = map[*source.Message]time.Duration{} // → receipt to hand-off
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- wire(ctx, src.With(trkHold{a}), ext).To(pipeline.ForEach(func(_ context.Context, m *source.Message) error {
+			mu.Lock()
+			handed[m] = time.Since(m.ReceiveTime)
+			mu.Unlock()
+			m.Ack()
+			return nil
+		}))
+	}()
+	time.Sleep(30 * time.Second)
+	synctest.Wait()
+	cancel()
+	<-done
+	if err := src.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	ids := map[string]bool{}
+	for m, d := range handed {
+		ids[m.ID] = true
+		if d < 2*time.Second {
+			t.Fatalf("message %s (attempt %d) handed on %v after receipt, before its 2 s receipt modack returned", m.ID, m.DeliveryAttempt, d)
 		}
-		if _, ok := handed[dropped[0]]; ok {
-			t.Fatalf("message %s handed on although its receipt modack failed", dropped[0].ID)
-		}
-		st := f.srv.SubscriptionStats(f.sub)
-		if len(ids) != 5 || len(handed) != 5 || st.Acked != 5 || st.Redelivered != 1 {
-			t.Fatalf("handed on %d copies of %d messages; server acked %d, redelivered %d; want 5, 5, 5, 1",
-				len(handed), len(ids), st.Acked, st.Redelivered)
-		}
-	})
+	}
+	dropped := a.withOutcome(message.Expired)
+	if len(dropped) != 1 {
+		t.Fatalf("%d messages dropped, want the 1 whose receipt modack failed", len(dropped))
+	}
+	if _, ok := handed[dropped[0]]; ok {
+		t.Fatalf("message %s handed on although its receipt modack failed", dropped[0].ID)
+	}
+	st := f.srv.SubscriptionStats(f.sub)
+	if len(ids) != 5 || len(handed) != 5 || st.Acked != 5 || st.Redelivered != 1 {
+		t.Fatalf("handed on %d copies of %d messages; server acked %d, redelivered %d; want 5, 5, 5, 1",
+			len(handed), len(ids), st.Acked, st.Redelivered)
+	}
+	if n := len(a.withOutcome(message.Ack)); n != 5 {
+		t.Fatalf("%d messages acked through their settle path, want 5", n)
+	}
 }
 
 // TestEagerTrackSkipsSettledWhileBuffered: messages whose leases pass the
@@ -367,19 +386,19 @@ func TestEagerTrackExactlyOnce(t *testing.T) {
 func TestEagerTrackSkipsSettledWhileBuffered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		stub := &trkStub{}
-		ext := trkExtender(t, stub, "projects/p/subscriptions/sub", ExtenderConfig{StreamAckDeadline: 10 * time.Second, MaxExtension: 30 * time.Second})
-		s := &trkSettler{ext: ext}
-		msgs := trkMessages(5, s)
+		ext := trkExtender(t, stub, ExtenderConfig{StreamAckDeadline: 10 * time.Second, MaxExtension: 30 * time.Second})
+		a := newAcker(nil)
+		msgs := trkMessages(5, a)
 		release := make(chan struct{})
 		var seen atomic.Int64
-		handler := operators.ParallelMap(1, func(ctx context.Context, m *message.Message) (*message.Message, error) {
+		handler := operators.ParallelMap(1, func(ctx context.Context, m *source.Message) (*source.Message, error) {
 			seen.Add(1)
 			select {
 			case <-release:
 			case <-ctx.Done():
 			}
 			return m, nil
-		}, operators.Options[*message.Message, *message.Message]{})
+		}, operators.Options[*source.Message, *source.Message]{})
 		err := make(chan error, 1)
 		go func() {
 			err <- pipeline.From(pipeline.Slice(msgs...)).Via(EagerTrack(ext, 0), handler).To(trkDiscard())
@@ -400,7 +419,7 @@ func TestEagerTrackSkipsSettledWhileBuffered(t *testing.T) {
 			t.Fatalf("handler saw %d messages, want the first and at most the one in the hand-off", seen.Load())
 		}
 		for _, m := range msgs {
-			if o := s.outcome(m); o != message.Expired {
+			if o := a.outcome(m); o != message.Expired {
 				t.Fatalf("message %s: %v, want expired", m.ID, o)
 			}
 		}
@@ -409,16 +428,20 @@ func TestEagerTrackSkipsSettledWhileBuffered(t *testing.T) {
 
 // TestEagerTrackBound: with downstream blocked the stage holds at most
 // maxBuffer messages, tracks exactly what it received, and stops
-// receiving (backpressure).
+// receiving (backpressure). When the pipeline is cancelled it nacks what
+// it still buffers, which ends those leases; the message in the handler
+// keeps its lease until its owner settles it.
 func TestEagerTrackBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ext := trkExtender(t, &trkStub{}, "projects/p/subscriptions/sub", ExtenderConfig{})
-		var sent, most atomic.Int64
-		src := stage.SourceFunc[*message.Message](func(g *stage.Group) <-chan *message.Message {
-			out := make(chan *message.Message)
+		ext := trkExtender(t, &trkStub{}, ExtenderConfig{})
+		a := newAcker(nil)
+		msgs := trkMessages(100, a)
+		var sent atomic.Int64
+		src := stage.SourceFunc[*source.Message](func(g *stage.Group) <-chan *source.Message {
+			out := make(chan *source.Message)
 			g.Go(func(ctx context.Context) error {
 				defer close(out)
-				for _, m := range trkMessages(100, nil) {
+				for _, m := range msgs {
 					select {
 					case out <- m:
 						sent.Add(1)
@@ -430,24 +453,26 @@ func TestEagerTrackBound(t *testing.T) {
 			})
 			return out
 		})
-		tr := &Tracker{Extender: ext, MaxBuffer: 5, Observe: func(n int) {
-			if int64(n) > most.Load() {
-				most.Store(int64(n))
-			}
-		}}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- pipeline.FromContext(ctx, src).Via(tr, trkBlocked()).To(trkDiscard()) }()
+		go func() { done <- pipeline.FromContext(ctx, src).Via(EagerTrack(ext, 5), trkBlocked()).To(trkDiscard()) }()
 		time.Sleep(time.Second)
 		synctest.Wait()
 		// 5 buffered + 1 in the blocked handler.
-		if most.Load() != 5 || sent.Load() != 6 || ext.Len() != 6 {
-			t.Fatalf("buffered at most %d, sent %d, tracked %d; want 5, 6, 6", most.Load(), sent.Load(), ext.Len())
+		if sent.Load() != 6 || ext.Len() != 6 {
+			t.Fatalf("sent %d, tracked %d; want 6, 6", sent.Load(), ext.Len())
 		}
 		cancel()
 		<-done
-		if ext.Len() != 6 || len(ext.Leased()) != 6 {
-			t.Fatalf("cancel changed the leases (%d): OnDrop must leave them to the Subscriber", ext.Len())
+		nacked := a.withOutcome(message.Nack)
+		// The handler may take one more from the stage as it stops.
+		if n := len(nacked); n < 4 || n > 5 || ext.Len() != 6-n || a.settled() != n {
+			t.Fatalf("after cancel: %d nacked, %d settled, %d leases; want 4 or 5 nacked and the rest still leased", n, a.settled(), ext.Len())
+		}
+		for _, m := range nacked {
+			if m == msgs[0] {
+				t.Fatal("the handler's message was nacked by the stage")
+			}
 		}
 	})
 }
@@ -465,10 +490,10 @@ func TestEagerTrackNilExtender(t *testing.T) {
 func TestEagerTrackInGoStreamsGraph(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		stub := &trkStub{}
-		ext := trkExtender(t, stub, "projects/p/subscriptions/sub", ExtenderConfig{Strategy: Fixed(200*time.Millisecond, time.Second)})
-		graph := pipeline.Streams[*message.Message, *message.Message](func(g *stage.Group, in streams.Source) streams.Outlet {
+		ext := trkExtender(t, stub, ExtenderConfig{Strategy: Fixed(200*time.Millisecond, time.Second)})
+		graph := pipeline.Streams[*source.Message, *source.Message](func(g *stage.Group, in streams.Source) streams.Outlet {
 			return in.Via(gsflow.NewPassThrough()).Via(pipeline.NewStreamsFlow(g, EagerTrack(ext, 0))).Via(gsflow.NewPassThrough())
-		}, pipeline.StreamsOptions[*message.Message]{})
+		}, pipeline.StreamsOptions[*source.Message]{})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {

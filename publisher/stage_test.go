@@ -3,14 +3,12 @@ package publisher
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/pipeline"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
 // The stage emits one Outcome per element, in input order, each after its
@@ -60,18 +58,6 @@ func TestStageEmitsOutcomesInOrder(t *testing.T) {
 	}
 }
 
-// settleRecorder records the outcome of each message.
-type settleRecorder struct {
-	mu       sync.Mutex
-	outcomes map[string]message.Outcome
-}
-
-func (s *settleRecorder) Settle(m *message.Message, o message.Outcome, _ time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.outcomes[m.ID] = o
-}
-
 // Forward acks an input only after its publish succeeded and nacks the
 // inputs whose publish failed.
 func TestForwardAcksAfterPublishNacksOnFailure(t *testing.T) {
@@ -79,15 +65,12 @@ func TestForwardAcksAfterPublishNacksOnFailure(t *testing.T) {
 	e.srv.FailNext("Publish", 1, codes.PermissionDenied)
 	// One message per batch and one in flight: exactly the first fails.
 	p := e.publisher(t, Config{MaxMessages: 1, MaxInFlightBatches: 1})
-	rec := &settleRecorder{outcomes: map[string]message.Outcome{}}
-	var msgs []*message.Message
+	var msgs []*source.Message
 	for i := range 20 {
-		m := &message.Message{ID: string(rune('a' + i)), Data: []byte{byte('a' + i)}}
-		message.Bind(m, rec)
-		msgs = append(msgs, m)
+		msgs = append(msgs, &source.Message{ID: string(rune('a' + i)), Data: []byte{byte('a' + i)}})
 	}
 	var fails int
-	toMsg := func(m *message.Message) *Message {
+	toMsg := func(m *source.Message) *Message {
 		if m.Settled() {
 			fails++ // acked or nacked before its publish settled
 		}
@@ -99,14 +82,12 @@ func TestForwardAcksAfterPublishNacksOnFailure(t *testing.T) {
 	if fails != 0 {
 		t.Fatalf("%d inputs settled before publishing", fails)
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if rec.outcomes["a"] != message.Nack {
-		t.Fatalf("the input whose publish failed was %v, want nack", rec.outcomes["a"])
+	if o := msgs[0].Outcome(); o != source.Nack {
+		t.Fatalf("the input whose publish failed was %v, want nack", o)
 	}
 	for _, m := range msgs[1:] {
-		if rec.outcomes[m.ID] != message.Ack {
-			t.Fatalf("input %s was %v, want ack", m.ID, rec.outcomes[m.ID])
+		if m.Outcome() != source.Ack {
+			t.Fatalf("input %s was %v, want ack", m.ID, m.Outcome())
 		}
 	}
 	if got := e.srv.SubscriptionStats(e.sub).Published; got != 19 {

@@ -172,6 +172,13 @@ func (c Config) withDefaults() Config {
 //   - Ready(*Message) <-chan struct{}: a message is handed on only once
 //     the channel is closed (nil: at once); an exactly-once lease waits
 //     there for its receipt modack;
+//   - AckDeadline() time.Duration: the deadline the step's leases use; the
+//     streams adopt it (SetStreamAckDeadline), so a message's deadline
+//     before its first lease extension is already the one its processing
+//     needs (the first such step counts);
+//   - Unsent([]*Message): sees what a run received but will not hand on,
+//     before the source nacks what is still unsettled (a Subscriber
+//     settles it with its shutdown outcome while draining);
 //   - HandOff(ctx, []*Message) []*Message: sees each batch just before it
 //     leaves the source, on the source's hand-off goroutine, with the
 //     run's context; it returns the messages to hand on, having settled

@@ -175,7 +175,7 @@ func TestReconnectsUnderKills(t *testing.T) {
 		// Each stream's reopening follows its disconnect by at least the
 		// minimum delay: the restart backs off instead of spinning.
 		last := map[int]time.Time{}
-		for _, e := range rec.events {
+		for _, e := range rec.all() {
 			switch e.Kind {
 			case event.Disconnect:
 				last[e.Stream] = e.at

@@ -80,3 +80,10 @@ func (r *recorder) of(k event.Kind) []stamped {
 	}
 	return out
 }
+
+// all returns every event so far.
+func (r *recorder) all() []stamped {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]stamped(nil), r.events...)
+}

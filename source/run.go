@@ -113,6 +113,12 @@ func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage) []*Message {
 	for _, st := range s.steps {
 		st.Receive(lane, ms)
 	}
+	if s.follow != nil {
+		// The next response's messages get the deadline their leases use.
+		if d := s.follow(); d > 0 && d != s.StreamAckDeadline() {
+			s.SetStreamAckDeadline(d)
+		}
+	}
 	return ms
 }
 

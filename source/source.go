@@ -36,6 +36,7 @@ type Source struct {
 	ready     []func(*Message) <-chan struct{}
 	handOff   []func(context.Context, []*Message) []*Message
 	unsentFns []func([]*Message)
+	follow    func() time.Duration // a step's lease deadline, which the streams follow
 }
 
 // core is what every fused copy of a Source shares.
@@ -144,6 +145,7 @@ func (s *Source) With(steps ...Step) *Source {
 	n.ready = append(n.ready, s.ready...)
 	n.handOff = append(n.handOff, s.handOff...)
 	n.unsentFns = append(n.unsentFns, s.unsentFns...)
+	n.follow = s.follow
 	for _, st := range steps {
 		if b, ok := st.(Budget); ok && n.flow == nil {
 			n.flow = b
@@ -160,6 +162,9 @@ func (s *Source) With(steps ...Step) *Source {
 		}
 		if u, ok := st.(interface{ Unsent([]*Message) }); ok {
 			n.unsentFns = append(n.unsentFns, u.Unsent)
+		}
+		if d, ok := st.(interface{ AckDeadline() time.Duration }); ok && n.follow == nil {
+			n.follow = d.AckDeadline
 		}
 	}
 	return n

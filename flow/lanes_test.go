@@ -1,0 +1,310 @@
+package flow
+
+import (
+	"slices"
+	"sync"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/source"
+)
+
+// openAll opens n lanes at once, from n goroutines, each with share
+// (msgs, bytes), and returns the lanes granted and their grants.
+func openAll(fc *FlowControl, n int, msgs, bytes int64) (lanes []int, grants []int64, refused int) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-start
+			lane, m, _, ok := fc.OpenLane(msgs, bytes)
+			mu.Lock()
+			defer mu.Unlock()
+			if !ok {
+				refused++
+				return
+			}
+			lanes = append(lanes, lane)
+			grants = append(grants, m)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return lanes, grants, refused
+}
+
+func distinct(lanes []int) bool {
+	s := slices.Clone(lanes)
+	slices.Sort(s)
+	return len(slices.Compact(s)) == len(lanes)
+}
+
+// TestOpenLaneDistinctConcurrent: streams opening at once get distinct
+// lanes, and grants that together stay within the budget; a stream finds
+// no room (or no lane) once they are spent, and a closed lane is given
+// out again, with a wake-up for those waiting.
+func TestOpenLaneDistinctConcurrent(t *testing.T) {
+	fc := NewFlowControl(640, 0)
+	lanes, grants, refused := openAll(fc, 64, 10, 0)
+	if len(lanes) != 64 || refused != 0 || !distinct(lanes) {
+		t.Fatalf("64 concurrent opens: lanes %v, %d refused; want 64 distinct", lanes, refused)
+	}
+	var sum int64
+	for _, g := range grants {
+		sum += g
+	}
+	if sum != 640 {
+		t.Fatalf("grants sum to %d, want the budget 640", sum)
+	}
+	if _, _, _, ok := fc.OpenLane(10, 0); ok {
+		t.Fatal("a 65th stream was granted room the others may still be sent")
+	}
+	wake := fc.Wake()
+	fc.CloseLane(lanes[17])
+	select {
+	case <-wake:
+	default:
+		t.Fatal("CloseLane woke nobody")
+	}
+	if lane, m, _, ok := fc.OpenLane(10, 0); !ok || lane != lanes[17] || m != 10 {
+		t.Fatalf("after a close: lane %d grant %d ok %v; want lane %d, 10", lane, m, ok, lanes[17])
+	}
+
+	// Unlimited: every lane can be open at once, and no more.
+	un := NewFlowControl(0, 0)
+	lanes, grants, refused = openAll(un, maxLanes+8, 0, 0)
+	if len(lanes) != maxLanes || refused != 8 || !distinct(lanes) {
+		t.Fatalf("%d concurrent opens of an unlimited budget: %d lanes (distinct %v), %d refused; want %d and 8",
+			maxLanes+8, len(lanes), distinct(lanes), refused, maxLanes)
+	}
+	for _, g := range grants {
+		if g != 0 {
+			t.Fatalf("an unlimited budget granted %d, want 0 (unlimited on the wire)", g)
+		}
+	}
+}
+
+// receiveOn makes n messages bound to p and counts them on lane.
+func receiveOn(fc *FlowControl, lane int, p *heldPath, n int) []*source.Message {
+	ms := make([]*source.Message, n)
+	for i := range ms {
+		ms[i] = p.bind(newMsg(i, 10))
+	}
+	fc.Receive(lane, ms)
+	return ms
+}
+
+func doneAll(ms []*source.Message) {
+	for _, m := range ms {
+		message.Of(m).Done(m)
+	}
+}
+
+// TestOpenLaneCountsServerHeld: a message settled but not Done (its ack
+// not final) no longer holds a client permit but the server still counts
+// it: a new stream is granted only the room the server has released, and
+// only once half its share is free. A message of a closed stream that
+// becomes Done later does not count against the stream that reuses its
+// lane.
+func TestOpenLaneCountsServerHeld(t *testing.T) {
+	fc := NewFlowControl(10, 0)
+	gate := FlowGate(fc)
+	var p heldPath
+	a, grant, _, ok := gate.Open(0, 0)
+	if !ok || grant != 10 {
+		t.Fatalf("first stream: grant %d ok %v; want the whole budget", grant, ok)
+	}
+	old := receiveOn(fc, a, &p, 10)
+	if gate.Room() {
+		t.Fatal("Room with the budget spent")
+	}
+	for _, m := range old {
+		m.Ack()
+	}
+	if st := fc.Stats(); st.Outstanding != 0 || st.ServerHeld != 10 || !gate.Room() {
+		t.Fatalf("acked, not final: %+v, Room %v; want 0 outstanding, 10 server-held, room", st, gate.Room())
+	}
+	if _, _, _, ok := gate.Open(0, 0); ok {
+		t.Fatal("a stream opened while the server still counts the whole budget")
+	}
+	gate.Closed(a)
+	if _, _, _, ok := gate.Open(0, 0); ok {
+		t.Fatal("a stream opened after its predecessor closed, with every message still counted by the server")
+	}
+	doneAll(old[:4])
+	if _, _, _, ok := gate.Open(0, 0); ok {
+		t.Fatal("a stream opened with 4 of its share of 10 free (less than half)")
+	}
+	doneAll(old[4:5])
+	b, grant, _, ok := gate.Open(0, 0)
+	if !ok || grant != 5 {
+		t.Fatalf("half the budget free: grant %d ok %v; want 5", grant, ok)
+	}
+	if b != a {
+		t.Fatalf("lane %d, want the free lane %d again", b, a)
+	}
+	fresh := receiveOn(fc, b, &p, 5)
+	if _, _, _, ok := gate.Open(0, 0); ok {
+		t.Fatal("a stream opened with the budget server-held")
+	}
+	doneAll(old[5:]) // the closed stream's last messages: not lane b's
+	if st := fc.Stats(); st.ServerHeld != 5 || st.Outstanding != 5 {
+		t.Fatalf("Stats = %+v; want 5 outstanding and server-held", st)
+	}
+	c, grant, _, ok := gate.Open(0, 0)
+	if !ok || grant != 5 || c == b {
+		t.Fatalf("third stream: lane %d grant %d ok %v; want a new lane granted 5 (lane %d's 5 are still held)", c, grant, ok, b)
+	}
+	for _, m := range fresh {
+		m.Nack()
+	}
+	doneAll(fresh)
+	gate.Closed(b)
+	gate.Closed(c)
+	if st := fc.Stats(); st.ServerHeld != 0 || st.Outstanding != 0 || st.Acquired != 15 || st.Released != 15 {
+		t.Fatalf("at the end: %+v", st)
+	}
+	if _, grant, _, ok := gate.Open(0, 0); !ok || grant != 10 {
+		t.Fatalf("at the end: grant %d ok %v; want the whole budget", grant, ok)
+	}
+}
+
+// laneModel is what the server may hold of a budget, kept by the test.
+type laneModel struct {
+	limit   int64
+	fc      *FlowControl
+	gate    *Gate
+	path    heldPath
+	streams map[int]*laneStream // open, by lane
+	stream  map[*source.Message]*laneStream
+	live    []*source.Message // unsettled
+	settled []*source.Message // settled, not Done
+	nextID  int
+}
+
+type laneStream struct {
+	lane    int
+	grant   int64
+	notDone int64
+	open    bool
+}
+
+func (lm *laneModel) openLanes() []int {
+	lanes := make([]int, 0, len(lm.streams))
+	for l := range lm.streams {
+		lanes = append(lanes, l)
+	}
+	slices.Sort(lanes)
+	return lanes
+}
+
+// check: the counts are exact, and what the server may still hold (every
+// message not Done, plus what the open streams may still be sent under
+// their grants) never exceeds the budget.
+func (lm *laneModel) check(t *rapid.T) {
+	st := lm.fc.Stats()
+	notDone := int64(len(lm.live) + len(lm.settled))
+	if st.Outstanding != int64(len(lm.live)) || st.ServerHeld != notDone {
+		t.Fatalf("Stats %+v; want %d outstanding, %d server-held", st, len(lm.live), notDone)
+	}
+	potential := notDone
+	for _, s := range lm.streams {
+		potential += max(s.grant-s.notDone, 0)
+	}
+	if potential > lm.limit {
+		t.Fatalf("the server may hold %d messages (%d not done, streams %v); budget %d", potential, notDone, lm.openLanes(), lm.limit)
+	}
+	if room := int64(len(lm.live)) < lm.limit; lm.gate.Room() != room {
+		t.Fatalf("Room %v with %d outstanding of %d", lm.gate.Room(), len(lm.live), lm.limit)
+	}
+}
+
+func pick[T any](t *rapid.T, s []T, label string) (int, T) {
+	i := rapid.IntRange(0, len(s)-1).Draw(t, label)
+	return i, s[i]
+}
+
+// TestLaneGrantsProperty: random streams open (with random shares),
+// receive up to their grants, settle, finish (Done) and close in any
+// order, on one budget: counts stay exact, lanes are never given out
+// twice, and the server is never granted room it still counts.
+func TestLaneGrantsProperty(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		limit := rapid.Int64Range(1, 30).Draw(rt, "limit")
+		fc := NewFlowControl(limit, 0)
+		lm := &laneModel{limit: limit, fc: fc, gate: FlowGate(fc), streams: map[int]*laneStream{}, stream: map[*source.Message]*laneStream{}}
+		rt.Repeat(map[string]func(*rapid.T){
+			"open": func(t *rapid.T) {
+				share := rapid.Int64Range(0, limit+2).Draw(t, "share")
+				lane, grant, _, ok := lm.gate.Open(share, 0)
+				if !ok {
+					return
+				}
+				if lm.streams[lane] != nil {
+					t.Fatalf("lane %d given out twice", lane)
+				}
+				if want := share; want > 0 && want <= limit && grant > want {
+					t.Fatalf("granted %d above the share %d", grant, want)
+				}
+				lm.streams[lane] = &laneStream{lane: lane, grant: grant, open: true}
+			},
+			"receive": func(t *rapid.T) {
+				lanes := lm.openLanes()
+				if len(lanes) == 0 {
+					t.Skip("no stream")
+				}
+				_, lane := pick(t, lanes, "lane")
+				s := lm.streams[lane]
+				if s.notDone >= s.grant {
+					t.Skip("the server keeps to the grant")
+				}
+				n := rapid.Int64Range(1, s.grant-s.notDone).Draw(t, "n")
+				ms := make([]*source.Message, n)
+				for i := range ms {
+					lm.nextID++
+					ms[i] = lm.path.bind(newMsg(lm.nextID, 1))
+					lm.stream[ms[i]] = s
+				}
+				fc.Receive(lane, ms)
+				s.notDone += n
+				lm.live = append(lm.live, ms...)
+			},
+			"settle": func(t *rapid.T) {
+				if len(lm.live) == 0 {
+					t.Skip("none live")
+				}
+				i, m := pick(t, lm.live, "message")
+				o := rapid.SampledFrom([]uint32{message.Ack, message.Nack, message.NackAfter, message.NoOp, message.Expired}).Draw(t, "outcome")
+				if !message.Of(m).Settle(m, o, 0) {
+					t.Fatal("an unsettled message refused its outcome")
+				}
+				lm.live = slices.Delete(lm.live, i, i+1)
+				lm.settled = append(lm.settled, m)
+			},
+			"done": func(t *rapid.T) {
+				if len(lm.settled) == 0 {
+					t.Skip("none settled")
+				}
+				i, m := pick(t, lm.settled, "message")
+				message.Of(m).Done(m)
+				lm.settled = slices.Delete(lm.settled, i, i+1)
+				lm.stream[m].notDone--
+				delete(lm.stream, m)
+			},
+			"close": func(t *rapid.T) {
+				lanes := lm.openLanes()
+				if len(lanes) == 0 {
+					t.Skip("no stream")
+				}
+				_, lane := pick(t, lanes, "lane")
+				lm.gate.Closed(lane)
+				lm.streams[lane].open = false
+				delete(lm.streams, lane)
+			},
+			"": lm.check,
+		})
+	})
+}
