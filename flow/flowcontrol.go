@@ -36,7 +36,7 @@ type FlowControl struct {
 	serverHeld      atomic.Int64
 	serverHeldBytes atomic.Int64
 	acquired        atomic.Int64
-	released   atomic.Int64
+	released        atomic.Int64
 
 	mu    sync.Mutex // guards lane opening and closing
 	lanes [maxLanes]lane
