@@ -29,6 +29,7 @@ import (
 type Pipeline[T any] struct {
 	ctx context.Context
 	run func(g *stage.Group, batches bool) ports[T]
+	src stage.Fuser[T] // the source, while no flow follows it and it can fuse
 }
 
 // ports is a running stage's output: batches when it was asked for them
@@ -54,17 +55,29 @@ func From[T any](src stage.Source[T]) Pipeline[T] {
 
 // FromContext starts a pipeline at src that stops when ctx is done.
 func FromContext[T any](ctx context.Context, src stage.Source[T]) Pipeline[T] {
-	return Pipeline[T]{ctx: ctx, run: func(g *stage.Group, batches bool) ports[T] {
+	p := Pipeline[T]{ctx: ctx, run: func(g *stage.Group, batches bool) ports[T] {
 		if bs, ok := src.(batch.Source[T]); ok && batches {
 			return ports[T]{many: bs.RunBatches(g)}
 		}
 		return ports[T]{one: src.Run(g)}
 	}}
+	p.src, _ = src.(stage.Fuser[T])
+	return p
 }
 
-// Via appends flows that keep the element type.
+
+// Via appends flows that keep the element type. A flow written right
+// after a source that can take it in (a stage.Fuser: source.Subscribe's
+// source takes the receipt steps flow.EagerTrack and flow.FlowGate) runs
+// inside the source instead of as a stage of its own.
 func (p Pipeline[T]) Via(flows ...stage.Flow[T, T]) Pipeline[T] {
 	for _, f := range flows {
+		if p.src != nil {
+			if fused, ok := p.src.Fuse(f); ok {
+				p = FromContext(p.ctx, fused)
+				continue
+			}
+		}
 		p = Map(p, f)
 	}
 	return p
