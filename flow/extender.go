@@ -173,6 +173,11 @@ func (e *Extender) track(ms []*source.Message) {
 		if received.IsZero() || received.After(now) {
 			received = now
 		}
+		expiry := message.Of(m).Deadline()
+		if expiry.IsZero() { // a message no source told the deadline of
+			expiry = received.Add(e.cfg.StreamAckDeadline)
+			message.Of(m).SetDeadline(expiry)
+		}
 		l := &slab[i]
 		*l = lease{
 			e:        e,
@@ -182,7 +187,7 @@ func (e *Extender) track(ms []*source.Message) {
 			size:     m.Size(),
 			eo:       m.ExactlyOnce,
 			state:    stateReceipt,
-			expiry:   received.Add(e.cfg.StreamAckDeadline),
+			expiry:   expiry,
 		}
 		if l.eo {
 			l.confirm = make(chan struct{})

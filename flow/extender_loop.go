@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"errors"
 	"math/rand/v2"
 	"time"
 
@@ -109,11 +110,19 @@ func (e *Extender) tick() time.Duration {
 	next := jittered(e.policy.interval())
 	horizon := now.Add(next + e.margin(d))
 	var (
-		b       batcher
-		expired []*lease
+		b               batcher
+		expired, lapsed []*lease
 	)
 	for _, l := range e.leases {
 		if l.state == stateDropping {
+			continue
+		}
+		if !now.Before(l.expiry) {
+			// Its deadline passed without a confirmed extension (failed
+			// modacks, a stalled client, a paused process): the server
+			// may have given it out again.
+			l.state = stateDropping
+			lapsed = append(lapsed, l)
 			continue
 		}
 		if e.cfg.MaxExtension > 0 && now.Sub(l.received) >= e.cfg.MaxExtension {
@@ -127,27 +136,28 @@ func (e *Extender) tick() time.Duration {
 		}
 	}
 	e.mu.Unlock()
-	e.expire(expired, nil)
+	e.expire(lapsed, errLapsed)
+	e.expire(expired, errMaxExtension)
 	e.dispatch(b.jobs(false))
 	// The horizon assumed the next tick at now+next; waiting for a free
 	// worker must not push it later.
 	return max(next-time.Since(now), time.Millisecond)
 }
 
-// expire settles leases the extender dropped (past max extension, or
-// permanently failed) as message.Expired, outside the mutex since the
-// settle path calls Release.
+// Why leases are dropped (the Err of their event.Expired).
+var (
+	errLapsed       = errors.New("lease: deadline passed without a confirmed extension; the server may redeliver")
+	errMaxExtension = errors.New("lease: past the maximum extension; the server redelivers")
+)
+
+// expire settles leases the extender dropped as Expired, outside the mutex
+// since the settle path ends the lease, and reports why (err).
 func (e *Extender) expire(ls []*lease, err error) {
 	if len(ls) == 0 {
 		return
 	}
 	e.drop(ls)
 	e.emit(event.Event{Kind: event.Expired, Count: len(ls), Err: err})
-	if err != nil {
-		e.log.Warn("lease: dropped leases after a permanent modack failure", "count", len(ls), "err", err)
-	} else {
-		e.log.Info("lease: dropped leases past max extension", "count", len(ls), "max_extension", e.cfg.MaxExtension)
-	}
 }
 
 // drop settles leases marked stateDropping as message.Expired and then

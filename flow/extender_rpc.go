@@ -9,6 +9,7 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
 	"github.com/pubsubflow/pubsubflow/internal/event"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/internal/retry"
 )
 
@@ -149,6 +150,7 @@ func (e *Extender) succeeded(j job, ok []*lease, sentAt time.Time) {
 		}
 		n++
 		l.expiry = expiry
+		message.Of(l.m).SetDeadline(expiry)
 		l.state = stateIdle
 		if j.receipt {
 			l.endConfirm()

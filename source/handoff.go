@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // handoff is the queue between the streams and the consumer. Streams push
@@ -113,12 +114,14 @@ func (s *Source) pump(ctx context.Context, r *run, h *handoff, out chan<- []*Mes
 	}
 }
 
-// dropSettled removes messages settled while queued (their lease expired,
-// say): there is nothing left to do with them.
+// dropSettled removes messages settled while queued, and expires those
+// whose server deadline has passed (the server may have given them out
+// again): there is nothing left to do with them.
 func (s *Source) dropSettled(b []*Message) []*Message {
 	keep := b[:0]
+	now := time.Now()
 	for _, m := range b {
-		if !m.Settled() {
+		if !m.st.ExpireIfLate(m, now) {
 			keep = append(keep, m)
 		}
 	}

@@ -142,13 +142,17 @@ func (r *AckResult) Wait(ctx context.Context) error {
 // allocation, slab (a response's messages live and die together closely
 // enough that one slab per response costs less than one object per
 // message), binds each to path, and returns pointers to them.
-func decodeResponse(rms []*pubsubpb.ReceivedMessage, subscription string, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time, path message.Path) (slab []Message, ms []*Message) {
+// Each message's server deadline starts as receipt plus the stream's ack
+// deadline.
+func decodeResponse(rms []*pubsubpb.ReceivedMessage, subscription string, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time, deadline time.Duration, path message.Path) (slab []Message, ms []*Message) {
 	slab = make([]Message, len(rms))
 	ms = make([]*Message, len(rms))
+	due := now.Add(deadline)
 	for i, rm := range rms {
 		m := &slab[i]
 		m.decode(rm, subscription, props, now)
 		m.st.Path = path
+		m.st.SetDeadline(due)
 		ms[i] = m
 	}
 	return slab, ms

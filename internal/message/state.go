@@ -59,7 +59,12 @@ type State struct {
 	Trace *Trace
 
 	outcome atomic.Uint32
-	holds   atomic.Pointer[HoldNode]
+	// deadline is when the server releases the message as far as the
+	// client knows (unix nanoseconds): receipt plus the stream ack
+	// deadline, then each confirmed extension's send time plus its
+	// seconds. Past it the server may give the message out again.
+	deadline atomic.Int64
+	holds    atomic.Pointer[HoldNode]
 	done    *HoldNode     // the hold list, kept for Done once sealed
 	doneRun atomic.Bool   // Done ran
 	handed  atomic.Uint64 // 0: not handed off; else the hand-off's owner
@@ -140,3 +145,31 @@ func (st *State) SetOwner(run uint64) { st.owner.Store(run) }
 
 // Owner is the source run that handed m on (0: none yet).
 func (st *State) Owner() uint64 { return st.owner.Load() }
+
+// Deadline is when the server releases m as far as the client knows (zero
+// when no one has told: a message built by hand).
+func (st *State) Deadline() time.Time {
+	if d := st.deadline.Load(); d != 0 {
+		return time.Unix(0, d)
+	}
+	return time.Time{}
+}
+
+// SetDeadline records a new server deadline: at receipt, and after each
+// confirmed extension.
+func (st *State) SetDeadline(t time.Time) { st.deadline.Store(t.UnixNano()) }
+
+// ExpireIfLate settles m as Expired when its server deadline has passed by
+// now: the server may have given it out again, so it must not reach a
+// handler, nor its ack count. It reports whether m is settled (now or
+// before).
+func (st *State) ExpireIfLate(m any, now time.Time) bool {
+	if st.Outcome() != Pending {
+		return true
+	}
+	if d := st.deadline.Load(); d != 0 && now.UnixNano() >= d {
+		st.Settle(m, Expired, 0)
+		return true
+	}
+	return false
+}
