@@ -5,11 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -19,6 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 // The service's limits on the values the admin commands send, checked
@@ -50,59 +49,6 @@ const (
 	listPageSize = 1000
 )
 
-// commandGroup is a command with verbs, such as "pubsubflow topics create".
-type commandGroup struct {
-	name    string
-	summary string
-	usage   string
-	verbs   []command // each named "GROUP VERB"
-}
-
-func groups() []commandGroup {
-	return []commandGroup{topicsGroup(), subscriptionsGroup(), snapshotsGroup()}
-}
-
-// groupsUsage lists the command groups in the CLI's usage.
-func groupsUsage(w io.Writer) {
-	fmt.Fprintf(w, "\nManaging resources (connect like tail and publish):\n")
-	for _, g := range groups() {
-		fmt.Fprintf(w, "  %-13s %s\n", g.name, g.summary)
-	}
-}
-
-// runGroup runs "pubsubflow GROUP VERB args…".
-func runGroup(ctx context.Context, g commandGroup, args []string, env cliEnv) int {
-	if len(args) == 0 {
-		fmt.Fprintf(env.stderr, "pubsubflow %s: missing command\n\n", g.name)
-		groupUsage(env.stderr, g)
-		return exitUsage
-	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		if len(args) > 1 && args[0] == "help" {
-			return runGroup(ctx, g, []string{args[1], "--help"}, env)
-		}
-		groupUsage(env.stdout, g)
-		return exitOK
-	}
-	for _, v := range g.verbs {
-		if v.name == g.name+" "+args[0] {
-			return runCommand(ctx, v, args[1:], env)
-		}
-	}
-	fmt.Fprintf(env.stderr, "pubsubflow %s: unknown command %q\n\n", g.name, args[0])
-	groupUsage(env.stderr, g)
-	return exitUsage
-}
-
-func groupUsage(w io.Writer, g commandGroup) {
-	fmt.Fprintf(w, "%s\n\nCommands:\n", strings.TrimSpace(g.usage))
-	for _, v := range g.verbs {
-		fmt.Fprintf(w, "  %-7s %s\n", strings.TrimPrefix(v.name, g.name+" "), v.summary)
-	}
-	fmt.Fprintf(w, "\nRun 'pubsubflow %s COMMAND --help' for a command's flags.\n", g.name)
-}
-
 // adminUsageTail ends every admin command's usage: how it connects and
 // what it prints.
 const adminUsageTail = `
@@ -115,34 +61,17 @@ or with --json the API's JSON. Durations are written 90s, 1h30m or 7d.
 Exit codes: 0 ok, 1 the call failed (not found, already exists, refused by
 the service, unreachable), 2 bad usage.`
 
-// adminOptions are the flags every admin command has.
+// adminOptions are the flags of a resource command: its group's
+// connection flags and its own --json.
 type adminOptions struct {
 	ep   endpointFlags
 	json bool
 }
 
-func (o *adminOptions) register(fs *flag.FlagSet) {
-	o.ep.register(fs)
-	fs.BoolVar(&o.json, "json", false, "print JSON (the API's field names) instead of a table")
-}
-
-// resolve returns the full name of a resource of kind ("topics",
-// "subscriptions", "snapshots") under the command's project rules.
-func (o *adminOptions) resolve(kind, name string) (string, error) {
-	return resolveName(kind, name, o.ep.project)
-}
-
 // project returns the project of a list command: --project, else the
 // environment.
 func (o *adminOptions) project() (string, error) {
-	p := o.ep.project
-	if p == "" {
-		for _, v := range projectEnv {
-			if p = os.Getenv(v); p != "" {
-				break
-			}
-		}
-	}
+	p := o.ep.projectID()
 	if p == "" {
 		return "", usagef("no project is set: give --project or $%s", projectEnv[0])
 	}
@@ -150,15 +79,6 @@ func (o *adminOptions) project() (string, error) {
 		return "", usagef("bad project id %q (%s)", p, limits.ProjectIDRule)
 	}
 	return "projects/" + p, nil
-}
-
-// one checks that args is exactly one name (what the usage calls it) and
-// resolves it as a resource of kind ("topics", "subscriptions", …).
-func (o *adminOptions) one(args []string, kind, what string) (string, error) {
-	if err := wantArgs(args, 1, what); err != nil {
-		return "", err
-	}
-	return o.resolve(kind, args[0])
 }
 
 // adminCall runs one RPC that returns a value, bounded like call.
@@ -336,6 +256,8 @@ func (v *durationValue) String() string {
 	}
 	return fmtDuration(v.d)
 }
+
+func (v *durationValue) Type() string { return "duration" }
 
 func (v *durationValue) Set(s string) error {
 	d, err := parseDuration(s)

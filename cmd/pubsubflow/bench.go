@@ -3,22 +3,21 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
-func benchCommand() command {
-	return command{
-		name:    "bench",
-		summary: "a load run; --compare-naive runs the demand-driven tracker too",
-		usage: `Usage: pubsubflow bench [flags]
-
+func benchCommand() *cobra.Command {
+	o := benchOptions{s: demoScenario()}
+	o.s.progress = progressLines
+	o.s.progressEvery = 2 * o.s.progressEvery
+	c := newCommand("bench [flags]", "a load run; --compare-naive runs the demand-driven tracker too", `
 Publishes --messages to an embedded Pub/Sub server (or to --topic, and
 consumes --subscription on real Pub/Sub or PUBSUB_EMULATOR_HOST), consumes
 them with --parallelism workers whose handler takes --handler-delay, on
@@ -44,26 +43,20 @@ redeliveries and acks over time, one panel per run.
 Subscriber; the naive shape is not traced) and writes every span to FILE
 as one JSON object per line: name, trace_id, span_id, parent_span_id,
 kind, start, end, status, attributes, events, links. No collector is
-needed; jq reads it.`,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			o := benchOptions{s: demoScenario()}
-			o.s.progress = progressLines
-			o.s.progressEvery = 2 * o.s.progressEvery
-			o.s.register(fs)
-			o.ep.register(fs)
-			fs.BoolVar(&o.compareNaive, "compare-naive", false, "also run the demand-driven tracker shape and compare")
-			fs.StringVar(&o.plot, "plot", "", "write a plot of each run over time to this .svg or .png file")
-			fs.StringVar(&o.subscription, "subscription", "", "consume this subscription instead of the embedded server's")
-			fs.StringVar(&o.topic, "topic", "", "with --subscription: publish each run's messages to this topic first")
-			fs.StringVar(&o.trace, "trace", "", "trace the runs (publisher and subscriber) and write every span to this file as JSON lines")
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 0, "no arguments"); err != nil {
-					return err
-				}
-				return runBench(ctx, env, o)
-			}
-		},
-	}
+needed; jq reads it.`, nArgs(0, "no arguments"), func(ctx context.Context, env cliEnv, _ []string) error {
+		return runBench(ctx, env, o)
+	})
+	fs := c.Flags()
+	o.s.register(fs)
+	o.ep.register(fs)
+	fs.BoolVar(&o.compareNaive, "compare-naive", false, "also run the demand-driven tracker shape and compare")
+	fs.StringVar(&o.plot, "plot", "", "write a plot of each run over time to this .svg or .png file")
+	fs.StringVar(&o.subscription, "subscription", "", "consume this subscription instead of the embedded server's")
+	fs.StringVar(&o.topic, "topic", "", "with --subscription: publish each run's messages to this topic first")
+	fs.StringVar(&o.trace, "trace", "", "trace the runs (publisher and subscriber) and write every span to this file as JSON lines")
+	completeFlag(c, "subscription", subscriptionResource.complete(&o.ep, false))
+	completeFlag(c, "topic", topicResource.complete(&o.ep, false))
+	return c
 }
 
 type benchOptions struct {
@@ -115,11 +108,11 @@ func runBench(ctx context.Context, env cliEnv, o benchOptions) error {
 		err        error
 	)
 	if o.subscription != "" {
-		if sub, err = resolveName("subscriptions", o.subscription, o.ep.project); err != nil {
+		if sub, err = o.ep.resolve("subscriptions", o.subscription); err != nil {
 			return err
 		}
 		if o.topic != "" {
-			if topic, err = resolveName("topics", o.topic, o.ep.project); err != nil {
+			if topic, err = o.ep.resolve("topics", o.topic); err != nil {
 				return err
 			}
 		}

@@ -3,19 +3,16 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"time"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 )
 
-func demoCommand() command {
-	return command{
-		name:    "demo",
-		summary: "the subscriber against a slow handler, on an embedded server",
-		usage: `Usage: pubsubflow demo [flags]
-
+func demoCommand() *cobra.Command {
+	s := demoScenario()
+	c := newCommand("demo [flags]", "the subscriber against a slow handler, on an embedded server", `
 Needs no flags and no credentials. Starts an embedded Pub/Sub server
 (pubsubtest), publishes a backlog of --messages, and consumes it with a
 Subscriber whose handler takes --handler-delay on --parallelism workers.
@@ -26,18 +23,11 @@ handler asks for them lets what waits expire and be redelivered (see
 'pubsubflow bench --compare-naive'); the Subscriber leases every message on
 receipt, so it shows 0 redeliveries and 0 expirations. Live progress is a
 bar on a terminal and plain lines otherwise; the run ends with a table.
-Exit code 1 if anything was redelivered or expired.`,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			s := demoScenario()
-			s.register(fs)
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 0, "no arguments"); err != nil {
-					return err
-				}
-				return runDemo(ctx, env, s)
-			}
-		},
-	}
+Exit code 1 if anything was redelivered or expired.`, nArgs(0, "no arguments"), func(ctx context.Context, env cliEnv, _ []string) error {
+		return runDemo(ctx, env, s)
+	})
+	s.register(c.Flags())
+	return c
 }
 
 func runDemo(ctx context.Context, env cliEnv, s scenario) error {

@@ -3,23 +3,28 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/connect"
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 // defaultCheckTimeout bounds the reachability check made before a command
 // starts its real work.
 const defaultCheckTimeout = 10 * time.Second
 
-// endpointFlags are the connection flags of tail, publish and bench.
+// endpointFlags are the connection flags: every resource command's (the
+// groups declare them once for their verbs), tail's, publish's and
+// bench's.
 type endpointFlags struct {
 	project  string
 	endpoint string
@@ -27,11 +32,57 @@ type endpointFlags struct {
 	check    time.Duration
 }
 
-func (e *endpointFlags) register(fs *flag.FlagSet) {
+func (e *endpointFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&e.project, "project", "", "project of short resource names (default $PUBSUB_PROJECT_ID or $GOOGLE_CLOUD_PROJECT)")
 	fs.StringVar(&e.endpoint, "endpoint", "", "host:port to connect to (default $PUBSUB_EMULATOR_HOST, else pubsub.googleapis.com:443)")
 	fs.BoolVar(&e.insecure, "insecure", false, "plaintext, no credentials, for --endpoint (implied by PUBSUB_EMULATOR_HOST)")
 	fs.DurationVar(&e.check, "connect-timeout", defaultCheckTimeout, "how long to wait for the endpoint to answer before giving up")
+}
+
+// projectEnv are the variables consulted, in order, for the project of a
+// short resource name when --project is not given.
+var projectEnv = []string{"PUBSUB_PROJECT_ID", "GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"}
+
+// projectID is --project, else the first of projectEnv set, else "".
+func (e *endpointFlags) projectID() string {
+	p := e.project
+	for _, v := range projectEnv {
+		if p != "" {
+			break
+		}
+		p = os.Getenv(v)
+	}
+	return p
+}
+
+// resolve returns the full name of a resource of kind ("topics",
+// "subscriptions", "snapshots") given as "projects/P/KIND/ID", or as "ID"
+// with the project from --project or the environment. A bad name is a
+// usage error.
+func (e *endpointFlags) resolve(kind, name string) (string, error) {
+	singular := strings.TrimSuffix(kind, "s")
+	project, id := e.projectID(), name
+	if strings.HasPrefix(name, "projects/") {
+		parts := strings.Split(name, "/")
+		if len(parts) != 4 || parts[2] != kind {
+			return "", usagef("%s %q: want projects/PROJECT/%s/ID", singular, name, kind)
+		}
+		project, id = parts[1], parts[3]
+	} else if strings.Contains(name, "/") {
+		return "", usagef("%s %q: want projects/PROJECT/%s/ID or a bare ID", singular, name, kind)
+	} else if project == "" {
+		return "", usagef("%s %q is not a full name and no project is set: give projects/PROJECT/%s/%s, --project, or $%s",
+			singular, name, kind, name, projectEnv[0])
+	}
+	// The service's name rules (internal/limits, the one validator the
+	// library uses too).
+	if limits.CheckProjectID(project) != nil {
+		return "", usagef("%s %q: bad project id %q (%s)", singular, name, project, limits.ProjectIDRule)
+	}
+	if limits.CheckResourceID(kind, id) != nil {
+		return "", usagef("%s %q: bad id %q (%s)", singular, name, id, limits.ResourceIDRule)
+	}
+	return "projects/" + project + "/" + kind + "/" + id, nil
 }
 
 // describe names the endpoint for error messages.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -11,17 +10,15 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
-func emulatorCommand() command {
-	return command{
-		name:    "emulator",
-		summary: "run pubsubtest as a standalone Pub/Sub emulator",
-		usage: `Usage: pubsubflow emulator [flags]
-
+func emulatorCommand() *cobra.Command {
+	o := emulatorOptions{killCode: codes.Unavailable}
+	c := newCommand("emulator [flags]", "run pubsubtest as a standalone Pub/Sub emulator", `
 Serves the Pub/Sub gRPC API (Publisher and Subscriber services) from the
 strict in-process server pubsubtest, for any language's official client:
 
@@ -37,38 +34,32 @@ service, it sets a message's delivery attempt only on subscriptions with a
 dead-letter policy. Faults can be injected: streams killed every
 --kill-streams-every with --kill-code; a method's next N calls failed
 (--fail Acknowledge=3:UNAVAILABLE); a method delayed (--latency
-Publish=200ms).`,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			o := emulatorOptions{killCode: codes.Unavailable}
-			fs.StringVar(&o.addr, "addr", "127.0.0.1:8085", "TCP address to listen on (port 0: any free port)")
-			fs.DurationVar(&o.minAckDeadline, "min-ack-deadline", 10*time.Second, "smallest ack deadline accepted (the real service: 10s)")
-			fs.IntVar(&o.perResponse, "max-messages-per-response", 100, "messages per StreamingPull response at most")
-			fs.Int64Var(&o.maxBacklogBytes, "max-backlog-bytes", defaultMaxBacklogBytes, "bound on the bytes of messages held; Publish fails with RESOURCE_EXHAUSTED past it (0: no bound)")
-			fs.DurationVar(&o.statsEvery, "stats-every", time.Minute, "interval of the counter lines (0: none)")
-			fs.DurationVar(&o.killEvery, "kill-streams-every", 0, "end every open StreamingPull stream this often (0: never)")
-			fs.Func("kill-code", "status code of killed streams (default UNAVAILABLE)", func(s string) error {
-				c, err := parseCode(s)
-				o.killCode = c
-				return err
-			})
-			fs.Func("fail", "METHOD=N[:CODE]: fail METHOD's next N calls with CODE (default UNAVAILABLE); repeatable", func(s string) error {
-				f, err := parseFail(s)
-				o.fails = append(o.fails, f)
-				return err
-			})
-			fs.Func("latency", "METHOD=DURATION: delay every call of METHOD; repeatable", func(s string) error {
-				l, err := parseLatency(s)
-				o.latencies = append(o.latencies, l)
-				return err
-			})
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 0, "no arguments"); err != nil {
-					return err
-				}
-				return runEmulator(ctx, env, o)
-			}
-		},
-	}
+Publish=200ms).`, nArgs(0, "no arguments"), func(ctx context.Context, env cliEnv, _ []string) error {
+		return runEmulator(ctx, env, o)
+	})
+	fs := c.Flags()
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8085", "TCP address to listen on (port 0: any free port)")
+	fs.DurationVar(&o.minAckDeadline, "min-ack-deadline", 10*time.Second, "smallest ack deadline accepted (the real service: 10s)")
+	fs.IntVar(&o.perResponse, "max-messages-per-response", 100, "messages per StreamingPull response at most")
+	fs.Int64Var(&o.maxBacklogBytes, "max-backlog-bytes", defaultMaxBacklogBytes, "bound on the bytes of messages held; Publish fails with RESOURCE_EXHAUSTED past it (0: no bound)")
+	fs.DurationVar(&o.statsEvery, "stats-every", time.Minute, "interval of the counter lines (0: none)")
+	fs.DurationVar(&o.killEvery, "kill-streams-every", 0, "end every open StreamingPull stream this often (0: never)")
+	fs.Func("kill-code", "status code of killed streams (default UNAVAILABLE)", func(s string) error {
+		code, err := parseCode(s)
+		o.killCode = code
+		return err
+	})
+	fs.Func("fail", "METHOD=N[:CODE]: fail METHOD's next N calls with CODE (default UNAVAILABLE); repeatable", func(s string) error {
+		f, err := parseFail(s)
+		o.fails = append(o.fails, f)
+		return err
+	})
+	fs.Func("latency", "METHOD=DURATION: delay every call of METHOD; repeatable", func(s string) error {
+		l, err := parseLatency(s)
+		o.latencies = append(o.latencies, l)
+		return err
+	})
+	return c
 }
 
 // defaultMaxBacklogBytes is the emulator's default memory bound for

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"time"
 
+	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
@@ -59,7 +59,7 @@ func demoScenario() scenario {
 	}
 }
 
-func (s *scenario) register(fs *flag.FlagSet) {
+func (s *scenario) register(fs *pflag.FlagSet) {
 	fs.IntVar(&s.messages, "messages", s.messages, "messages to publish and consume")
 	fs.IntVar(&s.size, "message-size", s.size, "payload bytes per message")
 	fs.IntVar(&s.parallelism, "parallelism", s.parallelism, "handler workers")

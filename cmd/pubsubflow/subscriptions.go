@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -21,17 +22,19 @@ const (
 	defaultMaxBackoff = 600 * time.Second
 )
 
-func subscriptionsGroup() commandGroup {
-	return commandGroup{
-		name:    "subscriptions",
-		summary: "create, get, list, delete or seek subscriptions",
-		usage: `Usage: pubsubflow subscriptions COMMAND [flags] [SUBSCRIPTION]
-
+func subscriptionsCommand() *cobra.Command {
+	o := new(adminOptions)
+	return adminGroup(o, "subscriptions COMMAND [flags] [SUBSCRIPTION]", "create, get, list, delete or seek subscriptions", `
 Manages subscriptions over the Pub/Sub API, on pubsubflow emulator, Google's
 emulator or Pub/Sub itself.`,
-		verbs: []command{subscriptionsCreateCommand(), subscriptionsGetCommand(), subscriptionsListCommand(),
-			subscriptionsDeleteCommand(), subscriptionsSeekCommand()},
-	}
+		subscriptionsCreateCommand(o),
+		getCommand(o, subscriptionResource, "print a subscription", "Prints SUBSCRIPTION's settings."),
+		listCommand(o, subscriptionResource, "list a project's subscriptions", `
+Lists the subscriptions of the project (--project, else $PUBSUB_PROJECT_ID)
+with their topic, ack deadline and the settings beyond the defaults.`),
+		deleteCommand(o, subscriptionResource, "delete a subscription",
+			"Deletes SUBSCRIPTION and the messages it kept; its open streams end."),
+		subscriptionsSeekCommand(o))
 }
 
 // subscriptionFlags are the settings of subscriptions create.
@@ -50,7 +53,7 @@ type subscriptionFlags struct {
 	maxAttemptsSet bool
 }
 
-func (s *subscriptionFlags) register(fs *flag.FlagSet) {
+func (s *subscriptionFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&s.topic, "topic", "", "the `topic` to subscribe to (required)")
 	fs.Var(&s.ackDeadline, "ack-deadline", "how long a delivered message waits for its ack before it is redelivered: a `duration` of 10s–600s in whole seconds (pubsubflow emulator --min-ack-deadline can allow less; default: the service's, 10s)")
 	fs.BoolVar(&s.ordering, "ordering", false, "deliver messages with the same ordering key in publish order, one at a time")
@@ -73,7 +76,7 @@ func (s *subscriptionFlags) build(o *adminOptions, name string) (*pubsubpb.Subsc
 	if s.topic == "" {
 		return nil, usagef("missing --topic: the topic to subscribe to")
 	}
-	topic, err := o.resolve("topics", s.topic)
+	topic, err := o.ep.resolve("topics", s.topic)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +100,7 @@ func (s *subscriptionFlags) build(o *adminOptions, name string) (*pubsubpb.Subsc
 	}
 	switch {
 	case s.deadLetter != "":
-		dl, err := o.resolve("topics", s.deadLetter)
+		dl, err := o.ep.resolve("topics", s.deadLetter)
 		if err != nil {
 			return nil, err
 		}
@@ -146,132 +149,99 @@ func (s *subscriptionFlags) build(o *adminOptions, name string) (*pubsubpb.Subsc
 	return sub, nil
 }
 
-func subscriptionsCreateCommand() command {
-	return command{
-		name:    "subscriptions create",
-		summary: "create a subscription",
-		usage: `Usage: pubsubflow subscriptions create [flags] SUBSCRIPTION --topic TOPIC
-
+func subscriptionsCreateCommand(o *adminOptions) *cobra.Command {
+	var s subscriptionFlags
+	c := adminCommand(o, "create [flags] SUBSCRIPTION --topic TOPIC", "create a subscription", `
 Creates SUBSCRIPTION on TOPIC and prints it. It receives the messages
 published after it was created. A subscription that exists already, or a
 topic or dead-letter topic that does not, is an error (exit 1).
 
 A dead-letter topic takes the messages that failed --max-delivery-attempts
 times: give it a subscription of its own before messages fail, since a topic
-with no subscription drops what it receives.` + adminUsageTail,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			var o adminOptions
-			o.register(fs)
-			var s subscriptionFlags
-			s.register(fs)
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				name, err := o.one(args, "subscriptions", "SUBSCRIPTION")
-				if err != nil {
-					return err
-				}
-				req, err := s.build(&o, name)
-				if err != nil {
-					return err
-				}
-				return o.connected(ctx, env, func(a *adminClient) error {
-					sub, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Subscription, error) {
-						return a.sub.CreateSubscription(ctx, req)
-					})
-					if err != nil {
-						// NOT_FOUND here is about the topic or the dead-letter
-						// topic; the service's message names which.
-						return a.failedCreate("creating subscription "+name, "subscription "+name, err)
-					}
-					return a.printSubscription(sub)
-				})
+with no subscription drops what it receives.`, nArgs(1, "SUBSCRIPTION"), func(ctx context.Context, env cliEnv, args []string) error {
+		name, err := o.ep.resolve("subscriptions", args[0])
+		if err != nil {
+			return err
+		}
+		req, err := s.build(o, name)
+		if err != nil {
+			return err
+		}
+		return o.connected(ctx, env, func(a *adminClient) error {
+			sub, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Subscription, error) {
+				return a.sub.CreateSubscription(ctx, req)
+			})
+			if err != nil {
+				// NOT_FOUND here is about the topic or the dead-letter
+				// topic; the service's message names which.
+				return a.failedCreate("creating subscription "+name, "subscription "+name, err)
 			}
-		},
-	}
+			return a.printSubscription(sub)
+		})
+	})
+	s.register(c.Flags())
+	completeFlag(c, "topic", topicResource.complete(&o.ep, false))
+	completeFlag(c, "dead-letter-topic", topicResource.complete(&o.ep, false))
+	return c
 }
 
-func subscriptionsGetCommand() command {
-	return getCommand(subscriptionResource, "print a subscription", `Usage: pubsubflow subscriptions get [flags] SUBSCRIPTION
-
-Prints SUBSCRIPTION's settings.`)
-}
-
-func subscriptionsListCommand() command {
-	return listCommand(subscriptionResource, "list a project's subscriptions", `Usage: pubsubflow subscriptions list [flags]
-
-Lists the subscriptions of the project (--project, else $PUBSUB_PROJECT_ID)
-with their topic, ack deadline and the settings beyond the defaults.`)
-}
-
-func subscriptionsDeleteCommand() command {
-	return deleteCommand(subscriptionResource, "delete a subscription", `Usage: pubsubflow subscriptions delete [flags] SUBSCRIPTION
-
-Deletes SUBSCRIPTION and the messages it kept; its open streams end.`)
-}
-
-func subscriptionsSeekCommand() command {
-	return command{
-		name:    "subscriptions seek",
-		summary: "replay or skip messages: seek to a time or a snapshot",
-		usage: `Usage: pubsubflow subscriptions seek [flags] SUBSCRIPTION (--time T | --snapshot S)
-
+func subscriptionsSeekCommand(o *adminOptions) *cobra.Command {
+	var at, snapshot string
+	c := adminCommand(o, "seek [flags] SUBSCRIPTION (--time T | --snapshot S)", "replay or skip messages: seek to a time or a snapshot", `
 With --time, messages published before T count as acked and those published
 after it as unacked: an earlier time replays the acked messages the
 subscription kept (--retain-acked, or the topic's --retention), and
 "--time now" skips the whole backlog. With --snapshot, the subscription's
-acks become those of the snapshot (see pubsubflow snapshots create).` + adminUsageTail,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			var o adminOptions
-			o.register(fs)
-			var at, snapshot string
-			fs.StringVar(&at, "time", "", `seek to this time: RFC 3339 (2026-01-02T15:04:05Z), "now", or a duration ago ("-1h")`)
-			fs.StringVar(&snapshot, "snapshot", "", "seek to this snapshot (of the subscription's topic)")
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				name, err := o.one(args, "subscriptions", "SUBSCRIPTION")
-				if err != nil {
-					return err
-				}
-				req := &pubsubpb.SeekRequest{Subscription: name}
-				result := map[string]string{"subscription": name}
-				switch {
-				case (at == "") == (snapshot == ""):
-					return usagef("want one of --time or --snapshot")
-				case at != "":
-					t, err := parseSeekTime(at, time.Now())
-					if err != nil {
-						return err
-					}
-					req.Target = &pubsubpb.SeekRequest_Time{Time: timestamppb.New(t)}
-					result["time"] = t.UTC().Format(time.RFC3339Nano)
-				default:
-					snap, err := o.resolve("snapshots", snapshot)
-					if err != nil {
-						return err
-					}
-					req.Target = &pubsubpb.SeekRequest_Snapshot{Snapshot: snap}
-					result["snapshot"] = snap
-				}
-				return o.connected(ctx, env, func(a *adminClient) error {
-					if err := a.call(ctx, func(ctx context.Context) error {
-						_, err := a.sub.Seek(ctx, req)
-						return err
-					}); err != nil {
-						return a.failed("seeking subscription "+name, "", err)
-					}
-					if a.json {
-						return a.printJSONValue(result)
-					}
-					var t table
-					t.row("subscription", name)
-					if req.GetSnapshot() != "" {
-						t.row("sought to snapshot", req.GetSnapshot())
-					} else {
-						t.row("sought to time", result["time"])
-					}
-					return t.write(a.out)
-				})
+acks become those of the snapshot (see pubsubflow snapshots create).`, nArgs(1, "SUBSCRIPTION"), func(ctx context.Context, env cliEnv, args []string) error {
+		name, err := o.ep.resolve("subscriptions", args[0])
+		if err != nil {
+			return err
+		}
+		req := &pubsubpb.SeekRequest{Subscription: name}
+		result := map[string]string{"subscription": name}
+		switch {
+		case (at == "") == (snapshot == ""):
+			return usagef("want one of --time or --snapshot")
+		case at != "":
+			t, err := parseSeekTime(at, time.Now())
+			if err != nil {
+				return err
 			}
-		},
-	}
+			req.Target = &pubsubpb.SeekRequest_Time{Time: timestamppb.New(t)}
+			result["time"] = t.UTC().Format(time.RFC3339Nano)
+		default:
+			snap, err := o.ep.resolve("snapshots", snapshot)
+			if err != nil {
+				return err
+			}
+			req.Target = &pubsubpb.SeekRequest_Snapshot{Snapshot: snap}
+			result["snapshot"] = snap
+		}
+		return o.connected(ctx, env, func(a *adminClient) error {
+			if err := a.call(ctx, func(ctx context.Context) error {
+				_, err := a.sub.Seek(ctx, req)
+				return err
+			}); err != nil {
+				return a.failed("seeking subscription "+name, "", err)
+			}
+			if a.json {
+				return a.printJSONValue(result)
+			}
+			var t table
+			t.row("subscription", name)
+			if req.GetSnapshot() != "" {
+				t.row("sought to snapshot", req.GetSnapshot())
+			} else {
+				t.row("sought to time", result["time"])
+			}
+			return t.write(a.out)
+		})
+	})
+	c.Flags().StringVar(&at, "time", "", `seek to this time: RFC 3339 (2026-01-02T15:04:05Z), "now", or a duration ago ("-1h")`)
+	c.Flags().StringVar(&snapshot, "snapshot", "", "seek to this snapshot (of the subscription's topic)")
+	c.ValidArgsFunction = subscriptionResource.complete(&o.ep, true)
+	completeFlag(c, "snapshot", snapshotResource.complete(&o.ep, false))
+	return c
 }
 
 // parseIntFlag reads an integer flag value.

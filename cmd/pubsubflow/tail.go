@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/spf13/cobra"
 
 	"github.com/pubsubflow/pubsubflow"
 	"github.com/pubsubflow/pubsubflow/pipeline"
@@ -22,12 +22,9 @@ import (
 // printed to settle.
 const tailDrain = 5 * time.Second
 
-func tailCommand() command {
-	return command{
-		name:    "tail",
-		summary: "print a subscription's messages as JSON lines",
-		usage: `Usage: pubsubflow tail [flags] SUBSCRIPTION
-
+func tailCommand() *cobra.Command {
+	var o tailOptions
+	c := newCommand("tail [flags] SUBSCRIPTION", "print a subscription's messages as JSON lines", `
 Receives from SUBSCRIPTION (projects/P/subscriptions/S, or S with --project)
 and prints one JSON object per message: id, publish_time, attributes,
 ordering_key, delivery_attempt, and data as text (valid UTF-8) or
@@ -37,26 +34,21 @@ subscription keeps them; with --ack each is acked once printed; with --nack
 each is nacked once printed, so the subscription redelivers it (each nack
 is a failed delivery: after a subscription's --max-delivery-attempts the
 message goes to its dead-letter topic).
-It stops after --max messages, after --timeout, or on SIGINT/SIGTERM.`,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			var o tailOptions
-			o.ep.register(fs)
-			fs.BoolVar(&o.ack, "ack", false, "ack each message once printed (default: nack them all when tail stops)")
-			fs.BoolVar(&o.nack, "nack", false, "nack each message once printed: it is redelivered, and counts as a failed delivery")
-			fs.IntVar(&o.max, "max", 0, "stop after this many messages (0: no limit)")
-			fs.DurationVar(&o.timeout, "timeout", 0, "stop after this long (0: no limit)")
-			fs.BoolVar(&o.base64, "base64", false, "always print data as data_base64")
-			fs.Int64Var(&o.maxOutstanding, "max-outstanding", 1000, "messages held at once (without --ack, the most tail shows)")
-			fs.DurationVar(&o.reconnectTimeout, "reconnect-timeout", 2*time.Minute, // SubscriberConfig.ReconnectTimeout's default
-				"fail when no stream has succeeded for this long (an unreachable endpoint); 0: retry until stopped")
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 1, "SUBSCRIPTION"); err != nil {
-					return err
-				}
-				return runTail(ctx, env, args[0], o)
-			}
-		},
-	}
+It stops after --max messages, after --timeout, or on SIGINT/SIGTERM.`, nArgs(1, "SUBSCRIPTION"), func(ctx context.Context, env cliEnv, args []string) error {
+		return runTail(ctx, env, args[0], o)
+	})
+	fs := c.Flags()
+	o.ep.register(fs)
+	fs.BoolVar(&o.ack, "ack", false, "ack each message once printed (default: nack them all when tail stops)")
+	fs.BoolVar(&o.nack, "nack", false, "nack each message once printed: it is redelivered, and counts as a failed delivery")
+	fs.IntVar(&o.max, "max", 0, "stop after this many messages (0: no limit)")
+	fs.DurationVar(&o.timeout, "timeout", 0, "stop after this long (0: no limit)")
+	fs.BoolVar(&o.base64, "base64", false, "always print data as data_base64")
+	fs.Int64Var(&o.maxOutstanding, "max-outstanding", 1000, "messages held at once (without --ack, the most tail shows)")
+	fs.DurationVar(&o.reconnectTimeout, "reconnect-timeout", 2*time.Minute, // SubscriberConfig.ReconnectTimeout's default
+		"fail when no stream has succeeded for this long (an unreachable endpoint); 0: retry until stopped")
+	c.ValidArgsFunction = subscriptionResource.complete(&o.ep, true)
+	return c
 }
 
 type tailOptions struct {
@@ -90,7 +82,7 @@ func runTail(ctx context.Context, env cliEnv, name string, o tailOptions) error 
 	if err := o.validate(); err != nil {
 		return err
 	}
-	sub, err := resolveName("subscriptions", name, o.ep.project)
+	sub, err := o.ep.resolve("subscriptions", name)
 	if err != nil {
 		return err
 	}
