@@ -40,7 +40,7 @@ type resource[M apiResource] struct {
 // which share o, and its connection flags.
 func adminGroup(o *adminOptions, use, short, long string, verbs ...*cobra.Command) *cobra.Command {
 	g := &cobra.Command{Use: use, Short: short, Long: strings.TrimSpace(long), GroupID: groupAdmin,
-		Args: subcommandArgs, RunE: missingCommand, SuggestionsMinimumDistance: 2}
+		Args: subcommandArgs, RunE: missingCommand}
 	o.ep.register(g.PersistentFlags())
 	g.AddCommand(verbs...)
 	return g

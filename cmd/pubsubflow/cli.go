@@ -95,11 +95,10 @@ publish finished; tail and emulator stop with 0 on Ctrl-C.
 a completion script for bash, zsh, fish or powershell.
 
 ` + strings.TrimSpace(limitsHelp()),
-		Args:                       subcommandArgs,
-		RunE:                       missingCommand,
-		SilenceErrors:              true,
-		SilenceUsage:               true,
-		SuggestionsMinimumDistance: 2,
+		Args:          subcommandArgs,
+		RunE:          missingCommand,
+		SilenceErrors: true,
+		SilenceUsage:  true,
 	}
 	root.SetIn(env.stdin)
 	root.SetOut(env.stdout)
@@ -162,11 +161,13 @@ func subcommandArgs(c *cobra.Command, args []string) error {
 	if len(args) == 0 || (c.HasParent() && args[0] == "help") {
 		return nil
 	}
-	msg := fmt.Sprintf("unknown command %q", args[0])
-	if s := c.SuggestionsFor(args[0]); len(s) > 0 {
-		msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+	var names []string
+	for _, s := range c.Commands() {
+		if s.IsAvailableCommand() {
+			names = append(names, s.Name())
+		}
 	}
-	return &usageError{msg}
+	return &usageError{fmt.Sprintf("unknown command %q", args[0]) + didYouMean(args[0], names)}
 }
 
 // missingCommand runs a command that has subcommands: with none it is bad
@@ -206,11 +207,9 @@ func writeHelp(w io.Writer, c *cobra.Command) {
 	if c.Long != "" {
 		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(c.Long))
 	}
-	if fs := c.LocalFlags(); fs.HasAvailableFlags() {
-		fmt.Fprintf(w, "\nFlags:\n%s", fs.FlagUsagesWrapped(100))
-	}
-	if fs := c.InheritedFlags(); fs.HasAvailableFlags() {
-		fmt.Fprintf(w, "\nConnection flags (every %s command):\n%s", c.Parent().Name(), fs.FlagUsagesWrapped(100))
+	c.InheritedFlags() // merges the connection flags of a resource group into c.Flags()
+	if c.HasAvailableFlags() {
+		fmt.Fprintf(w, "\nFlags:\n%s", c.Flags().FlagUsagesWrapped(100))
 	}
 	if c.HasAvailableSubCommands() {
 		fmt.Fprintf(w, "\nRun '%s COMMAND --help' for a command's flags.\n", c.CommandPath())
@@ -223,43 +222,51 @@ func flagError(c *cobra.Command, err error) error {
 	var (
 		unknown *pflag.NotExistError
 		invalid *pflag.InvalidValueError
+		num     *strconv.NumError
 	)
 	switch {
 	case errors.As(err, &unknown):
-		typed, msg := unknown.GetSpecifiedName(), "flag provided but not defined: --"+unknown.GetSpecifiedName()
+		typed, dashes := unknown.GetSpecifiedName(), "--"
 		if s := unknown.GetSpecifiedShortnames(); s != "" {
-			typed, msg = s, "flag provided but not defined: -"+s // "-max", taken for shorthands
+			typed, dashes = s, "-" // "-max", taken for shorthands
 		}
-		var near []string // the flags nearest to what was typed, a prefix counting as 1
-		best := 2
-		c.Flags().VisitAll(func(f *pflag.Flag) {
-			d := distance(typed, f.Name)
-			if len(typed) >= 3 && strings.HasPrefix(f.Name, typed) {
-				d = min(d, 1)
-			}
-			if f.Hidden || d > best {
-				return
-			}
-			if d < best {
-				best, near = d, nil
-			}
-			near = append(near, "--"+f.Name)
-		})
-		if len(near) > 0 {
-			msg += "\n\nDid you mean this?\n\t" + strings.Join(near, "\n\t")
-		}
-		return &usageError{msg}
+		var names []string
+		c.Flags().VisitAll(func(f *pflag.Flag) { names = append(names, "--"+f.Name) })
+		return &usageError{"flag provided but not defined: " + dashes + typed + didYouMean("--"+typed, names)}
 	case errors.As(err, &invalid):
-		f, cause := invalid.GetFlag(), errors.Unwrap(invalid)
-		if ne := (*strconv.NumError)(nil); errors.As(cause, &ne) {
-			cause = ne.Err
+		f, kind, cause := invalid.GetFlag(), "value", errors.Unwrap(invalid)
+		switch {
+		case f.Value.Type() == "bool":
+			kind, cause = "boolean value", errors.New("want true or false")
+		case errors.As(cause, &num) && errors.Is(num.Err, strconv.ErrSyntax):
+			cause = errors.New("want an integer")
 		}
-		if f.Value.Type() == "bool" {
-			return usagef("invalid boolean value %q for --%s: %v", invalid.GetValue(), f.Name, cause)
-		}
-		return usagef("invalid value %q for flag --%s: %v", invalid.GetValue(), f.Name, cause)
+		return usagef("invalid %s %q for flag --%s: %v", kind, invalid.GetValue(), f.Name, cause)
 	}
 	return &usageError{err.Error()}
+}
+
+// didYouMean lists the names nearest to what was typed (by edit distance,
+// at most 2; a name that begins with it counting as 1), or is "".
+func didYouMean(typed string, names []string) string {
+	var near []string
+	best := 2
+	for _, n := range names {
+		d := distance(typed, n)
+		if strings.HasPrefix(n, typed) {
+			d = min(d, 1)
+		}
+		if d < best {
+			best, near = d, nil
+		}
+		if d == best {
+			near = append(near, n)
+		}
+	}
+	if len(near) == 0 {
+		return ""
+	}
+	return "\n\nDid you mean this?\n\t" + strings.Join(near, "\n\t")
 }
 
 // distance is the edit distance between a and b (insertions, deletions

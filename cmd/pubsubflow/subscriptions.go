@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -50,7 +48,7 @@ type subscriptionFlags struct {
 	filter         string
 	retainAcked    bool
 	retention      durationValue
-	maxAttemptsSet bool
+	maxAttemptsSet bool // --max-delivery-attempts given
 }
 
 func (s *subscriptionFlags) register(fs *pflag.FlagSet) {
@@ -59,11 +57,7 @@ func (s *subscriptionFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&s.ordering, "ordering", false, "deliver messages with the same ordering key in publish order, one at a time")
 	fs.BoolVar(&s.exactlyOnce, "exactly-once", false, "exactly-once delivery: an acked message is not redelivered, and acks are confirmed")
 	fs.StringVar(&s.deadLetter, "dead-letter-topic", "", "the `topic` to publish a message to after --max-delivery-attempts failed deliveries (nacks or expired deadlines), and ack it; on Pub/Sub, the project's Pub/Sub service account must be allowed to publish to it and to ack on this subscription")
-	fs.Func("max-delivery-attempts", "the `number` of deliveries of a message before it goes to the dead-letter topic, 5–100 (default 5; needs --dead-letter-topic)", func(v string) error {
-		n, err := parseIntFlag(v)
-		s.maxAttempts, s.maxAttemptsSet = n, true
-		return err
-	})
+	fs.IntVar(&s.maxAttempts, "max-delivery-attempts", defaultDeliveryAttempts, "the `number` of deliveries of a message before it goes to the dead-letter topic, 5–100 (needs --dead-letter-topic)")
 	fs.Var(&s.minBackoff, "min-backoff", "after a nack or an expired deadline, wait at least this `duration` before redelivering, 0s–600s; the wait doubles per attempt up to --max-backoff (default: redeliver at once; with only --max-backoff, 10s)")
 	fs.Var(&s.maxBackoff, "max-backoff", "the longest wait before a redelivery, a `duration` of 0s–600s (default with --min-backoff: 10m)")
 	fs.StringVar(&s.filter, "filter", "", `deliver only messages whose attributes match, e.g. 'attributes.kind = "order" AND NOT attributes:test' (at most 256 bytes; fixed once created). Messages that do not match are acked without delivery`)
@@ -104,10 +98,7 @@ func (s *subscriptionFlags) build(o *adminOptions, name string) (*pubsubpb.Subsc
 		if err != nil {
 			return nil, err
 		}
-		n := defaultDeliveryAttempts
-		if s.maxAttemptsSet {
-			n = s.maxAttempts
-		}
+		n := s.maxAttempts
 		if n < minDeliveryAttempts || n > maxDeliveryAttempts {
 			return nil, usagef("--max-delivery-attempts %d: want %d–%d", n, minDeliveryAttempts, maxDeliveryAttempts)
 		}
@@ -151,7 +142,8 @@ func (s *subscriptionFlags) build(o *adminOptions, name string) (*pubsubpb.Subsc
 
 func subscriptionsCreateCommand(o *adminOptions) *cobra.Command {
 	var s subscriptionFlags
-	c := adminCommand(o, "create [flags] SUBSCRIPTION --topic TOPIC", "create a subscription", `
+	var c *cobra.Command
+	c = adminCommand(o, "create [flags] SUBSCRIPTION --topic TOPIC", "create a subscription", `
 Creates SUBSCRIPTION on TOPIC and prints it. It receives the messages
 published after it was created. A subscription that exists already, or a
 topic or dead-letter topic that does not, is an error (exit 1).
@@ -163,6 +155,7 @@ with no subscription drops what it receives.`, nArgs(1, "SUBSCRIPTION"), func(ct
 		if err != nil {
 			return err
 		}
+		s.maxAttemptsSet = c.Flags().Changed("max-delivery-attempts")
 		req, err := s.build(o, name)
 		if err != nil {
 			return err
@@ -242,15 +235,6 @@ acks become those of the snapshot (see pubsubflow snapshots create).`, nArgs(1, 
 	c.ValidArgsFunction = subscriptionResource.complete(&o.ep, true)
 	completeFlag(c, "snapshot", snapshotResource.complete(&o.ep, false))
 	return c
-}
-
-// parseIntFlag reads an integer flag value.
-func parseIntFlag(v string) (int, error) {
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, fmt.Errorf("%q: want an integer", v)
-	}
-	return n, nil
 }
 
 // parseSeekTime reads --time: RFC 3339, "now", or "-DURATION" before now.
