@@ -106,6 +106,8 @@ a completion script for bash, zsh, fish or powershell.
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetHelpFunc(func(c *cobra.Command, _ []string) { writeHelp(c.OutOrStdout(), c) })
 	root.SetFlagErrorFunc(flagError)
+	root.SetHelpCommand(&cobra.Command{Use: "help [COMMAND]", Short: "help about any command",
+		RunE: func(_ *cobra.Command, args []string) error { return help(root, args) }})
 	root.AddGroup(&cobra.Group{ID: groupRun, Title: "Commands:"},
 		&cobra.Group{ID: groupAdmin, Title: "Managing resources (connect like tail and publish):"})
 	root.SetCompletionCommandGroupID(groupRun)
@@ -170,13 +172,22 @@ func subcommandArgs(c *cobra.Command, args []string) error {
 	return &usageError{fmt.Sprintf("unknown command %q", args[0]) + didYouMean(args[0], names)}
 }
 
+// help prints the help of the command that args name below c: "pubsubflow
+// help topics create", "pubsubflow topics help create".
+func help(c *cobra.Command, args []string) error {
+	c, rest, _ := c.Find(args)
+	if err := subcommandArgs(c, rest); err != nil {
+		return err
+	}
+	c.InitDefaultHelpFlag()
+	return c.Help()
+}
+
 // missingCommand runs a command that has subcommands: with none it is bad
 // usage and prints the help on stderr.
 func missingCommand(c *cobra.Command, args []string) error {
 	if len(args) > 0 { // "GROUP help [VERB]"
-		verb, _, _ := c.Find(args[1:])
-		verb.InitDefaultHelpFlag()
-		return verb.Help()
+		return help(c, args[1:])
 	}
 	if c.HasParent() {
 		fmt.Fprintf(c.ErrOrStderr(), "%s: missing command\n\n", c.CommandPath())
