@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"strings"
@@ -30,14 +29,8 @@ func TestCompletionScripts(t *testing.T) {
 // pubsubflow emulator (bare ids, or full names once "projects/" is
 // typed); an unreachable server completes nothing, at once.
 func TestCompleteNames(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"emulator", "--addr", "127.0.0.1:0", "--stats-every", "0"}, strings.NewReader(""), &out, &out)
-	}()
-	t.Setenv("PUBSUB_EMULATOR_HOST", waitListening(t, &out, func() bool { return len(done) > 0 }))
+	addr, out, stop := startEmulator(t)
+	t.Setenv("PUBSUB_EMULATOR_HOST", addr)
 	t.Setenv("PUBSUB_PROJECT_ID", "comp-project")
 	for _, args := range [][]string{{"topics", "create", "orders"}, {"subscriptions", "create", "orders-sub", "--topic", "orders"},
 		{"subscriptions", "create", "audit-sub", "--topic", "orders"}, {"snapshots", "create", "snap-a", "--subscription", "audit-sub"}} {
@@ -65,8 +58,7 @@ func TestCompleteNames(t *testing.T) {
 			t.Errorf("completing %q: exit %d, stdout %q (stderr %q); want %q", c.args, code, stdout, stderr, c.want+":4\n")
 		}
 	}
-	cancel()
-	if code := <-done; code != exitOK {
+	if code := stop(); code != exitOK {
 		t.Fatalf("emulator exit %d:\n%s", code, out.String())
 	}
 }
