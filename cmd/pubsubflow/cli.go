@@ -115,9 +115,10 @@ a completion script for bash, zsh, fish or powershell.
 		topicsCommand(), subscriptionsCommand(), snapshotsCommand(),
 		&cobra.Command{Use: "version", Hidden: true, Args: nArgs(0, "no arguments"),
 			Run: func(c *cobra.Command, _ []string) { fmt.Fprintln(c.OutOrStdout(), versionLine()) }})
-	root.InitDefaultCompletionCmd() // now, to word its summary as ours
+	root.InitDefaultCompletionCmd() // now, to make it a group like ours
 	if c, _, err := root.Find([]string{"completion"}); err == nil {
-		c.Short = "print a completion script for bash, zsh, fish or powershell"
+		c.Use, c.Short = "completion SHELL", "print a completion script for bash, zsh, fish or powershell"
+		c.Args, c.RunE = subcommandArgs, missingCommand
 	}
 	return root
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The bash completion script loads, and registers itself for pubsubflow;
@@ -27,7 +29,8 @@ func TestCompletionScripts(t *testing.T) {
 
 // Topic, subscription and snapshot names complete from a running
 // pubsubflow emulator (bare ids, or full names once "projects/" is
-// typed); an unreachable server completes nothing, at once.
+// typed); an unreachable server completes nothing, at once, and a silent
+// one nothing after completionTimeout.
 func TestCompleteNames(t *testing.T) {
 	addr, out, stop := startEmulator(t)
 	t.Setenv("PUBSUB_EMULATOR_HOST", addr)
@@ -58,6 +61,16 @@ func TestCompleteNames(t *testing.T) {
 			t.Errorf("completing %q: exit %d, stdout %q (stderr %q); want %q", c.args, code, stdout, stderr, c.want+":4\n")
 		}
 	}
+	silent, err := net.Listen("tcp", "127.0.0.1:0") // the kernel accepts; nobody answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	start := time.Now()
+	code, stdout, _ := cli(t, "", "__complete", "topics", "get", "--endpoint", silent.Addr().String(), "--insecure", "")
+	if el := time.Since(start); code != exitOK || stdout != ":4\n" || el > completionTimeout+3*time.Second {
+		t.Errorf("completing from a silent server: exit %d, stdout %q after %v", code, stdout, el)
+	}
 	if code := stop(); code != exitOK {
 		t.Fatalf("emulator exit %d:\n%s", code, out.String())
 	}
@@ -73,6 +86,7 @@ func TestSuggestions(t *testing.T) {
 		{[]string{"subscriptions", "gte"}, "Did you mean this?\n\tget\n"},
 		{[]string{"tail", "sub-a", "--nak"}, "Did you mean this?\n\t--nack\n"},
 		{[]string{"publish", "-ordering-key", "k", "top-a"}, "Did you mean this?\n\t--ordering-key\n"},
+		{[]string{"completion", "bsh"}, "Did you mean this?\n\tbash\n"},
 	} {
 		if code, stdout, stderr := cli(t, "", c.args...); code != exitUsage || !strings.Contains(stderr, c.want) || stdout != "" {
 			t.Errorf("%q: exit %d, stderr %q; want exit 2 and %q", c.args, code, stderr, c.want)
