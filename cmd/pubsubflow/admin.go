@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -90,19 +89,18 @@ func adminCall[T any](ctx context.Context, a *adminClient, rpc func(context.Cont
 	return v, err
 }
 
-// adminClient is one connection and the API clients over it.
+// adminClient is one connection, the API clients over it, and the flags
+// of the command that made it.
 type adminClient struct {
+	*adminOptions
 	conn *grpc.ClientConn
 	pub  pubsubpb.PublisherClient
 	sub  pubsubpb.SubscriberClient
-	ep   *endpointFlags
 	out  io.Writer
-	json bool
 }
 
-// connect checks the endpoint flags and dials; the caller closes the
-// client.
-func (o *adminOptions) connect(ctx context.Context, env cliEnv) (*adminClient, error) {
+// connect checks the endpoint flags and dials; the caller closes a.conn.
+func (o *adminOptions) connect(ctx context.Context, out io.Writer) (*adminClient, error) {
 	if err := o.ep.validate(); err != nil {
 		return nil, err
 	}
@@ -110,17 +108,9 @@ func (o *adminOptions) connect(ctx context.Context, env cliEnv) (*adminClient, e
 	if err != nil {
 		return nil, err
 	}
-	return &adminClient{
-		conn: conn,
-		pub:  pubsubpb.NewPublisherClient(conn),
-		sub:  pubsubpb.NewSubscriberClient(conn),
-		ep:   &o.ep,
-		out:  env.stdout,
-		json: o.json,
-	}, nil
+	return &adminClient{adminOptions: o, conn: conn, out: out,
+		pub: pubsubpb.NewPublisherClient(conn), sub: pubsubpb.NewSubscriberClient(conn)}, nil
 }
-
-func (a *adminClient) Close() error { return a.conn.Close() }
 
 // call runs one RPC with the --connect-timeout deadline. No retry: an
 // admin command is one step a person or a script repeats if it must, and
@@ -166,49 +156,19 @@ func (a *adminClient) failedCreate(action, created string, err error) error {
 	return a.failed(action, "", err)
 }
 
-// printJSON prints one resource as indented JSON.
-func (a *adminClient) printJSON(m proto.Message) error {
-	b, err := protojson.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("encoding %s: %w", m.ProtoReflect().Descriptor().Name(), err)
-	}
-	return writeIndented(a.out, b)
-}
+// apiJSON is a resource in the API's JSON (protojson), for printJSON.
+type apiJSON struct{ proto.Message }
 
-// printJSONList prints resources as one indented JSON array.
-func printJSONList[M proto.Message](w io.Writer, items []M) error {
-	raw := make([]json.RawMessage, 0, len(items))
-	for _, m := range items {
-		b, err := protojson.Marshal(m)
-		if err != nil {
-			return fmt.Errorf("encoding %s: %w", m.ProtoReflect().Descriptor().Name(), err)
-		}
-		raw = append(raw, b)
-	}
-	b, err := json.Marshal(raw)
-	if err != nil {
-		return err
-	}
-	return writeIndented(w, b)
-}
+func (m apiJSON) MarshalJSON() ([]byte, error) { return protojson.Marshal(m.Message) }
 
-// printJSONValue prints a plain value (the answer of delete and seek) as
-// indented JSON.
-func (a *adminClient) printJSONValue(v any) error {
-	b, err := json.Marshal(v)
+// printJSON prints v as indented JSON: an apiJSON, a list of them, or a
+// plain value (the answer of delete and seek).
+func (a *adminClient) printJSON(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return err
+		return fmt.Errorf("encoding JSON: %w", err)
 	}
-	return writeIndented(a.out, b)
-}
-
-func writeIndented(w io.Writer, compact []byte) error {
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, compact, "", "  "); err != nil {
-		return fmt.Errorf("formatting JSON: %w", err)
-	}
-	buf.WriteByte('\n')
-	_, err := w.Write(buf.Bytes())
+	_, err = fmt.Fprintf(a.out, "%s\n", b)
 	return err
 }
 

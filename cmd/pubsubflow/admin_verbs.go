@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -21,9 +22,9 @@ type apiResource interface {
 }
 
 // resource is one kind of resource the admin commands manage, with the
-// RPCs that read and delete it: get, list and delete are the same three
-// steps for every kind (check the arguments, connect, one call), written
-// once here.
+// RPCs that read and delete it and how it is printed: get, list and
+// delete are the same three steps for every kind (check the arguments,
+// connect, one call), written once here.
 type resource[M apiResource] struct {
 	kind string // the collection in names: "topics", "subscriptions", …
 	noun string // "topic"
@@ -32,8 +33,9 @@ type resource[M apiResource] struct {
 	list func(ctx context.Context, a *adminClient, project, token string) ([]M, string, error)
 	del  func(ctx context.Context, a *adminClient, name string) error
 
-	print func(a *adminClient, m M) error
-	table func(w io.Writer, project string, ms []M) error
+	fields func(f *fields, m M)            // one resource's rows
+	header []any                           // the columns of a list
+	row    func(project string, m M) []any // one resource in a list
 }
 
 // adminGroup is "pubsubflow KIND": the verbs of one kind of resource,
@@ -46,38 +48,64 @@ func adminGroup(o *adminOptions, use, short, long string, verbs ...*cobra.Comman
 	return g
 }
 
-// adminCommand is a verb of a resource group; run gets the positional
-// arguments, args checked.
-func adminCommand(o *adminOptions, use, short, long string, args cobra.PositionalArgs, run func(ctx context.Context, env cliEnv, args []string) error) *cobra.Command {
-	c := &cobra.Command{Use: use, Short: short, Long: strings.TrimSpace(long + adminUsageTail), Args: args, RunE: runs(run)}
+// adminRun is what a verb does on a fresh connection.
+type adminRun func(ctx context.Context, a *adminClient) error
+
+// adminCommand is a verb of a resource group: prepare checks the
+// positional arguments (args checked their number) and the flags before
+// anything is sent, so that a bad one is a usage error, and returns what
+// to do on a fresh connection.
+func adminCommand(o *adminOptions, use, short, long string, args cobra.PositionalArgs, prepare func(args []string) (adminRun, error)) *cobra.Command {
+	c := &cobra.Command{Use: use, Short: short, Long: strings.TrimSpace(long + adminUsageTail), Args: args,
+		RunE: runs(func(ctx context.Context, env cliEnv, args []string) error {
+			run, err := prepare(args)
+			if err != nil {
+				return err
+			}
+			a, err := o.connect(ctx, env.stdout)
+			if err != nil {
+				return err
+			}
+			defer a.conn.Close()
+			return run(ctx, a)
+		})}
 	c.Flags().BoolVar(&o.json, "json", false, "print JSON (the API's field names) instead of a table")
 	return c
 }
 
-// connected runs body on a fresh connection and closes it after.
-func (o *adminOptions) connected(ctx context.Context, env cliEnv, body func(a *adminClient) error) error {
-	a, err := o.connect(ctx, env)
-	if err != nil {
-		return err
+// nameCommand is a verb on one NAME of r's kind: prepare gets its full
+// name.
+func nameCommand[M apiResource](o *adminOptions, r resource[M], use, short, long string, prepare func(name string) (adminRun, error)) *cobra.Command {
+	return adminCommand(o, use, short, long, nArgs(1, r.arg), func(args []string) (adminRun, error) {
+		name, err := o.ep.resolve(r.kind, args[0])
+		if err != nil {
+			return nil, err
+		}
+		return prepare(name)
+	})
+}
+
+// show prints one resource: a table of its fields, or with --json the
+// API's JSON.
+func (r resource[M]) show(a *adminClient, m M) error {
+	if a.json {
+		return a.printJSON(apiJSON{m})
 	}
-	defer a.Close()
-	return body(a)
+	var f fields
+	r.fields(&f, m)
+	return f.t.write(a.out)
 }
 
 // getCommand is "KIND get NAME": it prints the resource.
 func getCommand[M apiResource](o *adminOptions, r resource[M], short, long string) *cobra.Command {
-	c := adminCommand(o, "get [flags] "+r.arg, short, long, nArgs(1, r.arg), func(ctx context.Context, env cliEnv, args []string) error {
-		name, err := o.ep.resolve(r.kind, args[0])
-		if err != nil {
-			return err
-		}
-		return o.connected(ctx, env, func(a *adminClient) error {
+	c := nameCommand(o, r, "get [flags] "+r.arg, short, long, func(name string) (adminRun, error) {
+		return func(ctx context.Context, a *adminClient) error {
 			m, err := adminCall(ctx, a, func(ctx context.Context) (M, error) { return r.get(ctx, a, name) })
 			if err != nil {
 				return a.failed("getting "+r.noun+" "+name, r.noun+" "+name, err)
 			}
-			return r.print(a, m)
-		})
+			return r.show(a, m)
+		}, nil
 	})
 	c.ValidArgsFunction = r.complete(&o.ep, true)
 	return c
@@ -86,39 +114,51 @@ func getCommand[M apiResource](o *adminOptions, r resource[M], short, long strin
 // listCommand is "KIND list": every page of the project's resources, as a
 // table or as JSON.
 func listCommand[M apiResource](o *adminOptions, r resource[M], short, long string) *cobra.Command {
-	return adminCommand(o, "list [flags]", short, long, nArgs(0, "no arguments"), func(ctx context.Context, env cliEnv, _ []string) error {
+	return adminCommand(o, "list [flags]", short, long, nArgs(0, "no arguments"), func([]string) (adminRun, error) {
 		project, err := o.project()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return o.connected(ctx, env, func(a *adminClient) error {
+		return func(ctx context.Context, a *adminClient) error {
 			ms, err := listAll(ctx, a, "listing the "+r.kind+" of "+project, func(ctx context.Context, token string) ([]M, string, error) {
 				return r.list(ctx, a, project, token)
 			})
-			if err != nil {
+			switch {
+			case err != nil:
+				return err
+			case a.json:
+				list := make([]apiJSON, len(ms))
+				for i, m := range ms {
+					list[i] = apiJSON{m}
+				}
+				return a.printJSON(list)
+			case len(ms) == 0:
+				_, err := fmt.Fprintf(a.out, "no %s in %s\n", r.kind, project)
 				return err
 			}
-			if a.json {
-				return printJSONList(a.out, ms)
+			var t table
+			t.row(r.header...)
+			for _, m := range ms {
+				t.row(r.row(project, m)...)
 			}
-			return r.table(a.out, project, ms)
-		})
+			return t.write(a.out)
+		}, nil
 	})
 }
 
 // deleteCommand is "KIND delete NAME": it deletes the resource and says so.
 func deleteCommand[M apiResource](o *adminOptions, r resource[M], short, long string) *cobra.Command {
-	c := adminCommand(o, "delete [flags] "+r.arg, short, long, nArgs(1, r.arg), func(ctx context.Context, env cliEnv, args []string) error {
-		name, err := o.ep.resolve(r.kind, args[0])
-		if err != nil {
-			return err
-		}
-		return o.connected(ctx, env, func(a *adminClient) error {
+	c := nameCommand(o, r, "delete [flags] "+r.arg, short, long, func(name string) (adminRun, error) {
+		return func(ctx context.Context, a *adminClient) error {
 			if err := a.call(ctx, func(ctx context.Context) error { return r.del(ctx, a, name) }); err != nil {
 				return a.failed("deleting "+r.noun+" "+name, r.noun+" "+name, err)
 			}
-			return a.printDeleted(r.noun, name)
-		})
+			if a.json {
+				return a.printJSON(map[string]string{"deleted": name})
+			}
+			_, err := fmt.Fprintf(a.out, "deleted %s %s\n", r.noun, name)
+			return err
+		}, nil
 	})
 	c.ValidArgsFunction = r.complete(&o.ep, true)
 	return c
@@ -141,22 +181,23 @@ func (r resource[M]) complete(ep *endpointFlags, positional bool) cobra.Completi
 		}
 		ctx, cancel := context.WithTimeout(c.Context(), completionTimeout)
 		defer cancel()
-		o := &adminOptions{ep: *ep}
-		_ = o.connected(ctx, cliEnv{stdout: io.Discard}, func(a *adminClient) error {
-			ms, err := listAll(ctx, a, "", func(ctx context.Context, token string) ([]M, string, error) {
-				return r.list(ctx, a, "projects/"+project, token)
-			})
-			for _, m := range ms {
-				name := m.GetName()
-				if !full {
-					name = shortName(name, "projects/"+project)
-				}
-				if strings.HasPrefix(name, typed) {
-					names = append(names, name)
-				}
-			}
-			return err
+		a, err := (&adminOptions{ep: *ep}).connect(ctx, io.Discard)
+		if err != nil {
+			return names, cobra.ShellCompDirectiveNoFileComp
+		}
+		defer a.conn.Close()
+		ms, _ := listAll(ctx, a, "", func(ctx context.Context, token string) ([]M, string, error) {
+			return r.list(ctx, a, "projects/"+project, token)
 		})
+		for _, m := range ms {
+			name := m.GetName()
+			if !full {
+				name = shortName(name, "projects/"+project)
+			}
+			if strings.HasPrefix(name, typed) {
+				names = append(names, name)
+			}
+		}
 		return names, cobra.ShellCompDirectiveNoFileComp
 	}
 }

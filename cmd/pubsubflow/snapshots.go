@@ -22,39 +22,35 @@ with their topic and expiry.`),
 
 func snapshotsCreateCommand(o *adminOptions) *cobra.Command {
 	var subscription string
-	c := adminCommand(o, "create [flags] SNAPSHOT --subscription SUBSCRIPTION", "snapshot a subscription's acks", `
+	c := nameCommand(o, snapshotResource, "create [flags] SNAPSHOT --subscription SUBSCRIPTION", "snapshot a subscription's acks", `
 Creates SNAPSHOT of SUBSCRIPTION: the messages unacked now, and those
 published later, are unacked in the snapshot. It prints the snapshot and
 when it expires (the service keeps it at most 7 days, and no longer than
-the oldest unacked message).`, nArgs(1, "SNAPSHOT"), func(ctx context.Context, env cliEnv, args []string) error {
-		name, err := o.ep.resolve("snapshots", args[0])
-		if err != nil {
-			return err
-		}
+the oldest unacked message).`, func(name string) (adminRun, error) {
 		if subscription == "" {
-			return usagef("missing --subscription: the subscription to snapshot")
+			return nil, usagef("missing --subscription: the subscription to snapshot")
 		}
 		sub, err := o.ep.resolve("subscriptions", subscription)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return o.connected(ctx, env, func(a *adminClient) error {
+		return func(ctx context.Context, a *adminClient) error {
 			snap, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Snapshot, error) {
 				return a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: name, Subscription: sub})
 			})
 			if err != nil {
 				return a.failedCreate("creating snapshot "+name+" of "+sub, "snapshot "+name, err)
 			}
-			return a.printSnapshot(snap)
-		})
+			return snapshotResource.show(a, snap)
+		}, nil
 	})
 	c.Flags().StringVar(&subscription, "subscription", "", "the `subscription` whose acks the snapshot keeps (required)")
 	completeFlag(c, "subscription", subscriptionResource.complete(&o.ep, false))
 	return c
 }
 
-// snapshotResource is how the admin commands list and delete snapshots
-// (the API has a get, the CLI has no use for it).
+// snapshotResource is how the admin commands list, delete and print
+// snapshots (the API has a get, the CLI has no use for it).
 var snapshotResource = resource[*pubsubpb.Snapshot]{
 	kind: "snapshots", noun: "snapshot", arg: "SNAPSHOT",
 	list: func(ctx context.Context, a *adminClient, project, token string) ([]*pubsubpb.Snapshot, string, error) {
@@ -65,5 +61,7 @@ var snapshotResource = resource[*pubsubpb.Snapshot]{
 		_, err := a.sub.DeleteSnapshot(ctx, &pubsubpb.DeleteSnapshotRequest{Snapshot: name})
 		return err
 	},
-	table: writeSnapshotTable,
+	fields: snapshotFields,
+	header: []any{"SNAPSHOT", "TOPIC", "EXPIRES"},
+	row:    snapshotRow,
 }

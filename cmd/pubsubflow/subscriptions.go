@@ -143,24 +143,20 @@ func (s *subscriptionFlags) build(o *adminOptions, name string) (*pubsubpb.Subsc
 func subscriptionsCreateCommand(o *adminOptions) *cobra.Command {
 	var s subscriptionFlags
 	var c *cobra.Command
-	c = adminCommand(o, "create [flags] SUBSCRIPTION --topic TOPIC", "create a subscription", `
+	c = nameCommand(o, subscriptionResource, "create [flags] SUBSCRIPTION --topic TOPIC", "create a subscription", `
 Creates SUBSCRIPTION on TOPIC and prints it. It receives the messages
 published after it was created. A subscription that exists already, or a
 topic or dead-letter topic that does not, is an error (exit 1).
 
 A dead-letter topic takes the messages that failed --max-delivery-attempts
 times: give it a subscription of its own before messages fail, since a topic
-with no subscription drops what it receives.`, nArgs(1, "SUBSCRIPTION"), func(ctx context.Context, env cliEnv, args []string) error {
-		name, err := o.ep.resolve("subscriptions", args[0])
-		if err != nil {
-			return err
-		}
+with no subscription drops what it receives.`, func(name string) (adminRun, error) {
 		s.maxAttemptsSet = c.Flags().Changed("max-delivery-attempts")
 		req, err := s.build(o, name)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return o.connected(ctx, env, func(a *adminClient) error {
+		return func(ctx context.Context, a *adminClient) error {
 			sub, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Subscription, error) {
 				return a.sub.CreateSubscription(ctx, req)
 			})
@@ -169,8 +165,8 @@ with no subscription drops what it receives.`, nArgs(1, "SUBSCRIPTION"), func(ct
 				// topic; the service's message names which.
 				return a.failedCreate("creating subscription "+name, "subscription "+name, err)
 			}
-			return a.printSubscription(sub)
-		})
+			return subscriptionResource.show(a, sub)
+		}, nil
 	})
 	s.register(c.Flags())
 	completeFlag(c, "topic", topicResource.complete(&o.ep, false))
@@ -180,37 +176,33 @@ with no subscription drops what it receives.`, nArgs(1, "SUBSCRIPTION"), func(ct
 
 func subscriptionsSeekCommand(o *adminOptions) *cobra.Command {
 	var at, snapshot string
-	c := adminCommand(o, "seek [flags] SUBSCRIPTION (--time T | --snapshot S)", "replay or skip messages: seek to a time or a snapshot", `
+	c := nameCommand(o, subscriptionResource, "seek [flags] SUBSCRIPTION (--time T | --snapshot S)", "replay or skip messages: seek to a time or a snapshot", `
 With --time, messages published before T count as acked and those published
 after it as unacked: an earlier time replays the acked messages the
 subscription kept (--retain-acked, or the topic's --retention), and
 "--time now" skips the whole backlog. With --snapshot, the subscription's
-acks become those of the snapshot (see pubsubflow snapshots create).`, nArgs(1, "SUBSCRIPTION"), func(ctx context.Context, env cliEnv, args []string) error {
-		name, err := o.ep.resolve("subscriptions", args[0])
-		if err != nil {
-			return err
-		}
+acks become those of the snapshot (see pubsubflow snapshots create).`, func(name string) (adminRun, error) {
 		req := &pubsubpb.SeekRequest{Subscription: name}
 		result := map[string]string{"subscription": name}
 		switch {
 		case (at == "") == (snapshot == ""):
-			return usagef("want one of --time or --snapshot")
+			return nil, usagef("want one of --time or --snapshot")
 		case at != "":
 			t, err := parseSeekTime(at, time.Now())
 			if err != nil {
-				return err
+				return nil, err
 			}
 			req.Target = &pubsubpb.SeekRequest_Time{Time: timestamppb.New(t)}
 			result["time"] = t.UTC().Format(time.RFC3339Nano)
 		default:
 			snap, err := o.ep.resolve("snapshots", snapshot)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			req.Target = &pubsubpb.SeekRequest_Snapshot{Snapshot: snap}
 			result["snapshot"] = snap
 		}
-		return o.connected(ctx, env, func(a *adminClient) error {
+		return func(ctx context.Context, a *adminClient) error {
 			if err := a.call(ctx, func(ctx context.Context) error {
 				_, err := a.sub.Seek(ctx, req)
 				return err
@@ -218,7 +210,7 @@ acks become those of the snapshot (see pubsubflow snapshots create).`, nArgs(1, 
 				return a.failed("seeking subscription "+name, "", err)
 			}
 			if a.json {
-				return a.printJSONValue(result)
+				return a.printJSON(result)
 			}
 			var t table
 			t.row("subscription", name)
@@ -228,7 +220,7 @@ acks become those of the snapshot (see pubsubflow snapshots create).`, nArgs(1, 
 				t.row("sought to time", result["time"])
 			}
 			return t.write(a.out)
-		})
+		}, nil
 	})
 	c.Flags().StringVar(&at, "time", "", `seek to this time: RFC 3339 (2026-01-02T15:04:05Z), "now", or a duration ago ("-1h")`)
 	c.Flags().StringVar(&snapshot, "snapshot", "", "seek to this snapshot (of the subscription's topic)")
@@ -256,7 +248,7 @@ func parseSeekTime(s string, now time.Time) (time.Time, error) {
 	return t, nil
 }
 
-// subscriptionResource is how the admin commands read and delete
+// subscriptionResource is how the admin commands read, delete and print
 // subscriptions.
 var subscriptionResource = resource[*pubsubpb.Subscription]{
 	kind: "subscriptions", noun: "subscription", arg: "SUBSCRIPTION",
@@ -271,6 +263,7 @@ var subscriptionResource = resource[*pubsubpb.Subscription]{
 		_, err := a.sub.DeleteSubscription(ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: name})
 		return err
 	},
-	print: (*adminClient).printSubscription,
-	table: writeSubscriptionTable,
+	fields: subscriptionFields,
+	header: []any{"SUBSCRIPTION", "TOPIC", "ACK DEADLINE", "SETTINGS"},
+	row:    subscriptionRow,
 }

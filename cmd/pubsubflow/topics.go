@@ -24,36 +24,32 @@ topic reads "_deleted-topic_"), until they are deleted too.`))
 
 func topicsCreateCommand(o *adminOptions) *cobra.Command {
 	var retention durationValue
-	c := adminCommand(o, "create [flags] TOPIC", "create a topic", `
+	c := nameCommand(o, topicResource, "create [flags] TOPIC", "create a topic", `
 Creates TOPIC and prints it. A topic that exists already is an error
 (exit 1). Messages published to a topic with no subscription are lost:
-create the subscriptions before publishing.`, nArgs(1, "TOPIC"), func(ctx context.Context, env cliEnv, args []string) error {
-		name, err := o.ep.resolve("topics", args[0])
-		if err != nil {
-			return err
-		}
+create the subscriptions before publishing.`, func(name string) (adminRun, error) {
 		req := &pubsubpb.Topic{Name: name}
 		if retention.set {
 			if err := checkRange("retention", retention.d, minRetention, maxTopicRetention); err != nil {
-				return err
+				return nil, err
 			}
 			req.MessageRetentionDuration = durationpb.New(retention.d)
 		}
-		return o.connected(ctx, env, func(a *adminClient) error {
+		return func(ctx context.Context, a *adminClient) error {
 			t, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Topic, error) {
 				return a.pub.CreateTopic(ctx, req)
 			})
 			if err != nil {
 				return a.failed("creating topic "+name, "topic "+name, err)
 			}
-			return a.printTopic(t)
-		})
+			return topicResource.show(a, t)
+		}, nil
 	})
 	c.Flags().Var(&retention, "retention", "keep published messages this `duration` (10m–31d), acked or not, so subscriptions can seek back (default: the service's, none)")
 	return c
 }
 
-// topicResource is how the admin commands read and delete topics.
+// topicResource is how the admin commands read, delete and print topics.
 var topicResource = resource[*pubsubpb.Topic]{
 	kind: "topics", noun: "topic", arg: "TOPIC",
 	get: func(ctx context.Context, a *adminClient, name string) (*pubsubpb.Topic, error) {
@@ -67,6 +63,7 @@ var topicResource = resource[*pubsubpb.Topic]{
 		_, err := a.pub.DeleteTopic(ctx, &pubsubpb.DeleteTopicRequest{Topic: name})
 		return err
 	},
-	print: (*adminClient).printTopic,
-	table: writeTopicTable,
+	fields: topicFields,
+	header: []any{"TOPIC", "RETENTION", "LABELS"},
+	row:    topicRow,
 }
