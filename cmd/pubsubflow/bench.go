@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
@@ -221,17 +220,11 @@ func benchEmbedded(ctx context.Context, env cliEnv, s scenario, shape string) (r
 // benchReal runs one shape on a real subscription (or an emulator's).
 func benchReal(ctx context.Context, env cliEnv, o benchOptions, s scenario, sub, topic, shape string) (runResult, error) {
 	m := newMeter(s.handlerDelay)
-	conn, err := o.ep.dial(ctx, grpc.WithChainUnaryInterceptor(m.interceptor))
+	conn, _, err := o.ep.open(ctx, "subscriptions", sub, grpc.WithChainUnaryInterceptor(m.interceptor))
 	if err != nil {
 		return runResult{}, err
 	}
 	defer conn.Close()
-	if err := o.ep.checkResource(ctx, "subscription "+sub, func(ctx context.Context) error {
-		_, err := pubsubpb.NewSubscriberClient(conn).GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: sub})
-		return err
-	}); err != nil {
-		return runResult{}, err
-	}
 	if topic != "" {
 		if err := publishBacklog(ctx, conn, topic, s.messages, s.size, s.tracer); err != nil {
 			return runResult{}, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -115,14 +116,42 @@ func (e *endpointFlags) dial(ctx context.Context, extra ...grpc.DialOption) (*gr
 	return conn, nil
 }
 
-// checkResource makes one cheap call (GetTopic, GetSubscription) so that an
-// unreachable endpoint or a missing resource is reported at once, clearly,
-// instead of being retried in the background. A permission error passes:
-// a caller allowed to publish or consume need not be allowed to get.
-func (e *endpointFlags) checkResource(ctx context.Context, what string, call func(context.Context) error) error {
+// open checks the flags, resolves name (of kind "topics" or
+// "subscriptions"), dials, and makes one cheap call (GetTopic,
+// GetSubscription) so that an unreachable endpoint or a missing resource
+// is reported at once, clearly, instead of being retried in the
+// background. A permission error passes: a caller allowed to publish or
+// consume need not be allowed to get. It returns the connection, which
+// the caller closes, and the full name.
+func (e *endpointFlags) open(ctx context.Context, kind, name string, extra ...grpc.DialOption) (*grpc.ClientConn, string, error) {
+	if err := e.validate(); err != nil {
+		return nil, "", err
+	}
+	name, err := e.resolve(kind, name)
+	if err != nil {
+		return nil, "", err
+	}
+	conn, err := e.dial(ctx, extra...)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := e.checkResource(ctx, conn, kind, name); err != nil {
+		_ = conn.Close()
+		return nil, "", err
+	}
+	return conn, name, nil
+}
+
+func (e *endpointFlags) checkResource(ctx context.Context, conn *grpc.ClientConn, kind, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, e.check)
 	defer cancel()
-	err := call(ctx)
+	var err error
+	if kind == "topics" {
+		_, err = pubsubpb.NewPublisherClient(conn).GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: name})
+	} else {
+		_, err = pubsubpb.NewSubscriberClient(conn).GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: name})
+	}
+	what := strings.TrimSuffix(kind, "s") + " " + name
 	switch status.Code(err) {
 	case codes.OK, codes.PermissionDenied:
 		return nil

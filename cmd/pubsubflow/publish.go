@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/spf13/cobra"
 
 	"github.com/pubsubflow/pubsubflow/internal/limits"
@@ -65,24 +64,11 @@ type publishOptions struct {
 }
 
 func runPublish(ctx context.Context, env cliEnv, name string, o publishOptions) error {
-	if err := o.ep.validate(); err != nil {
-		return err
-	}
-	topic, err := o.ep.resolve("topics", name)
-	if err != nil {
-		return err
-	}
-	conn, err := o.ep.dial(ctx)
+	conn, topic, err := o.ep.open(ctx, "topics", name)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := o.ep.checkResource(ctx, "topic "+topic, func(ctx context.Context) error {
-		_, err := pubsubpb.NewPublisherClient(conn).GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
-		return err
-	}); err != nil {
-		return err
-	}
 	pub, err := publisher.New(conn, topic, publisher.Config{EnableOrdering: o.orderingKey != ""})
 	if err != nil {
 		return err

@@ -11,7 +11,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/spf13/cobra"
 
 	"github.com/pubsubflow/pubsubflow"
@@ -75,29 +74,18 @@ func (o *tailOptions) validate() error {
 	case o.reconnectTimeout < 0:
 		return usagef("--reconnect-timeout %v: want ≥ 0", o.reconnectTimeout)
 	}
-	return o.ep.validate()
+	return nil
 }
 
 func runTail(ctx context.Context, env cliEnv, name string, o tailOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	sub, err := o.ep.resolve("subscriptions", name)
-	if err != nil {
-		return err
-	}
-	conn, err := o.ep.dial(ctx)
+	conn, sub, err := o.ep.open(ctx, "subscriptions", name)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	client := pubsubpb.NewSubscriberClient(conn)
-	if err := o.ep.checkResource(ctx, "subscription "+sub, func(ctx context.Context) error {
-		_, err := client.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: sub})
-		return err
-	}); err != nil {
-		return err
-	}
 	s, err := pubsubflow.NewSubscriber(ctx, sub, pubsubflow.SubscriberConfig{
 		Conn:                   conn,
 		MaxOutstandingMessages: o.maxOutstanding,
