@@ -205,16 +205,10 @@ func benchEmbedded(ctx context.Context, env cliEnv, s scenario, shape string) (r
 		return runResult{}, err
 	}
 	defer e.close()
-	m := newMeter(s.handlerDelay)
-	conn, err := e.dial(ctx, grpc.WithChainUnaryInterceptor(m.interceptor))
-	if err != nil {
+	if err := publishBacklog(ctx, e.conn, e.topic, s.messages, s.size, s.tracer); err != nil {
 		return runResult{}, err
 	}
-	defer conn.Close()
-	if err := publishBacklog(ctx, conn, e.topic, s.messages, s.size, s.tracer); err != nil {
-		return runResult{}, err
-	}
-	return consume(ctx, env, s, shape, conn, e.srv, e.sub, m)
+	return consume(ctx, env, s, shape, e.conn, e.srv, e.sub, e.m)
 }
 
 // benchReal runs one shape on a real subscription (or an emulator's).

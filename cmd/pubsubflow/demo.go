@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 )
 
 func demoCommand() *cobra.Command {
@@ -39,16 +38,10 @@ func runDemo(ctx context.Context, env cliEnv, s scenario) error {
 		return err
 	}
 	defer e.close()
-	m := newMeter(s.handlerDelay)
-	conn, err := e.dial(ctx, grpc.WithChainUnaryInterceptor(m.interceptor))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
 
 	fmt.Fprintf(env.stdout, "pubsubflow demo: embedded Pub/Sub server on %s\n", e.srv.Addr())
 	pubStart := time.Now()
-	if err := publishBacklog(ctx, conn, e.topic, s.messages, s.size, s.tracer); err != nil {
+	if err := publishBacklog(ctx, e.conn, e.topic, s.messages, s.size, s.tracer); err != nil {
 		return err
 	}
 	fmt.Fprintf(env.stdout, "published a backlog of %d messages in %s\n", s.messages, seconds(time.Since(pubStart)))
@@ -59,12 +52,12 @@ func runDemo(ctx context.Context, env cliEnv, s scenario) error {
 			seconds(wait), s.ackDeadline)
 	}
 
-	c, err := newOurs(ctx, conn, e.sub, s, m)
+	c, err := newOurs(ctx, e.conn, e.sub, s, e.m)
 	if err != nil {
 		return err
 	}
 	prog := newProgress(env.stdout, s.progress, int64(s.messages), "demo", s.progressEvery)
-	r := drive(ctx, "demo", c, m, e.srv, e.sub, s.messages, s.timeout, prog)
+	r := drive(ctx, "demo", c, e.m, e.srv, e.sub, s.messages, s.timeout, prog)
 	st := c.sub.Stats()
 
 	var t table

@@ -104,9 +104,11 @@ const (
 )
 
 // embedded is an in-process pubsubtest server with one topic and one
-// subscription.
+// subscription, and a connection to it that m measures.
 type embedded struct {
 	srv   *pubsubtest.Server
+	conn  *grpc.ClientConn
+	m     *meter
 	topic string
 	sub   string
 }
@@ -128,14 +130,19 @@ func startEmbedded(ctx context.Context, s scenario) (*embedded, error) {
 		_ = srv.Close()
 		return nil, fmt.Errorf("setting up the embedded server: %w", err)
 	}
-	return &embedded{srv: srv, topic: topic, sub: "projects/" + srv.Project() + "/subscriptions/" + embeddedSub}, nil
+	m := newMeter(s.handlerDelay)
+	conn, err := srv.Dial(ctx, grpc.WithChainUnaryInterceptor(m.interceptor))
+	if err != nil {
+		_ = srv.Close()
+		return nil, err
+	}
+	return &embedded{srv: srv, conn: conn, m: m, topic: topic, sub: "projects/" + srv.Project() + "/subscriptions/" + embeddedSub}, nil
 }
 
-func (e *embedded) dial(ctx context.Context, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	return e.srv.Dial(ctx, opts...)
+func (e *embedded) close() {
+	_ = e.conn.Close()
+	_ = e.srv.Close()
 }
-
-func (e *embedded) close() error { return e.srv.Close() }
 
 // publishBacklog publishes n messages of size bytes through our batching
 // publisher and waits for every id.
