@@ -68,6 +68,8 @@ type benchOptions struct {
 	trace        string
 }
 
+// validate checks the flags and resolves --subscription and --topic to
+// full names.
 func (o *benchOptions) validate() error {
 	if err := o.s.validate(); err != nil {
 		return err
@@ -89,7 +91,17 @@ func (o *benchOptions) validate() error {
 	if o.compareNaive && o.topic == "" {
 		return usagef("--compare-naive with --subscription needs --topic, to publish each run's messages")
 	}
-	return o.ep.validate()
+	if err := o.ep.validate(); err != nil {
+		return err
+	}
+	var err error
+	if o.subscription, err = o.ep.resolve("subscriptions", o.subscription); err != nil {
+		return err
+	}
+	if o.topic != "" {
+		o.topic, err = o.ep.resolve("topics", o.topic)
+	}
+	return err
 }
 
 // shapes are the consumer shapes bench knows.
@@ -101,20 +113,6 @@ const (
 func runBench(ctx context.Context, env cliEnv, o benchOptions) error {
 	if err := o.validate(); err != nil {
 		return err
-	}
-	var (
-		sub, topic string
-		err        error
-	)
-	if o.subscription != "" {
-		if sub, err = o.ep.resolve("subscriptions", o.subscription); err != nil {
-			return err
-		}
-		if o.topic != "" {
-			if topic, err = o.ep.resolve("topics", o.topic); err != nil {
-				return err
-			}
-		}
 	}
 	if o.trace != "" {
 		tp, shutdown, err := openTraceFile(o.trace)
@@ -142,12 +140,7 @@ func runBench(ctx context.Context, env cliEnv, o benchOptions) error {
 			// behind stale ones): give it a bounded multiple of ours.
 			s.timeout = min(s.timeout, naiveLimit(runs[0].wall))
 		}
-		var r runResult
-		if sub == "" {
-			r, err = benchEmbedded(ctx, env, s, shape)
-		} else {
-			r, err = benchReal(ctx, env, o, s, sub, topic, shape)
-		}
+		r, err := benchRun(ctx, env, o, s, shape)
 		if err != nil {
 			return err
 		}
@@ -198,43 +191,32 @@ func newConsumer(ctx context.Context, shape string, conn grpc.ClientConnInterfac
 	return newOurs(ctx, conn, sub, s, m)
 }
 
-// benchEmbedded runs one shape on a fresh embedded server.
-func benchEmbedded(ctx context.Context, env cliEnv, s scenario, shape string) (runResult, error) {
-	e, err := startEmbedded(ctx, s)
+// benchRun runs one shape on a fresh embedded server, or on
+// --subscription after publishing to --topic when given.
+func benchRun(ctx context.Context, env cliEnv, o benchOptions, s scenario, shape string) (runResult, error) {
+	t := &target{m: newMeter(s.handlerDelay), topic: o.topic, sub: o.subscription}
+	var err error
+	if o.subscription == "" {
+		t, err = startEmbedded(ctx, s)
+	} else {
+		t.conn, _, err = o.ep.open(ctx, "subscriptions", t.sub, grpc.WithChainUnaryInterceptor(t.m.interceptor))
+	}
 	if err != nil {
 		return runResult{}, err
 	}
-	defer e.close()
-	if err := publishBacklog(ctx, e.conn, e.topic, s.messages, s.size, s.tracer); err != nil {
-		return runResult{}, err
-	}
-	return consume(ctx, env, s, shape, e.conn, e.srv, e.sub, e.m)
-}
-
-// benchReal runs one shape on a real subscription (or an emulator's).
-func benchReal(ctx context.Context, env cliEnv, o benchOptions, s scenario, sub, topic, shape string) (runResult, error) {
-	m := newMeter(s.handlerDelay)
-	conn, _, err := o.ep.open(ctx, "subscriptions", sub, grpc.WithChainUnaryInterceptor(m.interceptor))
-	if err != nil {
-		return runResult{}, err
-	}
-	defer conn.Close()
-	if topic != "" {
-		if err := publishBacklog(ctx, conn, topic, s.messages, s.size, s.tracer); err != nil {
+	defer t.close()
+	if t.topic != "" {
+		if err := publishBacklog(ctx, t.conn, t.topic, s.messages, s.size, s.tracer); err != nil {
 			return runResult{}, err
 		}
 	}
-	return consume(ctx, env, s, shape, conn, nil, sub, m)
-}
-
-func consume(ctx context.Context, env cliEnv, s scenario, shape string, conn grpc.ClientConnInterface, srv *pubsubtest.Server, sub string, m *meter) (runResult, error) {
-	c, err := newConsumer(ctx, shape, conn, sub, s, m)
+	c, err := newConsumer(ctx, shape, t.conn, t.sub, s, t.m)
 	if err != nil {
 		return runResult{}, err
 	}
 	fmt.Fprintf(env.stdout, "run: %s\n", shape)
 	prog := newProgress(env.stdout, s.progress, int64(s.messages), shapeLabel(shape), s.progressEvery)
-	return drive(ctx, shape, c, m, srv, sub, s.messages, s.timeout, prog), nil
+	return drive(ctx, shape, c, t.m, t.srv, t.sub, s.messages, s.timeout, prog), nil
 }
 
 func shapeLabel(shape string) string {

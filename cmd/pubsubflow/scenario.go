@@ -103,17 +103,19 @@ const (
 	embeddedSub   = "pubsubflow-demo-sub"
 )
 
-// embedded is an in-process pubsubtest server with one topic and one
-// subscription, and a connection to it that m measures.
-type embedded struct {
-	srv   *pubsubtest.Server
+// target is what a run consumes: the subscription of an in-process
+// pubsubtest server (srv) with one topic, or a real subscription; and a
+// connection to it that m measures.
+type target struct {
+	srv   *pubsubtest.Server // nil on a real subscription
 	conn  *grpc.ClientConn
 	m     *meter
-	topic string
+	topic string // where the backlog is published; "": none
 	sub   string
 }
 
-func startEmbedded(ctx context.Context, s scenario) (*embedded, error) {
+// startEmbedded starts an embedded server and connects to it.
+func startEmbedded(ctx context.Context, s scenario) (*target, error) {
 	var opts []pubsubtest.Option
 	if s.inMemory {
 		opts = append(opts, pubsubtest.WithBufconn())
@@ -136,12 +138,14 @@ func startEmbedded(ctx context.Context, s scenario) (*embedded, error) {
 		_ = srv.Close()
 		return nil, err
 	}
-	return &embedded{srv: srv, conn: conn, m: m, topic: topic, sub: "projects/" + srv.Project() + "/subscriptions/" + embeddedSub}, nil
+	return &target{srv: srv, conn: conn, m: m, topic: topic, sub: "projects/" + srv.Project() + "/subscriptions/" + embeddedSub}, nil
 }
 
-func (e *embedded) close() {
-	_ = e.conn.Close()
-	_ = e.srv.Close()
+func (t *target) close() {
+	_ = t.conn.Close()
+	if t.srv != nil {
+		_ = t.srv.Close()
+	}
 }
 
 // publishBacklog publishes n messages of size bytes through our batching
