@@ -80,15 +80,6 @@ func (o *adminOptions) project() (string, error) {
 	return "projects/" + p, nil
 }
 
-// adminCall runs one RPC that returns a value, bounded like call.
-func adminCall[T any](ctx context.Context, a *adminClient, rpc func(context.Context) (T, error)) (v T, err error) {
-	err = a.call(ctx, func(ctx context.Context) (err error) {
-		v, err = rpc(ctx)
-		return err
-	})
-	return v, err
-}
-
 // adminClient is one connection, the API clients over it, and the flags
 // of the command that made it.
 type adminClient struct {
@@ -100,25 +91,24 @@ type adminClient struct {
 }
 
 // connect checks the endpoint flags and dials; the caller closes a.conn.
+// Each call on the connection waits at most --connect-timeout. No retry:
+// an admin command is one step a person or a script repeats if it must,
+// and a create that timed out may have happened.
 func (o *adminOptions) connect(ctx context.Context, out io.Writer) (*adminClient, error) {
 	if err := o.ep.validate(); err != nil {
 		return nil, err
 	}
-	conn, err := o.ep.dial(ctx)
+	conn, err := o.ep.dial(ctx, grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any,
+		cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		ctx, cancel := context.WithTimeout(ctx, o.ep.check)
+		defer cancel()
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}))
 	if err != nil {
 		return nil, err
 	}
 	return &adminClient{adminOptions: o, conn: conn, out: out,
 		pub: pubsubpb.NewPublisherClient(conn), sub: pubsubpb.NewSubscriberClient(conn)}, nil
-}
-
-// call runs one RPC with the --connect-timeout deadline. No retry: an
-// admin command is one step a person or a script repeats if it must, and
-// a create that timed out may have happened.
-func (a *adminClient) call(ctx context.Context, rpc func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, a.ep.check)
-	defer cancel()
-	return rpc(ctx)
 }
 
 // failed explains a failed call. action says what was tried ("creating
@@ -178,15 +168,7 @@ func listAll[M any](ctx context.Context, a *adminClient, action string, page fun
 	var all []M
 	token := ""
 	for range maxListPages {
-		var (
-			items []M
-			next  string
-		)
-		err := a.call(ctx, func(ctx context.Context) error {
-			var err error
-			items, next, err = page(ctx, token)
-			return err
-		})
+		items, next, err := page(ctx, token)
 		if err != nil {
 			return nil, a.failed(action, "", err)
 		}

@@ -100,7 +100,7 @@ func (r resource[M]) show(a *adminClient, m M) error {
 func getCommand[M apiResource](o *adminOptions, r resource[M], short, long string) *cobra.Command {
 	c := nameCommand(o, r, "get [flags] "+r.arg, short, long, func(name string) (adminRun, error) {
 		return func(ctx context.Context, a *adminClient) error {
-			m, err := adminCall(ctx, a, func(ctx context.Context) (M, error) { return r.get(ctx, a, name) })
+			m, err := r.get(ctx, a, name)
 			if err != nil {
 				return a.failed("getting "+r.noun+" "+name, r.noun+" "+name, err)
 			}
@@ -150,7 +150,7 @@ func listCommand[M apiResource](o *adminOptions, r resource[M], short, long stri
 func deleteCommand[M apiResource](o *adminOptions, r resource[M], short, long string) *cobra.Command {
 	c := nameCommand(o, r, "delete [flags] "+r.arg, short, long, func(name string) (adminRun, error) {
 		return func(ctx context.Context, a *adminClient) error {
-			if err := a.call(ctx, func(ctx context.Context) error { return r.del(ctx, a, name) }); err != nil {
+			if err := r.del(ctx, a, name); err != nil {
 				return a.failed("deleting "+r.noun+" "+name, r.noun+" "+name, err)
 			}
 			if a.json {

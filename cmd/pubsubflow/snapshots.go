@@ -35,9 +35,7 @@ the oldest unacked message).`, func(name string) (adminRun, error) {
 			return nil, err
 		}
 		return func(ctx context.Context, a *adminClient) error {
-			snap, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Snapshot, error) {
-				return a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: name, Subscription: sub})
-			})
+			snap, err := a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: name, Subscription: sub})
 			if err != nil {
 				return a.failedCreate("creating snapshot "+name+" of "+sub, "snapshot "+name, err)
 			}

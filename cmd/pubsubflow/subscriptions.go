@@ -157,9 +157,7 @@ with no subscription drops what it receives.`, func(name string) (adminRun, erro
 			return nil, err
 		}
 		return func(ctx context.Context, a *adminClient) error {
-			sub, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Subscription, error) {
-				return a.sub.CreateSubscription(ctx, req)
-			})
+			sub, err := a.sub.CreateSubscription(ctx, req)
 			if err != nil {
 				// NOT_FOUND here is about the topic or the dead-letter
 				// topic; the service's message names which.
@@ -203,10 +201,7 @@ acks become those of the snapshot (see pubsubflow snapshots create).`, func(name
 			result["snapshot"] = snap
 		}
 		return func(ctx context.Context, a *adminClient) error {
-			if err := a.call(ctx, func(ctx context.Context) error {
-				_, err := a.sub.Seek(ctx, req)
-				return err
-			}); err != nil {
+			if _, err := a.sub.Seek(ctx, req); err != nil {
 				return a.failed("seeking subscription "+name, "", err)
 			}
 			if a.json {

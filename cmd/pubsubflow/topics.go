@@ -36,9 +36,7 @@ create the subscriptions before publishing.`, func(name string) (adminRun, error
 			req.MessageRetentionDuration = durationpb.New(retention.d)
 		}
 		return func(ctx context.Context, a *adminClient) error {
-			t, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Topic, error) {
-				return a.pub.CreateTopic(ctx, req)
-			})
+			t, err := a.pub.CreateTopic(ctx, req)
 			if err != nil {
 				return a.failed("creating topic "+name, "topic "+name, err)
 			}
