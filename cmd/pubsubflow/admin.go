@@ -136,16 +136,6 @@ func (a *adminClient) failed(action, subject string, err error) error {
 	return fmt.Errorf("%s at %s: %w", action, where, err)
 }
 
-// failedCreate explains a failed create of the resource created: a
-// NOT_FOUND is about another resource it refers to, which the service's
-// message names.
-func (a *adminClient) failedCreate(action, created string, err error) error {
-	if status.Code(err) == codes.AlreadyExists {
-		return a.failed(action, created, err)
-	}
-	return a.failed(action, "", err)
-}
-
 // apiJSON is a resource in the API's JSON (protojson), for printJSON.
 type apiJSON struct{ proto.Message }
 
@@ -162,13 +152,14 @@ func (a *adminClient) printJSON(v any) error {
 	return err
 }
 
-// listAll follows a list call's pages (at most maxListPages) and returns
-// every item.
-func listAll[M any](ctx context.Context, a *adminClient, action string, page func(ctx context.Context, token string) ([]M, string, error)) ([]M, error) {
+// listAll follows the pages of r's list of project (at most
+// maxListPages) and returns every item.
+func (r resource[M]) listAll(ctx context.Context, a *adminClient, project string) ([]M, error) {
+	action := "listing the " + r.kind + " of " + project
 	var all []M
 	token := ""
 	for range maxListPages {
-		items, next, err := page(ctx, token)
+		items, next, err := r.list(ctx, a, project, token)
 		if err != nil {
 			return nil, a.failed(action, "", err)
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -96,6 +98,20 @@ func (r resource[M]) show(a *adminClient, m M) error {
 	return f.t.write(a.out)
 }
 
+// created shows the resource a create answered, or explains its failure:
+// ALREADY_EXISTS is about name, a NOT_FOUND about another resource it
+// refers to (the topic or dead-letter topic of a subscription, the
+// subscription of a snapshot), which the service's message names.
+func (r resource[M]) created(a *adminClient, action, name string, m M, err error) error {
+	switch {
+	case err == nil:
+		return r.show(a, m)
+	case status.Code(err) == codes.AlreadyExists:
+		return a.failed(action, r.noun+" "+name, err)
+	}
+	return a.failed(action, "", err)
+}
+
 // getCommand is "KIND get NAME": it prints the resource.
 func getCommand[M apiResource](o *adminOptions, r resource[M], short, long string) *cobra.Command {
 	c := nameCommand(o, r, "get [flags] "+r.arg, short, long, func(name string) (adminRun, error) {
@@ -120,9 +136,7 @@ func listCommand[M apiResource](o *adminOptions, r resource[M], short, long stri
 			return nil, err
 		}
 		return func(ctx context.Context, a *adminClient) error {
-			ms, err := listAll(ctx, a, "listing the "+r.kind+" of "+project, func(ctx context.Context, token string) ([]M, string, error) {
-				return r.list(ctx, a, project, token)
-			})
+			ms, err := r.listAll(ctx, a, project)
 			switch {
 			case err != nil:
 				return err
@@ -186,9 +200,7 @@ func (r resource[M]) complete(ep *endpointFlags, positional bool) cobra.Completi
 			return names, cobra.ShellCompDirectiveNoFileComp
 		}
 		defer a.conn.Close()
-		ms, _ := listAll(ctx, a, "", func(ctx context.Context, token string) ([]M, string, error) {
-			return r.list(ctx, a, "projects/"+project, token)
-		})
+		ms, _ := r.listAll(ctx, a, "projects/"+project)
 		for _, m := range ms {
 			name := m.GetName()
 			if !full {

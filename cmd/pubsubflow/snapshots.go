@@ -36,10 +36,7 @@ the oldest unacked message).`, func(name string) (adminRun, error) {
 		}
 		return func(ctx context.Context, a *adminClient) error {
 			snap, err := a.sub.CreateSnapshot(ctx, &pubsubpb.CreateSnapshotRequest{Name: name, Subscription: sub})
-			if err != nil {
-				return a.failedCreate("creating snapshot "+name+" of "+sub, "snapshot "+name, err)
-			}
-			return snapshotResource.show(a, snap)
+			return snapshotResource.created(a, "creating snapshot "+name+" of "+sub, name, snap, err)
 		}, nil
 	})
 	c.Flags().StringVar(&subscription, "subscription", "", "the `subscription` whose acks the snapshot keeps (required)")

@@ -158,12 +158,7 @@ with no subscription drops what it receives.`, func(name string) (adminRun, erro
 		}
 		return func(ctx context.Context, a *adminClient) error {
 			sub, err := a.sub.CreateSubscription(ctx, req)
-			if err != nil {
-				// NOT_FOUND here is about the topic or the dead-letter
-				// topic; the service's message names which.
-				return a.failedCreate("creating subscription "+name, "subscription "+name, err)
-			}
-			return subscriptionResource.show(a, sub)
+			return subscriptionResource.created(a, "creating subscription "+name, name, sub, err)
 		}, nil
 	})
 	s.register(c.Flags())

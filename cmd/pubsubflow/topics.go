@@ -37,10 +37,7 @@ create the subscriptions before publishing.`, func(name string) (adminRun, error
 		}
 		return func(ctx context.Context, a *adminClient) error {
 			t, err := a.pub.CreateTopic(ctx, req)
-			if err != nil {
-				return a.failed("creating topic "+name, "topic "+name, err)
-			}
-			return topicResource.show(a, t)
+			return topicResource.created(a, "creating topic "+name, name, t, err)
 		}, nil
 	})
 	c.Flags().Var(&retention, "retention", "keep published messages this `duration` (10m–31d), acked or not, so subscriptions can seek back (default: the service's, none)")
