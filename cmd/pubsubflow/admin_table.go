@@ -15,17 +15,15 @@ import (
 // The admin commands' tables: one resource as "field  value" rows, a list
 // as one row per resource. --json prints the API's own JSON instead.
 
-// fields collects the rows of one resource; rows with an empty value are
-// left out unless always.
-type fields struct{ t table }
-
-func (f *fields) add(name, value string) {
+// add and always are the rows of one resource's fields: add leaves out an
+// empty value, always shows it as "-".
+func (t *table) add(name, value string) {
 	if value != "" {
-		f.t.row(name, value)
+		t.row(name, value)
 	}
 }
 
-func (f *fields) always(name, value string) { f.t.row(name, dash(value)) }
+func (t *table) always(name, value string) { t.row(name, dash(value)) }
 
 func dash(s string) string {
 	if s == "" {
@@ -63,7 +61,7 @@ func labels(l map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
-func topicFields(f *fields, t *pubsubpb.Topic) {
+func topicFields(f *table, t *pubsubpb.Topic) {
 	f.always("name", t.GetName())
 	f.always("message retention", protoDuration(t.GetMessageRetentionDuration()))
 	f.add("labels", labels(t.GetLabels()))
@@ -103,7 +101,7 @@ func deliveryAttempts(dl *pubsubpb.DeadLetterPolicy) int32 {
 	return defaultDeliveryAttempts
 }
 
-func subscriptionFields(f *fields, s *pubsubpb.Subscription) {
+func subscriptionFields(f *table, s *pubsubpb.Subscription) {
 	f.always("name", s.GetName())
 	f.always("topic", s.GetTopic())
 	f.always("ack deadline", fmtDuration(time.Duration(s.GetAckDeadlineSeconds())*time.Second))
@@ -167,7 +165,7 @@ func subscriptionRow(project string, s *pubsubpb.Subscription) []any {
 		fmtDuration(time.Duration(s.GetAckDeadlineSeconds()) * time.Second), subscriptionFeatures(s, project)}
 }
 
-func snapshotFields(f *fields, s *pubsubpb.Snapshot) {
+func snapshotFields(f *table, s *pubsubpb.Snapshot) {
 	f.always("name", s.GetName())
 	f.always("topic", s.GetTopic())
 	f.always("expires", protoTime(s.GetExpireTime()))

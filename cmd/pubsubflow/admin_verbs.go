@@ -35,7 +35,7 @@ type resource[M apiResource] struct {
 	list func(ctx context.Context, a *adminClient, project, token string) ([]M, string, error)
 	del  func(ctx context.Context, a *adminClient, name string) error
 
-	fields func(f *fields, m M)            // one resource's rows
+	fields func(t *table, m M)             // one resource's rows
 	header []any                           // the columns of a list
 	row    func(project string, m M) []any // one resource in a list
 }
@@ -93,9 +93,9 @@ func (r resource[M]) show(a *adminClient, m M) error {
 	if a.json {
 		return a.printJSON(apiJSON{m})
 	}
-	var f fields
-	r.fields(&f, m)
-	return f.t.write(a.out)
+	var t table
+	r.fields(&t, m)
+	return t.write(a.out)
 }
 
 // created shows the resource a create answered, or explains its failure:

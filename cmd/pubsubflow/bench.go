@@ -110,6 +110,9 @@ const (
 	shapeNaive = "naive (demand-driven tracker)"
 )
 
+// shapeLabels label the shapes' progress, in one width.
+var shapeLabels = map[string]string{shapeOurs: "ours ", shapeNaive: "naive"}
+
 func runBench(ctx context.Context, env cliEnv, o benchOptions) error {
 	if err := o.validate(); err != nil {
 		return err
@@ -215,15 +218,8 @@ func benchRun(ctx context.Context, env cliEnv, o benchOptions, s scenario, shape
 		return runResult{}, err
 	}
 	fmt.Fprintf(env.stdout, "run: %s\n", shape)
-	prog := newProgress(env.stdout, s.progress, int64(s.messages), shapeLabel(shape), s.progressEvery)
+	prog := newProgress(env.stdout, s.progress, int64(s.messages), shapeLabels[shape], s.progressEvery)
 	return drive(ctx, shape, c, t.m, t.srv, t.sub, s.messages, s.timeout, prog), nil
-}
-
-func shapeLabel(shape string) string {
-	if shape == shapeNaive {
-		return "naive"
-	}
-	return "ours "
 }
 
 // benchTable lays the runs side by side.

@@ -37,18 +37,17 @@ with their topic, ack deadline and the settings beyond the defaults.`),
 
 // subscriptionFlags are the settings of subscriptions create.
 type subscriptionFlags struct {
-	topic          string
-	ackDeadline    durationValue
-	ordering       bool
-	exactlyOnce    bool
-	deadLetter     string
-	maxAttempts    int
-	minBackoff     durationValue
-	maxBackoff     durationValue
-	filter         string
-	retainAcked    bool
-	retention      durationValue
-	maxAttemptsSet bool // --max-delivery-attempts given
+	topic       string
+	ackDeadline durationValue
+	ordering    bool
+	exactlyOnce bool
+	deadLetter  string
+	maxAttempts int
+	minBackoff  durationValue
+	maxBackoff  durationValue
+	filter      string
+	retainAcked bool
+	retention   durationValue
 }
 
 func (s *subscriptionFlags) register(fs *pflag.FlagSet) {
@@ -65,8 +64,9 @@ func (s *subscriptionFlags) register(fs *pflag.FlagSet) {
 	fs.Var(&s.retention, "retention", "how long unacked (and with --retain-acked, acked) messages are kept, a `duration` of 10m–7d (default: the service's, 7d)")
 }
 
-// build checks the flags and returns the subscription to create.
-func (s *subscriptionFlags) build(o *adminOptions, name string) (*pubsubpb.Subscription, error) {
+// build checks the flags (fs, where they were given) and returns the
+// subscription to create.
+func (s *subscriptionFlags) build(o *adminOptions, name string, fs *pflag.FlagSet) (*pubsubpb.Subscription, error) {
 	if s.topic == "" {
 		return nil, usagef("missing --topic: the topic to subscribe to")
 	}
@@ -103,7 +103,7 @@ func (s *subscriptionFlags) build(o *adminOptions, name string) (*pubsubpb.Subsc
 			return nil, usagef("--max-delivery-attempts %d: want %d–%d", n, minDeliveryAttempts, maxDeliveryAttempts)
 		}
 		sub.DeadLetterPolicy = &pubsubpb.DeadLetterPolicy{DeadLetterTopic: dl, MaxDeliveryAttempts: int32(n)}
-	case s.maxAttemptsSet:
+	case fs.Changed("max-delivery-attempts"):
 		return nil, usagef("--max-delivery-attempts needs --dead-letter-topic")
 	}
 	if s.minBackoff.set || s.maxBackoff.set {
@@ -151,8 +151,7 @@ topic or dead-letter topic that does not, is an error (exit 1).
 A dead-letter topic takes the messages that failed --max-delivery-attempts
 times: give it a subscription of its own before messages fail, since a topic
 with no subscription drops what it receives.`, func(name string) (adminRun, error) {
-		s.maxAttemptsSet = c.Flags().Changed("max-delivery-attempts")
-		req, err := s.build(o, name)
+		req, err := s.build(o, name, c.Flags())
 		if err != nil {
 			return nil, err
 		}
