@@ -87,9 +87,7 @@ func runPublish(ctx context.Context, env cliEnv, name string, o publishOptions) 
 		wg     sync.WaitGroup
 		failed int
 	)
-	wg.Add(1)
-	go func() { // prints ids in input order
-		defer wg.Done()
+	wg.Go(func() { // prints ids in input order
 		for p := range results {
 			id, err := p.r.Get(ctx)
 			if err != nil {
@@ -99,7 +97,7 @@ func runPublish(ctx context.Context, env cliEnv, name string, o publishOptions) 
 			}
 			fmt.Fprintln(env.stdout, id)
 		}
-	}()
+	})
 
 	sc := bufio.NewScanner(env.stdin)
 	sc.Buffer(make([]byte, 64<<10), maxLine+1) // +1: the newline

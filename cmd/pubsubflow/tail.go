@@ -104,7 +104,7 @@ func runTail(ctx context.Context, env cliEnv, name string, o tailOptions) error 
 	}
 	defer cancel()
 
-	t := &tailer{w: env.stdout, ack: o.ack, nack: o.nack, max: o.max, base64: o.base64, full: make(chan struct{})}
+	t := &tailer{tailOptions: o, w: env.stdout, full: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() { done <- pipeline.From(s.Source()).To(pipeline.ForEach(t.each)) }()
 	var runErr error
@@ -124,13 +124,11 @@ func runTail(ctx context.Context, env cliEnv, name string, o tailOptions) error 
 	return errors.Join(runErr, closeErr)
 }
 
-// tailer prints messages and settles them: ack, or hold until stop.
+// tailer prints messages and settles them as the options say: ack, nack,
+// or hold until stop.
 type tailer struct {
-	w      io.Writer
-	ack    bool
-	nack   bool
-	max    int
-	base64 bool
+	tailOptions
+	w io.Writer
 
 	mu       sync.Mutex
 	printed  int
@@ -171,12 +169,7 @@ func (t *tailer) each(_ context.Context, m *pubsubflow.Message) error {
 		s := base64.StdEncoding.EncodeToString(m.Data)
 		line.DataBase64 = &s
 	}
-	b, err := json.Marshal(line)
-	if err != nil {
-		m.Nack()
-		return fmt.Errorf("encoding message %s: %w", m.ID, err)
-	}
-	if _, err := t.w.Write(append(b, '\n')); err != nil {
+	if err := json.NewEncoder(t.w).Encode(line); err != nil {
 		m.Nack()
 		return fmt.Errorf("writing message %s: %w", m.ID, err)
 	}
