@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -23,14 +24,7 @@ func (t *table) add(name, value string) {
 	}
 }
 
-func (t *table) always(name, value string) { t.row(name, dash(value)) }
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
+func (t *table) always(name, value string) { t.row(name, cmp.Or(value, "-")) }
 
 func yesNo(b bool) string {
 	if b {
@@ -73,7 +67,7 @@ func topicFields(f *table, t *pubsubpb.Topic) {
 }
 
 func topicRow(project string, t *pubsubpb.Topic) []any {
-	return []any{shortName(t.GetName(), project), dash(protoDuration(t.GetMessageRetentionDuration())), dash(labels(t.GetLabels()))}
+	return []any{shortName(t.GetName(), project), cmp.Or(protoDuration(t.GetMessageRetentionDuration()), "-"), cmp.Or(labels(t.GetLabels()), "-")}
 }
 
 // backoff describes a retry policy: the service redelivers at once
@@ -82,23 +76,9 @@ func backoff(p *pubsubpb.RetryPolicy) string {
 	if p == nil {
 		return "none (redeliver at once)"
 	}
-	lo, hi := p.GetMinimumBackoff(), p.GetMaximumBackoff()
-	loS, hiS := protoDuration(lo), protoDuration(hi)
-	if lo == nil {
-		loS = "10s (default)"
-	}
-	if hi == nil {
-		hiS = "10m (default)"
-	}
-	return loS + " – " + hiS
-}
-
-// deliveryAttempts is a dead-letter policy's, the service's default for 0.
-func deliveryAttempts(dl *pubsubpb.DeadLetterPolicy) int32 {
-	if n := dl.GetMaxDeliveryAttempts(); n != 0 {
-		return n
-	}
-	return defaultDeliveryAttempts
+	lo := cmp.Or(protoDuration(p.GetMinimumBackoff()), "10s (default)")
+	hi := cmp.Or(protoDuration(p.GetMaximumBackoff()), "10m (default)")
+	return lo + " – " + hi
 }
 
 func subscriptionFields(f *table, s *pubsubpb.Subscription) {
@@ -109,7 +89,7 @@ func subscriptionFields(f *table, s *pubsubpb.Subscription) {
 	f.always("exactly-once delivery", yesNo(s.GetEnableExactlyOnceDelivery()))
 	f.always("dead-letter topic", s.GetDeadLetterPolicy().GetDeadLetterTopic())
 	if dl := s.GetDeadLetterPolicy(); dl != nil {
-		f.always("max delivery attempts", fmt.Sprint(deliveryAttempts(dl)))
+		f.always("max delivery attempts", fmt.Sprint(cmp.Or(dl.GetMaxDeliveryAttempts(), defaultDeliveryAttempts)))
 	}
 	f.always("retry backoff", backoff(s.GetRetryPolicy()))
 	f.always("filter", s.GetFilter())
@@ -139,7 +119,7 @@ func subscriptionFeatures(s *pubsubpb.Subscription, project string) string {
 		out = append(out, "exactly-once")
 	}
 	if dl := s.GetDeadLetterPolicy(); dl != nil {
-		out = append(out, fmt.Sprintf("dead-letter %s after %d", shortName(dl.GetDeadLetterTopic(), project), deliveryAttempts(dl)))
+		out = append(out, fmt.Sprintf("dead-letter %s after %d", shortName(dl.GetDeadLetterTopic(), project), cmp.Or(dl.GetMaxDeliveryAttempts(), defaultDeliveryAttempts)))
 	}
 	if p := s.GetRetryPolicy(); p != nil {
 		out = append(out, "backoff "+backoff(p))
@@ -157,7 +137,7 @@ func subscriptionFeatures(s *pubsubpb.Subscription, project string) string {
 	if s.GetDetached() {
 		out = append(out, "detached")
 	}
-	return dash(strings.Join(out, ", "))
+	return cmp.Or(strings.Join(out, ", "), "-")
 }
 
 func subscriptionRow(project string, s *pubsubpb.Subscription) []any {
@@ -173,5 +153,5 @@ func snapshotFields(f *table, s *pubsubpb.Snapshot) {
 }
 
 func snapshotRow(project string, s *pubsubpb.Snapshot) []any {
-	return []any{shortName(s.GetName(), project), shortName(s.GetTopic(), project), dash(protoTime(s.GetExpireTime()))}
+	return []any{shortName(s.GetName(), project), shortName(s.GetTopic(), project), cmp.Or(protoTime(s.GetExpireTime()), "-")}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,10 +48,7 @@ var projectEnv = []string{"PUBSUB_PROJECT_ID", "GOOGLE_CLOUD_PROJECT", "CLOUDSDK
 func (e *endpointFlags) projectID() string {
 	p := e.project
 	for _, v := range projectEnv {
-		if p != "" {
-			break
-		}
-		p = os.Getenv(v)
+		p = cmp.Or(p, os.Getenv(v))
 	}
 	return p
 }

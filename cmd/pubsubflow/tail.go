@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -91,9 +92,10 @@ func runTail(ctx context.Context, env cliEnv, name string, o tailOptions) error 
 		MaxOutstandingMessages: o.maxOutstanding,
 		// Tail stops on purpose: what it received and did not print goes
 		// straight back to the subscription.
-		OnShutdown:       pubsubflow.Nack,
-		DrainTimeout:     tailDrain,
-		ReconnectTimeout: reconnectTimeout(o.reconnectTimeout),
+		OnShutdown:   pubsubflow.Nack,
+		DrainTimeout: tailDrain,
+		// The flag's 0, retry until stopped, is the library's Unlimited.
+		ReconnectTimeout: cmp.Or(o.reconnectTimeout, pubsubflow.Unlimited),
 	})
 	if err != nil {
 		return err
@@ -203,13 +205,4 @@ func (t *tailer) count() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.printed
-}
-
-// reconnectTimeout maps the flag's 0 ("retry until stopped") to the
-// library's Unlimited.
-func reconnectTimeout(d time.Duration) time.Duration {
-	if d == 0 {
-		return pubsubflow.Unlimited
-	}
-	return d
 }
