@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -19,6 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 // The service's limits on the values the admin commands send, checked
@@ -50,59 +48,6 @@ const (
 	listPageSize = 1000
 )
 
-// commandGroup is a command with verbs, such as "pubsubflow topics create".
-type commandGroup struct {
-	name    string
-	summary string
-	usage   string
-	verbs   []command // each named "GROUP VERB"
-}
-
-func groups() []commandGroup {
-	return []commandGroup{topicsGroup(), subscriptionsGroup(), snapshotsGroup()}
-}
-
-// groupsUsage lists the command groups in the CLI's usage.
-func groupsUsage(w io.Writer) {
-	fmt.Fprintf(w, "\nManaging resources (connect like tail and publish):\n")
-	for _, g := range groups() {
-		fmt.Fprintf(w, "  %-13s %s\n", g.name, g.summary)
-	}
-}
-
-// runGroup runs "pubsubflow GROUP VERB args…".
-func runGroup(ctx context.Context, g commandGroup, args []string, env cliEnv) int {
-	if len(args) == 0 {
-		fmt.Fprintf(env.stderr, "pubsubflow %s: missing command\n\n", g.name)
-		groupUsage(env.stderr, g)
-		return exitUsage
-	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		if len(args) > 1 && args[0] == "help" {
-			return runGroup(ctx, g, []string{args[1], "--help"}, env)
-		}
-		groupUsage(env.stdout, g)
-		return exitOK
-	}
-	for _, v := range g.verbs {
-		if v.name == g.name+" "+args[0] {
-			return runCommand(ctx, v, args[1:], env)
-		}
-	}
-	fmt.Fprintf(env.stderr, "pubsubflow %s: unknown command %q\n\n", g.name, args[0])
-	groupUsage(env.stderr, g)
-	return exitUsage
-}
-
-func groupUsage(w io.Writer, g commandGroup) {
-	fmt.Fprintf(w, "%s\n\nCommands:\n", strings.TrimSpace(g.usage))
-	for _, v := range g.verbs {
-		fmt.Fprintf(w, "  %-7s %s\n", strings.TrimPrefix(v.name, g.name+" "), v.summary)
-	}
-	fmt.Fprintf(w, "\nRun 'pubsubflow %s COMMAND --help' for a command's flags.\n", g.name)
-}
-
 // adminUsageTail ends every admin command's usage: how it connects and
 // what it prints.
 const adminUsageTail = `
@@ -115,34 +60,17 @@ or with --json the API's JSON. Durations are written 90s, 1h30m or 7d.
 Exit codes: 0 ok, 1 the call failed (not found, already exists, refused by
 the service, unreachable), 2 bad usage.`
 
-// adminOptions are the flags every admin command has.
+// adminOptions are the flags of a resource command: its group's
+// connection flags and its own --json.
 type adminOptions struct {
 	ep   endpointFlags
 	json bool
 }
 
-func (o *adminOptions) register(fs *flag.FlagSet) {
-	o.ep.register(fs)
-	fs.BoolVar(&o.json, "json", false, "print JSON (the API's field names) instead of a table")
-}
-
-// resolve returns the full name of a resource of kind ("topics",
-// "subscriptions", "snapshots") under the command's project rules.
-func (o *adminOptions) resolve(kind, name string) (string, error) {
-	return resolveName(kind, name, o.ep.project)
-}
-
 // project returns the project of a list command: --project, else the
 // environment.
 func (o *adminOptions) project() (string, error) {
-	p := o.ep.project
-	if p == "" {
-		for _, v := range projectEnv {
-			if p = os.Getenv(v); p != "" {
-				break
-			}
-		}
-	}
+	p := o.ep.projectID()
 	if p == "" {
 		return "", usagef("no project is set: give --project or $%s", projectEnv[0])
 	}
@@ -152,63 +80,35 @@ func (o *adminOptions) project() (string, error) {
 	return "projects/" + p, nil
 }
 
-// one checks that args is exactly one name (what the usage calls it) and
-// resolves it as a resource of kind ("topics", "subscriptions", …).
-func (o *adminOptions) one(args []string, kind, what string) (string, error) {
-	if err := wantArgs(args, 1, what); err != nil {
-		return "", err
-	}
-	return o.resolve(kind, args[0])
-}
-
-// adminCall runs one RPC that returns a value, bounded like call.
-func adminCall[T any](ctx context.Context, a *adminClient, rpc func(context.Context) (T, error)) (v T, err error) {
-	err = a.call(ctx, func(ctx context.Context) (err error) {
-		v, err = rpc(ctx)
-		return err
-	})
-	return v, err
-}
-
-// adminClient is one connection and the API clients over it.
+// adminClient is one connection, the API clients over it, and the flags
+// of the command that made it.
 type adminClient struct {
+	*adminOptions
 	conn *grpc.ClientConn
 	pub  pubsubpb.PublisherClient
 	sub  pubsubpb.SubscriberClient
-	ep   *endpointFlags
 	out  io.Writer
-	json bool
 }
 
-// connect checks the endpoint flags and dials; the caller closes the
-// client.
-func (o *adminOptions) connect(ctx context.Context, env cliEnv) (*adminClient, error) {
+// connect checks the endpoint flags and dials; the caller closes a.conn.
+// Each call on the connection waits at most --connect-timeout. No retry:
+// an admin command is one step a person or a script repeats if it must,
+// and a create that timed out may have happened.
+func (o *adminOptions) connect(ctx context.Context, out io.Writer) (*adminClient, error) {
 	if err := o.ep.validate(); err != nil {
 		return nil, err
 	}
-	conn, err := o.ep.dial(ctx)
+	conn, err := o.ep.dial(ctx, grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any,
+		cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		ctx, cancel := context.WithTimeout(ctx, o.ep.check)
+		defer cancel()
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}))
 	if err != nil {
 		return nil, err
 	}
-	return &adminClient{
-		conn: conn,
-		pub:  pubsubpb.NewPublisherClient(conn),
-		sub:  pubsubpb.NewSubscriberClient(conn),
-		ep:   &o.ep,
-		out:  env.stdout,
-		json: o.json,
-	}, nil
-}
-
-func (a *adminClient) Close() error { return a.conn.Close() }
-
-// call runs one RPC with the --connect-timeout deadline. No retry: an
-// admin command is one step a person or a script repeats if it must, and
-// a create that timed out may have happened.
-func (a *adminClient) call(ctx context.Context, rpc func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, a.ep.check)
-	defer cancel()
-	return rpc(ctx)
+	return &adminClient{adminOptions: o, conn: conn, out: out,
+		pub: pubsubpb.NewPublisherClient(conn), sub: pubsubpb.NewSubscriberClient(conn)}, nil
 }
 
 // failed explains a failed call. action says what was tried ("creating
@@ -236,77 +136,30 @@ func (a *adminClient) failed(action, subject string, err error) error {
 	return fmt.Errorf("%s at %s: %w", action, where, err)
 }
 
-// failedCreate explains a failed create of the resource created: a
-// NOT_FOUND is about another resource it refers to, which the service's
-// message names.
-func (a *adminClient) failedCreate(action, created string, err error) error {
-	if status.Code(err) == codes.AlreadyExists {
-		return a.failed(action, created, err)
-	}
-	return a.failed(action, "", err)
-}
+// apiJSON is a resource in the API's JSON (protojson), for printJSON.
+type apiJSON struct{ proto.Message }
 
-// printJSON prints one resource as indented JSON.
-func (a *adminClient) printJSON(m proto.Message) error {
-	b, err := protojson.Marshal(m)
+func (m apiJSON) MarshalJSON() ([]byte, error) { return protojson.Marshal(m.Message) }
+
+// printJSON prints v as indented JSON: an apiJSON, a list of them, or a
+// plain value (the answer of delete and seek).
+func (a *adminClient) printJSON(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return fmt.Errorf("encoding %s: %w", m.ProtoReflect().Descriptor().Name(), err)
+		return fmt.Errorf("encoding JSON: %w", err)
 	}
-	return writeIndented(a.out, b)
-}
-
-// printJSONList prints resources as one indented JSON array.
-func printJSONList[M proto.Message](w io.Writer, items []M) error {
-	raw := make([]json.RawMessage, 0, len(items))
-	for _, m := range items {
-		b, err := protojson.Marshal(m)
-		if err != nil {
-			return fmt.Errorf("encoding %s: %w", m.ProtoReflect().Descriptor().Name(), err)
-		}
-		raw = append(raw, b)
-	}
-	b, err := json.Marshal(raw)
-	if err != nil {
-		return err
-	}
-	return writeIndented(w, b)
-}
-
-// printJSONValue prints a plain value (the answer of delete and seek) as
-// indented JSON.
-func (a *adminClient) printJSONValue(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return writeIndented(a.out, b)
-}
-
-func writeIndented(w io.Writer, compact []byte) error {
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, compact, "", "  "); err != nil {
-		return fmt.Errorf("formatting JSON: %w", err)
-	}
-	buf.WriteByte('\n')
-	_, err := w.Write(buf.Bytes())
+	_, err = fmt.Fprintf(a.out, "%s\n", b)
 	return err
 }
 
-// listAll follows a list call's pages (at most maxListPages) and returns
-// every item.
-func listAll[M any](ctx context.Context, a *adminClient, action string, page func(ctx context.Context, token string) ([]M, string, error)) ([]M, error) {
+// listAll follows the pages of r's list of project (at most
+// maxListPages) and returns every item.
+func (r resource[M]) listAll(ctx context.Context, a *adminClient, project string) ([]M, error) {
+	action := "listing the " + r.kind + " of " + project
 	var all []M
 	token := ""
 	for range maxListPages {
-		var (
-			items []M
-			next  string
-		)
-		err := a.call(ctx, func(ctx context.Context) error {
-			var err error
-			items, next, err = page(ctx, token)
-			return err
-		})
+		items, next, err := r.list(ctx, a, project, token)
 		if err != nil {
 			return nil, a.failed(action, "", err)
 		}
@@ -336,6 +189,8 @@ func (v *durationValue) String() string {
 	}
 	return fmtDuration(v.d)
 }
+
+func (v *durationValue) Type() string { return "duration" }
 
 func (v *durationValue) Set(s string) error {
 	d, err := parseDuration(s)

@@ -1,8 +1,8 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -16,22 +16,15 @@ import (
 // The admin commands' tables: one resource as "field  value" rows, a list
 // as one row per resource. --json prints the API's own JSON instead.
 
-// fields collects the rows of one resource; rows with an empty value are
-// left out unless always.
-type fields struct{ t table }
-
-func (f *fields) add(name, value string) {
+// add and always are the rows of one resource's fields: add leaves out an
+// empty value, always shows it as "-".
+func (t *table) add(name, value string) {
 	if value != "" {
-		f.t.row(name, value)
+		t.row(name, value)
 	}
 }
 
-func (f *fields) always(name, value string) {
-	if value == "" {
-		value = "-"
-	}
-	f.t.row(name, value)
-}
+func (t *table) always(name, value string) { t.row(name, cmp.Or(value, "-")) }
 
 func yesNo(b bool) string {
 	if b {
@@ -62,11 +55,7 @@ func labels(l map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
-func (a *adminClient) printTopic(t *pubsubpb.Topic) error {
-	if a.json {
-		return a.printJSON(t)
-	}
-	var f fields
+func topicFields(f *table, t *pubsubpb.Topic) {
 	f.always("name", t.GetName())
 	f.always("message retention", protoDuration(t.GetMessageRetentionDuration()))
 	f.add("labels", labels(t.GetLabels()))
@@ -75,27 +64,10 @@ func (a *adminClient) printTopic(t *pubsubpb.Topic) error {
 	if s := t.GetState(); s != pubsubpb.Topic_STATE_UNSPECIFIED {
 		f.add("state", s.String())
 	}
-	return f.t.write(a.out)
 }
 
-func writeTopicTable(w io.Writer, project string, topics []*pubsubpb.Topic) error {
-	if len(topics) == 0 {
-		_, err := fmt.Fprintf(w, "no topics in %s\n", project)
-		return err
-	}
-	var t table
-	t.row("TOPIC", "RETENTION", "LABELS")
-	for _, tp := range topics {
-		t.row(shortName(tp.GetName(), project), dash(protoDuration(tp.GetMessageRetentionDuration())), dash(labels(tp.GetLabels())))
-	}
-	return t.write(w)
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+func topicRow(project string, t *pubsubpb.Topic) []any {
+	return []any{shortName(t.GetName(), project), cmp.Or(protoDuration(t.GetMessageRetentionDuration()), "-"), cmp.Or(labels(t.GetLabels()), "-")}
 }
 
 // backoff describes a retry policy: the service redelivers at once
@@ -104,43 +76,27 @@ func backoff(p *pubsubpb.RetryPolicy) string {
 	if p == nil {
 		return "none (redeliver at once)"
 	}
-	lo, hi := p.GetMinimumBackoff(), p.GetMaximumBackoff()
-	loS, hiS := protoDuration(lo), protoDuration(hi)
-	if lo == nil {
-		loS = "10s (default)"
-	}
-	if hi == nil {
-		hiS = "10m (default)"
-	}
-	return loS + " – " + hiS
+	lo := cmp.Or(protoDuration(p.GetMinimumBackoff()), "10s (default)")
+	hi := cmp.Or(protoDuration(p.GetMaximumBackoff()), "10m (default)")
+	return lo + " – " + hi
 }
 
-func (a *adminClient) printSubscription(s *pubsubpb.Subscription) error {
-	if a.json {
-		return a.printJSON(s)
-	}
-	var f fields
+func subscriptionFields(f *table, s *pubsubpb.Subscription) {
 	f.always("name", s.GetName())
 	f.always("topic", s.GetTopic())
 	f.always("ack deadline", fmtDuration(time.Duration(s.GetAckDeadlineSeconds())*time.Second))
 	f.always("message ordering", yesNo(s.GetEnableMessageOrdering()))
 	f.always("exactly-once delivery", yesNo(s.GetEnableExactlyOnceDelivery()))
+	f.always("dead-letter topic", s.GetDeadLetterPolicy().GetDeadLetterTopic())
 	if dl := s.GetDeadLetterPolicy(); dl != nil {
-		f.always("dead-letter topic", dl.GetDeadLetterTopic())
-		n := dl.GetMaxDeliveryAttempts()
-		if n == 0 {
-			n = defaultDeliveryAttempts
-		}
-		f.always("max delivery attempts", fmt.Sprint(n))
-	} else {
-		f.always("dead-letter topic", "")
+		f.always("max delivery attempts", fmt.Sprint(cmp.Or(dl.GetMaxDeliveryAttempts(), defaultDeliveryAttempts)))
 	}
 	f.always("retry backoff", backoff(s.GetRetryPolicy()))
 	f.always("filter", s.GetFilter())
 	f.always("retain acked", yesNo(s.GetRetainAckedMessages()))
 	f.always("message retention", protoDuration(s.GetMessageRetentionDuration()))
 	if e := s.GetExpirationPolicy(); e != nil {
-		f.always("expires when idle for", dash(protoDuration(e.GetTtl())))
+		f.always("expires when idle for", protoDuration(e.GetTtl()))
 	}
 	f.add("push endpoint", s.GetPushConfig().GetPushEndpoint())
 	f.add("labels", labels(s.GetLabels()))
@@ -150,7 +106,6 @@ func (a *adminClient) printSubscription(s *pubsubpb.Subscription) error {
 	if st := s.GetState(); st != pubsubpb.Subscription_STATE_UNSPECIFIED {
 		f.add("state", st.String())
 	}
-	return f.t.write(a.out)
 }
 
 // subscriptionFeatures is the list column of what a subscription has
@@ -164,11 +119,7 @@ func subscriptionFeatures(s *pubsubpb.Subscription, project string) string {
 		out = append(out, "exactly-once")
 	}
 	if dl := s.GetDeadLetterPolicy(); dl != nil {
-		n := dl.GetMaxDeliveryAttempts()
-		if n == 0 {
-			n = defaultDeliveryAttempts
-		}
-		out = append(out, fmt.Sprintf("dead-letter %s after %d", shortName(dl.GetDeadLetterTopic(), project), n))
+		out = append(out, fmt.Sprintf("dead-letter %s after %d", shortName(dl.GetDeadLetterTopic(), project), cmp.Or(dl.GetMaxDeliveryAttempts(), defaultDeliveryAttempts)))
 	}
 	if p := s.GetRetryPolicy(); p != nil {
 		out = append(out, "backoff "+backoff(p))
@@ -186,53 +137,21 @@ func subscriptionFeatures(s *pubsubpb.Subscription, project string) string {
 	if s.GetDetached() {
 		out = append(out, "detached")
 	}
-	return dash(strings.Join(out, ", "))
+	return cmp.Or(strings.Join(out, ", "), "-")
 }
 
-func writeSubscriptionTable(w io.Writer, project string, subs []*pubsubpb.Subscription) error {
-	if len(subs) == 0 {
-		_, err := fmt.Fprintf(w, "no subscriptions in %s\n", project)
-		return err
-	}
-	var t table
-	t.row("SUBSCRIPTION", "TOPIC", "ACK DEADLINE", "SETTINGS")
-	for _, s := range subs {
-		t.row(shortName(s.GetName(), project), shortName(s.GetTopic(), project),
-			fmtDuration(time.Duration(s.GetAckDeadlineSeconds())*time.Second), subscriptionFeatures(s, project))
-	}
-	return t.write(w)
+func subscriptionRow(project string, s *pubsubpb.Subscription) []any {
+	return []any{shortName(s.GetName(), project), shortName(s.GetTopic(), project),
+		fmtDuration(time.Duration(s.GetAckDeadlineSeconds()) * time.Second), subscriptionFeatures(s, project)}
 }
 
-func (a *adminClient) printSnapshot(s *pubsubpb.Snapshot) error {
-	if a.json {
-		return a.printJSON(s)
-	}
-	var f fields
+func snapshotFields(f *table, s *pubsubpb.Snapshot) {
 	f.always("name", s.GetName())
 	f.always("topic", s.GetTopic())
 	f.always("expires", protoTime(s.GetExpireTime()))
 	f.add("labels", labels(s.GetLabels()))
-	return f.t.write(a.out)
 }
 
-func writeSnapshotTable(w io.Writer, project string, snaps []*pubsubpb.Snapshot) error {
-	if len(snaps) == 0 {
-		_, err := fmt.Fprintf(w, "no snapshots in %s\n", project)
-		return err
-	}
-	var t table
-	t.row("SNAPSHOT", "TOPIC", "EXPIRES")
-	for _, s := range snaps {
-		t.row(shortName(s.GetName(), project), shortName(s.GetTopic(), project), dash(protoTime(s.GetExpireTime())))
-	}
-	return t.write(w)
-}
-
-// printDeleted confirms a deletion.
-func (a *adminClient) printDeleted(kind, name string) error {
-	if a.json {
-		return a.printJSONValue(map[string]string{"deleted": name})
-	}
-	_, err := fmt.Fprintf(a.out, "deleted %s %s\n", kind, name)
-	return err
+func snapshotRow(project string, s *pubsubpb.Snapshot) []any {
+	return []any{shortName(s.GetName(), project), shortName(s.GetTopic(), project), cmp.Or(protoTime(s.GetExpireTime()), "-")}
 }

@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"strings"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -244,31 +244,31 @@ func TestAdminServiceErrors(t *testing.T) {
 // Every admin command documents every flag in --help, and a bad
 // invocation exits 2, naming what is wrong, before any call.
 func TestAdminUsage(t *testing.T) {
-	for _, g := range groups() {
-		for _, help := range [][]string{{g.name, "--help"}, {g.name, "help"}, {"help", g.name}} {
+	for _, g := range commandsIn(groupAdmin) {
+		for _, help := range [][]string{{g.Name(), "--help"}, {g.Name(), "help"}, {"help", g.Name()}} {
 			code, stdout, stderr := cli(t, "", help...)
-			if code != exitOK || !strings.Contains(stdout, "Usage: pubsubflow "+g.name) || stderr != "" {
+			if code != exitOK || !strings.Contains(stdout, "Usage: pubsubflow "+g.Name()) || stderr != "" {
 				t.Errorf("%q: exit %d, stdout %q, stderr %q", help, code, stdout, stderr)
 			}
-			for _, v := range g.verbs {
-				if !strings.Contains(stdout, "  "+strings.TrimPrefix(v.name, g.name+" ")+" ") {
-					t.Errorf("%q does not list %q:\n%s", help, v.name, stdout)
+			for _, v := range g.Commands() {
+				if !strings.Contains(stdout, "  "+v.Name()+" ") {
+					t.Errorf("%q does not list %q:\n%s", help, v.Name(), stdout)
 				}
 			}
 		}
-		for _, v := range g.verbs {
-			verb := strings.Fields(v.name)
-			for _, help := range [][]string{{verb[0], verb[1], "--help"}, {verb[0], "help", verb[1]}, {"help", verb[0], verb[1]}} {
+		for _, v := range g.Commands() {
+			for _, help := range [][]string{{g.Name(), v.Name(), "--help"}, {g.Name(), "help", v.Name()}, {"help", g.Name(), v.Name()}} {
 				code, stdout, stderr := cli(t, "", help...)
-				if code != exitOK || !strings.Contains(stdout, "Usage: pubsubflow "+v.name) || stderr != "" {
+				if code != exitOK || !strings.Contains(stdout, "Usage: pubsubflow "+g.Name()+" "+v.Name()) || stderr != "" {
 					t.Errorf("%q: exit %d, stdout %q, stderr %q", help, code, stdout, stderr)
 				}
-				fs, _ := v.flagSet()
-				fs.VisitAll(func(f *flag.Flag) {
-					if !strings.Contains(stdout, "\n  -"+f.Name+" ") && !strings.Contains(stdout, "\n  -"+f.Name+"\n") {
-						t.Errorf("%s --help does not document -%s", v.name, f.Name)
-					}
-				})
+				for _, fs := range []*pflag.FlagSet{v.LocalFlags(), v.InheritedFlags()} {
+					fs.VisitAll(func(f *pflag.Flag) {
+						if !strings.Contains(stdout, "--"+f.Name+" ") && !strings.Contains(stdout, "--"+f.Name+"\n") {
+							t.Errorf("%s %s --help does not document --%s", g.Name(), v.Name(), f.Name)
+						}
+					})
+				}
 			}
 		}
 	}

@@ -3,22 +3,20 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
-func benchCommand() command {
-	return command{
-		name:    "bench",
-		summary: "a load run; --compare-naive runs the demand-driven tracker too",
-		usage: `Usage: pubsubflow bench [flags]
-
+func benchCommand() *cobra.Command {
+	o := benchOptions{s: demoScenario()}
+	o.s.progress = progressLines
+	o.s.progressEvery = 2 * o.s.progressEvery
+	c := newCommand("bench [flags]", "a load run; --compare-naive runs the demand-driven tracker too", `
 Publishes --messages to an embedded Pub/Sub server (or to --topic, and
 consumes --subscription on real Pub/Sub or PUBSUB_EMULATOR_HOST), consumes
 them with --parallelism workers whose handler takes --handler-delay, on
@@ -44,26 +42,20 @@ redeliveries and acks over time, one panel per run.
 Subscriber; the naive shape is not traced) and writes every span to FILE
 as one JSON object per line: name, trace_id, span_id, parent_span_id,
 kind, start, end, status, attributes, events, links. No collector is
-needed; jq reads it.`,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			o := benchOptions{s: demoScenario()}
-			o.s.progress = progressLines
-			o.s.progressEvery = 2 * o.s.progressEvery
-			o.s.register(fs)
-			o.ep.register(fs)
-			fs.BoolVar(&o.compareNaive, "compare-naive", false, "also run the demand-driven tracker shape and compare")
-			fs.StringVar(&o.plot, "plot", "", "write a plot of each run over time to this .svg or .png file")
-			fs.StringVar(&o.subscription, "subscription", "", "consume this subscription instead of the embedded server's")
-			fs.StringVar(&o.topic, "topic", "", "with --subscription: publish each run's messages to this topic first")
-			fs.StringVar(&o.trace, "trace", "", "trace the runs (publisher and subscriber) and write every span to this file as JSON lines")
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 0, "no arguments"); err != nil {
-					return err
-				}
-				return runBench(ctx, env, o)
-			}
-		},
-	}
+needed; jq reads it.`, nArgs(0, "no arguments"), func(ctx context.Context, env cliEnv, _ []string) error {
+		return runBench(ctx, env, o)
+	})
+	fs := c.Flags()
+	o.s.register(fs)
+	o.ep.register(fs)
+	fs.BoolVar(&o.compareNaive, "compare-naive", false, "also run the demand-driven tracker shape and compare")
+	fs.StringVar(&o.plot, "plot", "", "write a plot of each run over time to this .svg or .png file")
+	fs.StringVar(&o.subscription, "subscription", "", "consume this subscription instead of the embedded server's")
+	fs.StringVar(&o.topic, "topic", "", "with --subscription: publish each run's messages to this topic first")
+	fs.StringVar(&o.trace, "trace", "", "trace the runs (publisher and subscriber) and write every span to this file as JSON lines")
+	completeFlag(c, "subscription", subscriptionResource.complete(&o.ep, false))
+	completeFlag(c, "topic", topicResource.complete(&o.ep, false))
+	return c
 }
 
 type benchOptions struct {
@@ -76,6 +68,8 @@ type benchOptions struct {
 	trace        string
 }
 
+// validate checks the flags and resolves --subscription and --topic to
+// full names.
 func (o *benchOptions) validate() error {
 	if err := o.s.validate(); err != nil {
 		return err
@@ -97,7 +91,17 @@ func (o *benchOptions) validate() error {
 	if o.compareNaive && o.topic == "" {
 		return usagef("--compare-naive with --subscription needs --topic, to publish each run's messages")
 	}
-	return o.ep.validate()
+	if err := o.ep.validate(); err != nil {
+		return err
+	}
+	var err error
+	if o.subscription, err = o.ep.resolve("subscriptions", o.subscription); err != nil {
+		return err
+	}
+	if o.topic != "" {
+		o.topic, err = o.ep.resolve("topics", o.topic)
+	}
+	return err
 }
 
 // shapes are the consumer shapes bench knows.
@@ -106,23 +110,12 @@ const (
 	shapeNaive = "naive (demand-driven tracker)"
 )
 
+// shapeLabels label the shapes' progress, in one width.
+var shapeLabels = map[string]string{shapeOurs: "ours ", shapeNaive: "naive"}
+
 func runBench(ctx context.Context, env cliEnv, o benchOptions) error {
 	if err := o.validate(); err != nil {
 		return err
-	}
-	var (
-		sub, topic string
-		err        error
-	)
-	if o.subscription != "" {
-		if sub, err = resolveName("subscriptions", o.subscription, o.ep.project); err != nil {
-			return err
-		}
-		if o.topic != "" {
-			if topic, err = resolveName("topics", o.topic, o.ep.project); err != nil {
-				return err
-			}
-		}
 	}
 	if o.trace != "" {
 		tp, shutdown, err := openTraceFile(o.trace)
@@ -150,12 +143,7 @@ func runBench(ctx context.Context, env cliEnv, o benchOptions) error {
 			// behind stale ones): give it a bounded multiple of ours.
 			s.timeout = min(s.timeout, naiveLimit(runs[0].wall))
 		}
-		var r runResult
-		if sub == "" {
-			r, err = benchEmbedded(ctx, env, s, shape)
-		} else {
-			r, err = benchReal(ctx, env, o, s, sub, topic, shape)
-		}
+		r, err := benchRun(ctx, env, o, s, shape)
 		if err != nil {
 			return err
 		}
@@ -206,62 +194,32 @@ func newConsumer(ctx context.Context, shape string, conn grpc.ClientConnInterfac
 	return newOurs(ctx, conn, sub, s, m)
 }
 
-// benchEmbedded runs one shape on a fresh embedded server.
-func benchEmbedded(ctx context.Context, env cliEnv, s scenario, shape string) (runResult, error) {
-	e, err := startEmbedded(ctx, s)
+// benchRun runs one shape on a fresh embedded server, or on
+// --subscription after publishing to --topic when given.
+func benchRun(ctx context.Context, env cliEnv, o benchOptions, s scenario, shape string) (runResult, error) {
+	t := &target{m: newMeter(s.handlerDelay), topic: o.topic, sub: o.subscription}
+	var err error
+	if o.subscription == "" {
+		t, err = startEmbedded(ctx, s)
+	} else {
+		t.conn, _, err = o.ep.open(ctx, "subscriptions", t.sub, grpc.WithChainUnaryInterceptor(t.m.interceptor))
+	}
 	if err != nil {
 		return runResult{}, err
 	}
-	defer e.close()
-	m := newMeter(s.handlerDelay)
-	conn, err := e.dial(ctx, grpc.WithChainUnaryInterceptor(m.interceptor))
-	if err != nil {
-		return runResult{}, err
-	}
-	defer conn.Close()
-	if err := publishBacklog(ctx, conn, e.topic, s.messages, s.size, s.tracer); err != nil {
-		return runResult{}, err
-	}
-	return consume(ctx, env, s, shape, conn, e.srv, e.sub, m)
-}
-
-// benchReal runs one shape on a real subscription (or an emulator's).
-func benchReal(ctx context.Context, env cliEnv, o benchOptions, s scenario, sub, topic, shape string) (runResult, error) {
-	m := newMeter(s.handlerDelay)
-	conn, err := o.ep.dial(ctx, grpc.WithChainUnaryInterceptor(m.interceptor))
-	if err != nil {
-		return runResult{}, err
-	}
-	defer conn.Close()
-	if err := o.ep.checkResource(ctx, "subscription "+sub, func(ctx context.Context) error {
-		_, err := pubsubpb.NewSubscriberClient(conn).GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: sub})
-		return err
-	}); err != nil {
-		return runResult{}, err
-	}
-	if topic != "" {
-		if err := publishBacklog(ctx, conn, topic, s.messages, s.size, s.tracer); err != nil {
+	defer t.close()
+	if t.topic != "" {
+		if err := publishBacklog(ctx, t.conn, t.topic, s.messages, s.size, s.tracer); err != nil {
 			return runResult{}, err
 		}
 	}
-	return consume(ctx, env, s, shape, conn, nil, sub, m)
-}
-
-func consume(ctx context.Context, env cliEnv, s scenario, shape string, conn grpc.ClientConnInterface, srv *pubsubtest.Server, sub string, m *meter) (runResult, error) {
-	c, err := newConsumer(ctx, shape, conn, sub, s, m)
+	c, err := newConsumer(ctx, shape, t.conn, t.sub, s, t.m)
 	if err != nil {
 		return runResult{}, err
 	}
 	fmt.Fprintf(env.stdout, "run: %s\n", shape)
-	prog := newProgress(env.stdout, s.progress, int64(s.messages), shapeLabel(shape), s.progressEvery)
-	return drive(ctx, shape, c, m, srv, sub, s.messages, s.timeout, prog), nil
-}
-
-func shapeLabel(shape string) string {
-	if shape == shapeNaive {
-		return "naive"
-	}
-	return "ours "
+	prog := newProgress(env.stdout, s.progress, int64(s.messages), shapeLabels[shape], s.progressEvery)
+	return drive(ctx, shape, c, t.m, t.srv, t.sub, s.messages, s.timeout, prog), nil
 }
 
 // benchTable lays the runs side by side.

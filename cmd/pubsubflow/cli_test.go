@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // Every command answers --help on stdout with exit 0; bad invocations exit
@@ -17,10 +19,10 @@ func TestUsage(t *testing.T) {
 	if code, _, stderr := cli(t, "", "frobnicate"); code != exitUsage || !strings.Contains(stderr, `unknown command "frobnicate"`) {
 		t.Fatalf("unknown command: exit %d, stderr %q", code, stderr)
 	}
-	for _, c := range commands() {
-		for _, help := range [][]string{{c.name, "--help"}, {c.name, "-h"}, {"help", c.name}} {
+	for _, c := range commandsIn(groupRun) {
+		for _, help := range [][]string{{c.Name(), "--help"}, {c.Name(), "-h"}, {"help", c.Name()}} {
 			code, stdout, stderr := cli(t, "", help...)
-			if code != exitOK || !strings.Contains(stdout, "Usage: pubsubflow "+c.name) || !strings.Contains(stdout, "Flags:") || stderr != "" {
+			if code != exitOK || !strings.Contains(stdout, "Usage: pubsubflow "+c.Name()) || !strings.Contains(stdout, "Flags:") || stderr != "" {
 				t.Errorf("%v: exit %d, stdout %q, stderr %q", help, code, stdout, stderr)
 			}
 		}
@@ -65,11 +67,26 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// commandsIn are the main commands of a group of the main help, as the
+// CLI runs them.
+func commandsIn(group string) []*cobra.Command {
+	var cs []*cobra.Command
+	for _, c := range rootCommand(cliEnv{}).Commands() {
+		if c.GroupID == group {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
 // A short name takes its project from --project or the environment.
 func TestResolveName(t *testing.T) {
 	t.Setenv("PUBSUB_PROJECT_ID", "")
 	t.Setenv("GOOGLE_CLOUD_PROJECT", "")
 	t.Setenv("CLOUDSDK_CORE_PROJECT", "")
+	resolveName := func(kind, name, project string) (string, error) {
+		return (&endpointFlags{project: project}).resolve(kind, name)
+	}
 	if _, err := resolveName("topics", "top-a", ""); err == nil || !strings.Contains(err.Error(), "no project is set") {
 		t.Fatalf("no project: %v", err)
 	}
@@ -87,12 +104,12 @@ func TestResolveName(t *testing.T) {
 
 // Flags may follow the positional argument, and "--" ends the flags.
 func TestParseInterspersed(t *testing.T) {
-	fs, _ := tailCommand().flagSet()
-	pos, err := parseInterspersed(fs, []string{"--max", "3", "sub-a", "--ack", "--", "--not-a-flag"})
-	if err != nil {
+	c := tailCommand()
+	if err := c.ParseFlags([]string{"--max", "3", "sub-a", "--ack", "--", "--not-a-flag"}); err != nil {
 		t.Fatal(err)
 	}
-	if len(pos) != 2 || pos[0] != "sub-a" || pos[1] != "--not-a-flag" {
+	fs := c.Flags()
+	if pos := fs.Args(); len(pos) != 2 || pos[0] != "sub-a" || pos[1] != "--not-a-flag" {
 		t.Fatalf("positional %q", pos)
 	}
 	if fs.Lookup("max").Value.String() != "3" || fs.Lookup("ack").Value.String() != "true" {

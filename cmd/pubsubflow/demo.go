@@ -3,19 +3,15 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc"
+	"github.com/spf13/cobra"
 )
 
-func demoCommand() command {
-	return command{
-		name:    "demo",
-		summary: "the subscriber against a slow handler, on an embedded server",
-		usage: `Usage: pubsubflow demo [flags]
-
+func demoCommand() *cobra.Command {
+	s := demoScenario()
+	c := newCommand("demo [flags]", "the subscriber against a slow handler, on an embedded server", `
 Needs no flags and no credentials. Starts an embedded Pub/Sub server
 (pubsubtest), publishes a backlog of --messages, and consumes it with a
 Subscriber whose handler takes --handler-delay on --parallelism workers.
@@ -26,18 +22,11 @@ handler asks for them lets what waits expire and be redelivered (see
 'pubsubflow bench --compare-naive'); the Subscriber leases every message on
 receipt, so it shows 0 redeliveries and 0 expirations. Live progress is a
 bar on a terminal and plain lines otherwise; the run ends with a table.
-Exit code 1 if anything was redelivered or expired.`,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			s := demoScenario()
-			s.register(fs)
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 0, "no arguments"); err != nil {
-					return err
-				}
-				return runDemo(ctx, env, s)
-			}
-		},
-	}
+Exit code 1 if anything was redelivered or expired.`, nArgs(0, "no arguments"), func(ctx context.Context, env cliEnv, _ []string) error {
+		return runDemo(ctx, env, s)
+	})
+	s.register(c.Flags())
+	return c
 }
 
 func runDemo(ctx context.Context, env cliEnv, s scenario) error {
@@ -49,16 +38,10 @@ func runDemo(ctx context.Context, env cliEnv, s scenario) error {
 		return err
 	}
 	defer e.close()
-	m := newMeter(s.handlerDelay)
-	conn, err := e.dial(ctx, grpc.WithChainUnaryInterceptor(m.interceptor))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
 
 	fmt.Fprintf(env.stdout, "pubsubflow demo: embedded Pub/Sub server on %s\n", e.srv.Addr())
 	pubStart := time.Now()
-	if err := publishBacklog(ctx, conn, e.topic, s.messages, s.size, s.tracer); err != nil {
+	if err := publishBacklog(ctx, e.conn, e.topic, s.messages, s.size, s.tracer); err != nil {
 		return err
 	}
 	fmt.Fprintf(env.stdout, "published a backlog of %d messages in %s\n", s.messages, seconds(time.Since(pubStart)))
@@ -69,12 +52,12 @@ func runDemo(ctx context.Context, env cliEnv, s scenario) error {
 			seconds(wait), s.ackDeadline)
 	}
 
-	c, err := newOurs(ctx, conn, e.sub, s, m)
+	c, err := newOurs(ctx, e.conn, e.sub, s, e.m)
 	if err != nil {
 		return err
 	}
 	prog := newProgress(env.stdout, s.progress, int64(s.messages), "demo", s.progressEvery)
-	r := drive(ctx, "demo", c, m, e.srv, e.sub, s.messages, s.timeout, prog)
+	r := drive(ctx, "demo", c, e.m, e.srv, e.sub, s.messages, s.timeout, prog)
 	st := c.sub.Stats()
 
 	var t table

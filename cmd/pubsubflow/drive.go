@@ -23,7 +23,6 @@ type runResult struct {
 	err      error
 
 	handled, duplicates int64 // distinct messages handled; copies handled again
-	clientExpired       int64
 	peakOutstanding     int64
 	server              *pubsubtest.SubStats // nil on a real subscription
 	processing, ack     percentiles
@@ -112,7 +111,6 @@ loop:
 		r.err = errors.Join(r.err, fmt.Errorf("%s: stopping: %w", name, err))
 	}
 	r.handled, r.duplicates = m.counts()
-	r.clientExpired = c.expired()
 	r.processing, r.ack = m.latencies()
 	if srv != nil {
 		st := srv.SubscriptionStats(sub)

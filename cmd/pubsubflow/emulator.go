@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -11,17 +10,15 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
-func emulatorCommand() command {
-	return command{
-		name:    "emulator",
-		summary: "run pubsubtest as a standalone Pub/Sub emulator",
-		usage: `Usage: pubsubflow emulator [flags]
-
+func emulatorCommand() *cobra.Command {
+	o := emulatorOptions{killCode: codes.Unavailable}
+	c := newCommand("emulator [flags]", "run pubsubtest as a standalone Pub/Sub emulator", `
 Serves the Pub/Sub gRPC API (Publisher and Subscriber services) from the
 strict in-process server pubsubtest, for any language's official client:
 
@@ -37,38 +34,32 @@ service, it sets a message's delivery attempt only on subscriptions with a
 dead-letter policy. Faults can be injected: streams killed every
 --kill-streams-every with --kill-code; a method's next N calls failed
 (--fail Acknowledge=3:UNAVAILABLE); a method delayed (--latency
-Publish=200ms).`,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			o := emulatorOptions{killCode: codes.Unavailable}
-			fs.StringVar(&o.addr, "addr", "127.0.0.1:8085", "TCP address to listen on (port 0: any free port)")
-			fs.DurationVar(&o.minAckDeadline, "min-ack-deadline", 10*time.Second, "smallest ack deadline accepted (the real service: 10s)")
-			fs.IntVar(&o.perResponse, "max-messages-per-response", 100, "messages per StreamingPull response at most")
-			fs.Int64Var(&o.maxBacklogBytes, "max-backlog-bytes", defaultMaxBacklogBytes, "bound on the bytes of messages held; Publish fails with RESOURCE_EXHAUSTED past it (0: no bound)")
-			fs.DurationVar(&o.statsEvery, "stats-every", time.Minute, "interval of the counter lines (0: none)")
-			fs.DurationVar(&o.killEvery, "kill-streams-every", 0, "end every open StreamingPull stream this often (0: never)")
-			fs.Func("kill-code", "status code of killed streams (default UNAVAILABLE)", func(s string) error {
-				c, err := parseCode(s)
-				o.killCode = c
-				return err
-			})
-			fs.Func("fail", "METHOD=N[:CODE]: fail METHOD's next N calls with CODE (default UNAVAILABLE); repeatable", func(s string) error {
-				f, err := parseFail(s)
-				o.fails = append(o.fails, f)
-				return err
-			})
-			fs.Func("latency", "METHOD=DURATION: delay every call of METHOD; repeatable", func(s string) error {
-				l, err := parseLatency(s)
-				o.latencies = append(o.latencies, l)
-				return err
-			})
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 0, "no arguments"); err != nil {
-					return err
-				}
-				return runEmulator(ctx, env, o)
-			}
-		},
-	}
+Publish=200ms).`, nArgs(0, "no arguments"), func(ctx context.Context, env cliEnv, _ []string) error {
+		return runEmulator(ctx, env, o)
+	})
+	fs := c.Flags()
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8085", "TCP address to listen on (port 0: any free port)")
+	fs.DurationVar(&o.minAckDeadline, "min-ack-deadline", 10*time.Second, "smallest ack deadline accepted (the real service: 10s)")
+	fs.IntVar(&o.perResponse, "max-messages-per-response", 100, "messages per StreamingPull response at most")
+	fs.Int64Var(&o.maxBacklogBytes, "max-backlog-bytes", defaultMaxBacklogBytes, "bound on the bytes of messages held; Publish fails with RESOURCE_EXHAUSTED past it (0: no bound)")
+	fs.DurationVar(&o.statsEvery, "stats-every", time.Minute, "interval of the counter lines (0: none)")
+	fs.DurationVar(&o.killEvery, "kill-streams-every", 0, "end every open StreamingPull stream this often (0: never)")
+	fs.Func("kill-code", "status code of killed streams (default UNAVAILABLE)", func(s string) error {
+		code, err := parseCode(s)
+		o.killCode = code
+		return err
+	})
+	fs.Func("fail", "METHOD=N[:CODE]: fail METHOD's next N calls with CODE (default UNAVAILABLE); repeatable", func(s string) error {
+		f, err := parseFail(s)
+		o.fails = append(o.fails, f)
+		return err
+	})
+	fs.Func("latency", "METHOD=DURATION: delay every call of METHOD; repeatable", func(s string) error {
+		f, err := parseLatency(s)
+		o.latencies = append(o.latencies, f)
+		return err
+	})
+	return c
 }
 
 // defaultMaxBacklogBytes is the emulator's default memory bound for
@@ -85,19 +76,15 @@ type emulatorOptions struct {
 	statsEvery      time.Duration
 	killEvery       time.Duration
 	killCode        codes.Code
-	fails           []failSpec
-	latencies       []latencySpec
+	fails           []fault
+	latencies       []fault
 }
 
-type failSpec struct {
-	method string
-	n      int
-	code   codes.Code
-}
-
-type latencySpec struct {
-	method string
-	d      time.Duration
+// fault is an injected fault: what it does to the server, and the line
+// that says so.
+type fault struct {
+	apply func(srv *pubsubtest.Server)
+	says  string
 }
 
 func (o *emulatorOptions) validate() error {
@@ -131,11 +118,16 @@ func pubsubMethods() []string {
 	return out
 }
 
-func checkMethod(m string) error {
-	if !slices.Contains(pubsubMethods(), m) {
-		return fmt.Errorf("unknown method %q (one of %s)", m, strings.Join(pubsubMethods(), ", "))
+// methodArg splits "METHOD=VALUE" (want names VALUE) and checks METHOD.
+func methodArg(s, want string) (method, value string, err error) {
+	method, value, ok := strings.Cut(s, "=")
+	switch {
+	case !ok:
+		return "", "", fmt.Errorf("%q: want METHOD=%s", s, want)
+	case !slices.Contains(pubsubMethods(), method):
+		return "", "", fmt.Errorf("unknown method %q (one of %s)", method, strings.Join(pubsubMethods(), ", "))
 	}
-	return nil
+	return method, value, nil
 }
 
 // parseCode accepts a gRPC code by name (UNAVAILABLE, unavailable) or
@@ -154,41 +146,36 @@ func parseCode(s string) (codes.Code, error) {
 	return c, nil
 }
 
-func parseFail(s string) (failSpec, error) {
-	method, rest, ok := strings.Cut(s, "=")
-	if !ok {
-		return failSpec{}, fmt.Errorf("%q: want METHOD=N[:CODE]", s)
-	}
-	if err := checkMethod(method); err != nil {
-		return failSpec{}, err
+func parseFail(s string) (fault, error) {
+	method, rest, err := methodArg(s, "N[:CODE]")
+	if err != nil {
+		return fault{}, err
 	}
 	nStr, codeStr, hasCode := strings.Cut(rest, ":")
 	n, err := strconv.Atoi(nStr)
 	if err != nil || n < 1 {
-		return failSpec{}, fmt.Errorf("%q: N must be a positive integer", s)
+		return fault{}, fmt.Errorf("%q: N must be a positive integer", s)
 	}
-	f := failSpec{method: method, n: n, code: codes.Unavailable}
+	code := codes.Unavailable
 	if hasCode {
-		if f.code, err = parseCode(codeStr); err != nil {
-			return failSpec{}, err
+		if code, err = parseCode(codeStr); err != nil {
+			return fault{}, err
 		}
 	}
-	return f, nil
+	return fault{func(srv *pubsubtest.Server) { srv.FailNext(method, n, code) },
+		fmt.Sprintf("the next %d %s calls fail with %v", n, method, code)}, nil
 }
 
-func parseLatency(s string) (latencySpec, error) {
-	method, dStr, ok := strings.Cut(s, "=")
-	if !ok {
-		return latencySpec{}, fmt.Errorf("%q: want METHOD=DURATION", s)
-	}
-	if err := checkMethod(method); err != nil {
-		return latencySpec{}, err
+func parseLatency(s string) (fault, error) {
+	method, dStr, err := methodArg(s, "DURATION")
+	if err != nil {
+		return fault{}, err
 	}
 	d, err := time.ParseDuration(dStr)
 	if err != nil || d < 0 {
-		return latencySpec{}, fmt.Errorf("%q: bad duration", s)
+		return fault{}, fmt.Errorf("%q: bad duration", s)
 	}
-	return latencySpec{method: method, d: d}, nil
+	return fault{func(srv *pubsubtest.Server) { srv.SetLatency(method, d) }, fmt.Sprintf("every %s call is delayed %v", method, d)}, nil
 }
 
 func runEmulator(ctx context.Context, env cliEnv, o emulatorOptions) error {
@@ -207,21 +194,16 @@ func runEmulator(ctx context.Context, env cliEnv, o emulatorOptions) error {
 	if err != nil {
 		return err
 	}
-	for _, f := range o.fails {
-		srv.FailNext(f.method, f.n, f.code)
-	}
-	for _, l := range o.latencies {
-		srv.SetLatency(l.method, l.d)
+	faults := slices.Concat(o.fails, o.latencies)
+	for _, f := range faults {
+		f.apply(srv)
 	}
 	fmt.Fprintf(env.stdout, "pubsubflow emulator listening on %s\nexport PUBSUB_EMULATOR_HOST=%s\n", srv.Addr(), srv.Addr())
 	if o.maxBacklogBytes > 0 {
 		fmt.Fprintf(env.stdout, "backlog bound: %d bytes (--max-backlog-bytes)\n", o.maxBacklogBytes)
 	}
-	for _, f := range o.fails {
-		fmt.Fprintf(env.stdout, "fault: the next %d %s calls fail with %v\n", f.n, f.method, f.code)
-	}
-	for _, l := range o.latencies {
-		fmt.Fprintf(env.stdout, "fault: every %s call is delayed %v\n", l.method, l.d)
+	for _, f := range faults {
+		fmt.Fprintf(env.stdout, "fault: %s\n", f.says)
 	}
 	if o.killEvery > 0 {
 		fmt.Fprintf(env.stdout, "fault: every %v, open streams end with %v\n", o.killEvery, o.killCode)

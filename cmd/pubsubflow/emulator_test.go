@@ -155,17 +155,28 @@ func TestEmulatorWithGoogleClient(t *testing.T) {
 	}
 }
 
+// startEmulator runs "pubsubflow emulator" with extra flags in-process
+// on a free port and returns its address, its output, and stop, which
+// cancels its context (as SIGINT would) and returns its exit code; the
+// test's cleanup stops it too.
+func startEmulator(t testing.TB, extra ...string) (addr string, out *syncBuffer, stop func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out, done := new(syncBuffer), make(chan int, 1)
+	go func() {
+		args := append([]string{"emulator", "--addr", "127.0.0.1:0", "--stats-every", "0"}, extra...)
+		done <- run(ctx, args, strings.NewReader(""), out, out)
+	}()
+	stop = sync.OnceValue(func() int { cancel(); return <-done })
+	t.Cleanup(func() { stop() })
+	return waitListening(t, out, func() bool { return len(done) > 0 }), out, stop
+}
+
 // The emulator in-process serves our own publish and tail commands, and
 // returns 0 when its context ends.
 func TestEmulatorServesPublishAndTail(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"emulator", "--addr", "127.0.0.1:0", "--stats-every", "0"}, strings.NewReader(""), &out, &out)
-	}()
-	addr := waitListening(t, &out, func() bool { return len(done) > 0 })
+	ctx := t.Context()
+	addr, out, stop := startEmulator(t)
 
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -188,8 +199,7 @@ func TestEmulatorServesPublishAndTail(t *testing.T) {
 	if lines := parseTail(t, stdout); code != exitOK || len(lines) != 2 {
 		t.Fatalf("tail: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
-	cancel()
-	if code := <-done; code != exitOK || !strings.Contains(out.String(), "pubsubflow emulator: stopped") {
+	if code := stop(); code != exitOK || !strings.Contains(out.String(), "pubsubflow emulator: stopped") {
 		t.Fatalf("emulator exit %d:\n%s", code, out.String())
 	}
 }
@@ -198,14 +208,8 @@ func TestEmulatorServesPublishAndTail(t *testing.T) {
 // RESOURCE_EXHAUSTED once the unacknowledged messages reach it, the
 // emulator keeps serving, and every message accepted is delivered.
 func TestEmulatorBacklogBound(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"emulator", "--addr", "127.0.0.1:0", "--stats-every", "0", "--max-backlog-bytes", "20000"}, strings.NewReader(""), &out, &out)
-	}()
-	addr := waitListening(t, &out, func() bool { return len(done) > 0 })
+	ctx := t.Context()
+	addr, out, stop := startEmulator(t, "--max-backlog-bytes", "20000")
 	if !strings.Contains(out.String(), "backlog bound: 20000 bytes") {
 		t.Errorf("the emulator does not say its bound:\n%s", out.String())
 	}
@@ -246,8 +250,7 @@ func TestEmulatorBacklogBound(t *testing.T) {
 	if len(accepted) != 0 || len(resp.ReceivedMessages) == 0 {
 		t.Errorf("accepted but not delivered: %v", accepted)
 	}
-	cancel()
-	if code := <-done; code != exitOK {
+	if code := stop(); code != exitOK {
 		t.Fatalf("emulator exit %d:\n%s", code, out.String())
 	}
 }

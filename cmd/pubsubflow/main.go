@@ -13,11 +13,14 @@
 //	pubsubflow bench --compare-naive --plot bench.svg
 //	pubsubflow topics create T; pubsubflow subscriptions create S --topic T
 //	pubsubflow subscriptions seek S --time -1h; pubsubflow snapshots list
+//	source <(pubsubflow completion bash)      # or zsh, fish, powershell
 //
 // tail, publish and the topics, subscriptions and snapshots commands
 // connect to PUBSUB_EMULATOR_HOST when it is set, and otherwise to Pub/Sub
-// with Application Default Credentials. Exit codes: 0 success, 1 runtime
-// failure, 2 bad usage. Every command takes --help.
+// with Application Default Credentials; completing a resource name asks
+// the same server. Exit codes: 0 success, 1 runtime failure, 2 bad usage,
+// 130 interrupted. Every command takes --help; the commands are
+// github.com/spf13/cobra's (cli.go).
 package main
 
 import (

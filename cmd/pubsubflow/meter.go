@@ -86,8 +86,8 @@ func (m *meter) counts() (distinct, duplicates int64) {
 
 // percentiles are latency quantiles.
 type percentiles struct {
-	n                  int
-	p50, p90, p99, max time.Duration
+	n             int
+	p50, p90, p99 time.Duration
 }
 
 func quantiles(ds []time.Duration) percentiles {
@@ -97,7 +97,7 @@ func quantiles(ds []time.Duration) percentiles {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
-	return percentiles{n: len(s), p50: q(0.50), p90: q(0.90), p99: q(0.99), max: s[len(s)-1]}
+	return percentiles{n: len(s), p50: q(0.50), p90: q(0.90), p99: q(0.99)}
 }
 
 func (m *meter) latencies() (processing, ack percentiles) {

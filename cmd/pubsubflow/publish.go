@@ -4,12 +4,11 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 	"sync"
 
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/spf13/cobra"
 
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/publisher"
@@ -24,12 +23,9 @@ const (
 	publishWindow = 1000
 )
 
-func publishCommand() command {
-	return command{
-		name:    "publish",
-		summary: "publish each stdin line as a message; print the ids",
-		usage: `Usage: pubsubflow publish [flags] TOPIC
-
+func publishCommand() *cobra.Command {
+	o := publishOptions{attrs: map[string]string{}}
+	c := newCommand("publish [flags] TOPIC", "publish each stdin line as a message; print the ids", `
 Publishes each line of standard input (without its newline) as one message
 to TOPIC (projects/P/topics/T, or T with --project) and prints each message
 id on its own line, in input order. Empty lines are skipped unless the
@@ -40,30 +36,25 @@ against the service's limits before anything is read. A line that fails
 to publish is reported on stderr, and the exit code is 1. Ctrl-C stops it
 with exit code 130 after the lines already read are published.
 
-` + strings.TrimSpace(limitsHelp()),
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			o := publishOptions{attrs: map[string]string{}}
-			o.ep.register(fs)
-			fs.Func("attr", "attribute KEY=VALUE on every message (repeatable)", func(s string) error {
-				k, v, ok := strings.Cut(s, "=")
-				if !ok || k == "" {
-					return fmt.Errorf("%q: want KEY=VALUE", s)
-				}
-				o.attrs[k] = v
-				return nil
-			})
-			fs.StringVar(&o.orderingKey, "ordering-key", "", "ordering key of every message (enables ordered publishing)")
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 1, "TOPIC"); err != nil {
-					return err
-				}
-				if v := limits.CheckMessage([]byte("x"), o.attrs, o.orderingKey); v != nil {
-					return usagef("%s: %s: %s", flagOf(v.Field), v.Limit, v.Detail)
-				}
-				return runPublish(ctx, env, args[0], o)
-			}
-		},
-	}
+`+limitsHelp(), nArgs(1, "TOPIC"), func(ctx context.Context, env cliEnv, args []string) error {
+		if v := limits.CheckMessage([]byte("x"), o.attrs, o.orderingKey); v != nil {
+			return usagef("%s: %s: %s", flagOf(v.Field), v.Limit, v.Detail)
+		}
+		return runPublish(ctx, env, args[0], o)
+	})
+	fs := c.Flags()
+	o.ep.register(fs)
+	fs.Func("attr", "attribute KEY=VALUE on every message (repeatable)", func(s string) error {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("%q: want KEY=VALUE", s)
+		}
+		o.attrs[k] = v
+		return nil
+	})
+	fs.StringVar(&o.orderingKey, "ordering-key", "", "ordering key of every message (enables ordered publishing)")
+	c.ValidArgsFunction = topicResource.complete(&o.ep, true)
+	return c
 }
 
 type publishOptions struct {
@@ -73,24 +64,11 @@ type publishOptions struct {
 }
 
 func runPublish(ctx context.Context, env cliEnv, name string, o publishOptions) error {
-	if err := o.ep.validate(); err != nil {
-		return err
-	}
-	topic, err := resolveName("topics", name, o.ep.project)
-	if err != nil {
-		return err
-	}
-	conn, err := o.ep.dial(ctx)
+	conn, topic, err := o.ep.open(ctx, "topics", name)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := o.ep.checkResource(ctx, "topic "+topic, func(ctx context.Context) error {
-		_, err := pubsubpb.NewPublisherClient(conn).GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: topic})
-		return err
-	}); err != nil {
-		return err
-	}
 	pub, err := publisher.New(conn, topic, publisher.Config{EnableOrdering: o.orderingKey != ""})
 	if err != nil {
 		return err
@@ -109,9 +87,7 @@ func runPublish(ctx context.Context, env cliEnv, name string, o publishOptions) 
 		wg     sync.WaitGroup
 		failed int
 	)
-	wg.Add(1)
-	go func() { // prints ids in input order
-		defer wg.Done()
+	wg.Go(func() { // prints ids in input order
 		for p := range results {
 			id, err := p.r.Get(ctx)
 			if err != nil {
@@ -121,7 +97,7 @@ func runPublish(ctx context.Context, env cliEnv, name string, o publishOptions) 
 			}
 			fmt.Fprintln(env.stdout, id)
 		}
-	}()
+	})
 
 	sc := bufio.NewScanner(env.stdin)
 	sc.Buffer(make([]byte, 64<<10), maxLine+1) // +1: the newline

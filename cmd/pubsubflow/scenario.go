@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"time"
 
+	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
@@ -59,7 +59,7 @@ func demoScenario() scenario {
 	}
 }
 
-func (s *scenario) register(fs *flag.FlagSet) {
+func (s *scenario) register(fs *pflag.FlagSet) {
 	fs.IntVar(&s.messages, "messages", s.messages, "messages to publish and consume")
 	fs.IntVar(&s.size, "message-size", s.size, "payload bytes per message")
 	fs.IntVar(&s.parallelism, "parallelism", s.parallelism, "handler workers")
@@ -103,15 +103,19 @@ const (
 	embeddedSub   = "pubsubflow-demo-sub"
 )
 
-// embedded is an in-process pubsubtest server with one topic and one
-// subscription.
-type embedded struct {
-	srv   *pubsubtest.Server
-	topic string
+// target is what a run consumes: the subscription of an in-process
+// pubsubtest server (srv) with one topic, or a real subscription; and a
+// connection to it that m measures.
+type target struct {
+	srv   *pubsubtest.Server // nil on a real subscription
+	conn  *grpc.ClientConn
+	m     *meter
+	topic string // where the backlog is published; "": none
 	sub   string
 }
 
-func startEmbedded(ctx context.Context, s scenario) (*embedded, error) {
+// startEmbedded starts an embedded server and connects to it.
+func startEmbedded(ctx context.Context, s scenario) (*target, error) {
 	var opts []pubsubtest.Option
 	if s.inMemory {
 		opts = append(opts, pubsubtest.WithBufconn())
@@ -128,14 +132,21 @@ func startEmbedded(ctx context.Context, s scenario) (*embedded, error) {
 		_ = srv.Close()
 		return nil, fmt.Errorf("setting up the embedded server: %w", err)
 	}
-	return &embedded{srv: srv, topic: topic, sub: "projects/" + srv.Project() + "/subscriptions/" + embeddedSub}, nil
+	m := newMeter(s.handlerDelay)
+	conn, err := srv.Dial(ctx, grpc.WithChainUnaryInterceptor(m.interceptor))
+	if err != nil {
+		_ = srv.Close()
+		return nil, err
+	}
+	return &target{srv: srv, conn: conn, m: m, topic: topic, sub: "projects/" + srv.Project() + "/subscriptions/" + embeddedSub}, nil
 }
 
-func (e *embedded) dial(ctx context.Context, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	return e.srv.Dial(ctx, opts...)
+func (t *target) close() {
+	_ = t.conn.Close()
+	if t.srv != nil {
+		_ = t.srv.Close()
+	}
 }
-
-func (e *embedded) close() error { return e.srv.Close() }
 
 // publishBacklog publishes n messages of size bytes through our batching
 // publisher and waits for every id.

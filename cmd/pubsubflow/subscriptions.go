@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -21,46 +20,43 @@ const (
 	defaultMaxBackoff = 600 * time.Second
 )
 
-func subscriptionsGroup() commandGroup {
-	return commandGroup{
-		name:    "subscriptions",
-		summary: "create, get, list, delete or seek subscriptions",
-		usage: `Usage: pubsubflow subscriptions COMMAND [flags] [SUBSCRIPTION]
-
+func subscriptionsCommand() *cobra.Command {
+	o := new(adminOptions)
+	return adminGroup(o, "subscriptions COMMAND [flags] [SUBSCRIPTION]", "create, get, list, delete or seek subscriptions", `
 Manages subscriptions over the Pub/Sub API, on pubsubflow emulator, Google's
 emulator or Pub/Sub itself.`,
-		verbs: []command{subscriptionsCreateCommand(), subscriptionsGetCommand(), subscriptionsListCommand(),
-			subscriptionsDeleteCommand(), subscriptionsSeekCommand()},
-	}
+		subscriptionsCreateCommand(o),
+		getCommand(o, subscriptionResource, "print a subscription", "Prints SUBSCRIPTION's settings."),
+		listCommand(o, subscriptionResource, "list a project's subscriptions", `
+Lists the subscriptions of the project (--project, else $PUBSUB_PROJECT_ID)
+with their topic, ack deadline and the settings beyond the defaults.`),
+		deleteCommand(o, subscriptionResource, "delete a subscription",
+			"Deletes SUBSCRIPTION and the messages it kept; its open streams end."),
+		subscriptionsSeekCommand(o))
 }
 
 // subscriptionFlags are the settings of subscriptions create.
 type subscriptionFlags struct {
-	topic          string
-	ackDeadline    durationValue
-	ordering       bool
-	exactlyOnce    bool
-	deadLetter     string
-	maxAttempts    int
-	minBackoff     durationValue
-	maxBackoff     durationValue
-	filter         string
-	retainAcked    bool
-	retention      durationValue
-	maxAttemptsSet bool
+	topic       string
+	ackDeadline durationValue
+	ordering    bool
+	exactlyOnce bool
+	deadLetter  string
+	maxAttempts int
+	minBackoff  durationValue
+	maxBackoff  durationValue
+	filter      string
+	retainAcked bool
+	retention   durationValue
 }
 
-func (s *subscriptionFlags) register(fs *flag.FlagSet) {
+func (s *subscriptionFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&s.topic, "topic", "", "the `topic` to subscribe to (required)")
 	fs.Var(&s.ackDeadline, "ack-deadline", "how long a delivered message waits for its ack before it is redelivered: a `duration` of 10s–600s in whole seconds (pubsubflow emulator --min-ack-deadline can allow less; default: the service's, 10s)")
 	fs.BoolVar(&s.ordering, "ordering", false, "deliver messages with the same ordering key in publish order, one at a time")
 	fs.BoolVar(&s.exactlyOnce, "exactly-once", false, "exactly-once delivery: an acked message is not redelivered, and acks are confirmed")
 	fs.StringVar(&s.deadLetter, "dead-letter-topic", "", "the `topic` to publish a message to after --max-delivery-attempts failed deliveries (nacks or expired deadlines), and ack it; on Pub/Sub, the project's Pub/Sub service account must be allowed to publish to it and to ack on this subscription")
-	fs.Func("max-delivery-attempts", "the `number` of deliveries of a message before it goes to the dead-letter topic, 5–100 (default 5; needs --dead-letter-topic)", func(v string) error {
-		n, err := parseIntFlag(v)
-		s.maxAttempts, s.maxAttemptsSet = n, true
-		return err
-	})
+	fs.IntVar(&s.maxAttempts, "max-delivery-attempts", defaultDeliveryAttempts, "the `number` of deliveries of a message before it goes to the dead-letter topic, 5–100 (needs --dead-letter-topic)")
 	fs.Var(&s.minBackoff, "min-backoff", "after a nack or an expired deadline, wait at least this `duration` before redelivering, 0s–600s; the wait doubles per attempt up to --max-backoff (default: redeliver at once; with only --max-backoff, 10s)")
 	fs.Var(&s.maxBackoff, "max-backoff", "the longest wait before a redelivery, a `duration` of 0s–600s (default with --min-backoff: 10m)")
 	fs.StringVar(&s.filter, "filter", "", `deliver only messages whose attributes match, e.g. 'attributes.kind = "order" AND NOT attributes:test' (at most 256 bytes; fixed once created). Messages that do not match are acked without delivery`)
@@ -68,12 +64,13 @@ func (s *subscriptionFlags) register(fs *flag.FlagSet) {
 	fs.Var(&s.retention, "retention", "how long unacked (and with --retain-acked, acked) messages are kept, a `duration` of 10m–7d (default: the service's, 7d)")
 }
 
-// build checks the flags and returns the subscription to create.
-func (s *subscriptionFlags) build(o *adminOptions, name string) (*pubsubpb.Subscription, error) {
+// build checks the flags (fs, where they were given) and returns the
+// subscription to create.
+func (s *subscriptionFlags) build(o *adminOptions, name string, fs *pflag.FlagSet) (*pubsubpb.Subscription, error) {
 	if s.topic == "" {
 		return nil, usagef("missing --topic: the topic to subscribe to")
 	}
-	topic, err := o.resolve("topics", s.topic)
+	topic, err := o.ep.resolve("topics", s.topic)
 	if err != nil {
 		return nil, err
 	}
@@ -97,19 +94,16 @@ func (s *subscriptionFlags) build(o *adminOptions, name string) (*pubsubpb.Subsc
 	}
 	switch {
 	case s.deadLetter != "":
-		dl, err := o.resolve("topics", s.deadLetter)
+		dl, err := o.ep.resolve("topics", s.deadLetter)
 		if err != nil {
 			return nil, err
 		}
-		n := defaultDeliveryAttempts
-		if s.maxAttemptsSet {
-			n = s.maxAttempts
-		}
+		n := s.maxAttempts
 		if n < minDeliveryAttempts || n > maxDeliveryAttempts {
 			return nil, usagef("--max-delivery-attempts %d: want %d–%d", n, minDeliveryAttempts, maxDeliveryAttempts)
 		}
 		sub.DeadLetterPolicy = &pubsubpb.DeadLetterPolicy{DeadLetterTopic: dl, MaxDeliveryAttempts: int32(n)}
-	case s.maxAttemptsSet:
+	case fs.Changed("max-delivery-attempts"):
 		return nil, usagef("--max-delivery-attempts needs --dead-letter-topic")
 	}
 	if s.minBackoff.set || s.maxBackoff.set {
@@ -146,141 +140,82 @@ func (s *subscriptionFlags) build(o *adminOptions, name string) (*pubsubpb.Subsc
 	return sub, nil
 }
 
-func subscriptionsCreateCommand() command {
-	return command{
-		name:    "subscriptions create",
-		summary: "create a subscription",
-		usage: `Usage: pubsubflow subscriptions create [flags] SUBSCRIPTION --topic TOPIC
-
+func subscriptionsCreateCommand(o *adminOptions) *cobra.Command {
+	var s subscriptionFlags
+	var c *cobra.Command
+	c = nameCommand(o, subscriptionResource, "create [flags] SUBSCRIPTION --topic TOPIC", "create a subscription", `
 Creates SUBSCRIPTION on TOPIC and prints it. It receives the messages
 published after it was created. A subscription that exists already, or a
 topic or dead-letter topic that does not, is an error (exit 1).
 
 A dead-letter topic takes the messages that failed --max-delivery-attempts
 times: give it a subscription of its own before messages fail, since a topic
-with no subscription drops what it receives.` + adminUsageTail,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			var o adminOptions
-			o.register(fs)
-			var s subscriptionFlags
-			s.register(fs)
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				name, err := o.one(args, "subscriptions", "SUBSCRIPTION")
-				if err != nil {
-					return err
-				}
-				req, err := s.build(&o, name)
-				if err != nil {
-					return err
-				}
-				return o.connected(ctx, env, func(a *adminClient) error {
-					sub, err := adminCall(ctx, a, func(ctx context.Context) (*pubsubpb.Subscription, error) {
-						return a.sub.CreateSubscription(ctx, req)
-					})
-					if err != nil {
-						// NOT_FOUND here is about the topic or the dead-letter
-						// topic; the service's message names which.
-						return a.failedCreate("creating subscription "+name, "subscription "+name, err)
-					}
-					return a.printSubscription(sub)
-				})
-			}
-		},
-	}
+with no subscription drops what it receives.`, func(name string) (adminRun, error) {
+		req, err := s.build(o, name, c.Flags())
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, a *adminClient) error {
+			sub, err := a.sub.CreateSubscription(ctx, req)
+			return subscriptionResource.created(a, "creating subscription "+name, name, sub, err)
+		}, nil
+	})
+	s.register(c.Flags())
+	completeFlag(c, "topic", topicResource.complete(&o.ep, false))
+	completeFlag(c, "dead-letter-topic", topicResource.complete(&o.ep, false))
+	return c
 }
 
-func subscriptionsGetCommand() command {
-	return getCommand(subscriptionResource, "print a subscription", `Usage: pubsubflow subscriptions get [flags] SUBSCRIPTION
-
-Prints SUBSCRIPTION's settings.`)
-}
-
-func subscriptionsListCommand() command {
-	return listCommand(subscriptionResource, "list a project's subscriptions", `Usage: pubsubflow subscriptions list [flags]
-
-Lists the subscriptions of the project (--project, else $PUBSUB_PROJECT_ID)
-with their topic, ack deadline and the settings beyond the defaults.`)
-}
-
-func subscriptionsDeleteCommand() command {
-	return deleteCommand(subscriptionResource, "delete a subscription", `Usage: pubsubflow subscriptions delete [flags] SUBSCRIPTION
-
-Deletes SUBSCRIPTION and the messages it kept; its open streams end.`)
-}
-
-func subscriptionsSeekCommand() command {
-	return command{
-		name:    "subscriptions seek",
-		summary: "replay or skip messages: seek to a time or a snapshot",
-		usage: `Usage: pubsubflow subscriptions seek [flags] SUBSCRIPTION (--time T | --snapshot S)
-
+func subscriptionsSeekCommand(o *adminOptions) *cobra.Command {
+	var at, snapshot string
+	c := nameCommand(o, subscriptionResource, "seek [flags] SUBSCRIPTION (--time T | --snapshot S)", "replay or skip messages: seek to a time or a snapshot", `
 With --time, messages published before T count as acked and those published
 after it as unacked: an earlier time replays the acked messages the
 subscription kept (--retain-acked, or the topic's --retention), and
 "--time now" skips the whole backlog. With --snapshot, the subscription's
-acks become those of the snapshot (see pubsubflow snapshots create).` + adminUsageTail,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			var o adminOptions
-			o.register(fs)
-			var at, snapshot string
-			fs.StringVar(&at, "time", "", `seek to this time: RFC 3339 (2026-01-02T15:04:05Z), "now", or a duration ago ("-1h")`)
-			fs.StringVar(&snapshot, "snapshot", "", "seek to this snapshot (of the subscription's topic)")
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				name, err := o.one(args, "subscriptions", "SUBSCRIPTION")
-				if err != nil {
-					return err
-				}
-				req := &pubsubpb.SeekRequest{Subscription: name}
-				result := map[string]string{"subscription": name}
-				switch {
-				case (at == "") == (snapshot == ""):
-					return usagef("want one of --time or --snapshot")
-				case at != "":
-					t, err := parseSeekTime(at, time.Now())
-					if err != nil {
-						return err
-					}
-					req.Target = &pubsubpb.SeekRequest_Time{Time: timestamppb.New(t)}
-					result["time"] = t.UTC().Format(time.RFC3339Nano)
-				default:
-					snap, err := o.resolve("snapshots", snapshot)
-					if err != nil {
-						return err
-					}
-					req.Target = &pubsubpb.SeekRequest_Snapshot{Snapshot: snap}
-					result["snapshot"] = snap
-				}
-				return o.connected(ctx, env, func(a *adminClient) error {
-					if err := a.call(ctx, func(ctx context.Context) error {
-						_, err := a.sub.Seek(ctx, req)
-						return err
-					}); err != nil {
-						return a.failed("seeking subscription "+name, "", err)
-					}
-					if a.json {
-						return a.printJSONValue(result)
-					}
-					var t table
-					t.row("subscription", name)
-					if req.GetSnapshot() != "" {
-						t.row("sought to snapshot", req.GetSnapshot())
-					} else {
-						t.row("sought to time", result["time"])
-					}
-					return t.write(a.out)
-				})
+acks become those of the snapshot (see pubsubflow snapshots create).`, func(name string) (adminRun, error) {
+		req := &pubsubpb.SeekRequest{Subscription: name}
+		result := map[string]string{"subscription": name}
+		switch {
+		case (at == "") == (snapshot == ""):
+			return nil, usagef("want one of --time or --snapshot")
+		case at != "":
+			t, err := parseSeekTime(at, time.Now())
+			if err != nil {
+				return nil, err
 			}
-		},
-	}
-}
-
-// parseIntFlag reads an integer flag value.
-func parseIntFlag(v string) (int, error) {
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, fmt.Errorf("%q: want an integer", v)
-	}
-	return n, nil
+			req.Target = &pubsubpb.SeekRequest_Time{Time: timestamppb.New(t)}
+			result["time"] = t.UTC().Format(time.RFC3339Nano)
+		default:
+			snap, err := o.ep.resolve("snapshots", snapshot)
+			if err != nil {
+				return nil, err
+			}
+			req.Target = &pubsubpb.SeekRequest_Snapshot{Snapshot: snap}
+			result["snapshot"] = snap
+		}
+		return func(ctx context.Context, a *adminClient) error {
+			if _, err := a.sub.Seek(ctx, req); err != nil {
+				return a.failed("seeking subscription "+name, "", err)
+			}
+			if a.json {
+				return a.printJSON(result)
+			}
+			var t table
+			t.row("subscription", name)
+			if req.GetSnapshot() != "" {
+				t.row("sought to snapshot", req.GetSnapshot())
+			} else {
+				t.row("sought to time", result["time"])
+			}
+			return t.write(a.out)
+		}, nil
+	})
+	c.Flags().StringVar(&at, "time", "", `seek to this time: RFC 3339 (2026-01-02T15:04:05Z), "now", or a duration ago ("-1h")`)
+	c.Flags().StringVar(&snapshot, "snapshot", "", "seek to this snapshot (of the subscription's topic)")
+	c.ValidArgsFunction = subscriptionResource.complete(&o.ep, true)
+	completeFlag(c, "snapshot", snapshotResource.complete(&o.ep, false))
+	return c
 }
 
 // parseSeekTime reads --time: RFC 3339, "now", or "-DURATION" before now.
@@ -302,7 +237,7 @@ func parseSeekTime(s string, now time.Time) (time.Time, error) {
 	return t, nil
 }
 
-// subscriptionResource is how the admin commands read and delete
+// subscriptionResource is how the admin commands read, delete and print
 // subscriptions.
 var subscriptionResource = resource[*pubsubpb.Subscription]{
 	kind: "subscriptions", noun: "subscription", arg: "SUBSCRIPTION",
@@ -317,6 +252,7 @@ var subscriptionResource = resource[*pubsubpb.Subscription]{
 		_, err := a.sub.DeleteSubscription(ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: name})
 		return err
 	},
-	print: (*adminClient).printSubscription,
-	table: writeSubscriptionTable,
+	fields: subscriptionFields,
+	header: []any{"SUBSCRIPTION", "TOPIC", "ACK DEADLINE", "SETTINGS"},
+	row:    subscriptionRow,
 }

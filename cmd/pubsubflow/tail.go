@@ -1,18 +1,18 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"sync"
 	"time"
 	"unicode/utf8"
 
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/spf13/cobra"
 
 	"github.com/pubsubflow/pubsubflow"
 	"github.com/pubsubflow/pubsubflow/pipeline"
@@ -22,12 +22,9 @@ import (
 // printed to settle.
 const tailDrain = 5 * time.Second
 
-func tailCommand() command {
-	return command{
-		name:    "tail",
-		summary: "print a subscription's messages as JSON lines",
-		usage: `Usage: pubsubflow tail [flags] SUBSCRIPTION
-
+func tailCommand() *cobra.Command {
+	var o tailOptions
+	c := newCommand("tail [flags] SUBSCRIPTION", "print a subscription's messages as JSON lines", `
 Receives from SUBSCRIPTION (projects/P/subscriptions/S, or S with --project)
 and prints one JSON object per message: id, publish_time, attributes,
 ordering_key, delivery_attempt, and data as text (valid UTF-8) or
@@ -37,26 +34,21 @@ subscription keeps them; with --ack each is acked once printed; with --nack
 each is nacked once printed, so the subscription redelivers it (each nack
 is a failed delivery: after a subscription's --max-delivery-attempts the
 message goes to its dead-letter topic).
-It stops after --max messages, after --timeout, or on SIGINT/SIGTERM.`,
-		flags: func(fs *flag.FlagSet) func(context.Context, cliEnv, []string) error {
-			var o tailOptions
-			o.ep.register(fs)
-			fs.BoolVar(&o.ack, "ack", false, "ack each message once printed (default: nack them all when tail stops)")
-			fs.BoolVar(&o.nack, "nack", false, "nack each message once printed: it is redelivered, and counts as a failed delivery")
-			fs.IntVar(&o.max, "max", 0, "stop after this many messages (0: no limit)")
-			fs.DurationVar(&o.timeout, "timeout", 0, "stop after this long (0: no limit)")
-			fs.BoolVar(&o.base64, "base64", false, "always print data as data_base64")
-			fs.Int64Var(&o.maxOutstanding, "max-outstanding", 1000, "messages held at once (without --ack, the most tail shows)")
-			fs.DurationVar(&o.reconnectTimeout, "reconnect-timeout", 2*time.Minute, // SubscriberConfig.ReconnectTimeout's default
-				"fail when no stream has succeeded for this long (an unreachable endpoint); 0: retry until stopped")
-			return func(ctx context.Context, env cliEnv, args []string) error {
-				if err := wantArgs(args, 1, "SUBSCRIPTION"); err != nil {
-					return err
-				}
-				return runTail(ctx, env, args[0], o)
-			}
-		},
-	}
+It stops after --max messages, after --timeout, or on SIGINT/SIGTERM.`, nArgs(1, "SUBSCRIPTION"), func(ctx context.Context, env cliEnv, args []string) error {
+		return runTail(ctx, env, args[0], o)
+	})
+	fs := c.Flags()
+	o.ep.register(fs)
+	fs.BoolVar(&o.ack, "ack", false, "ack each message once printed (default: nack them all when tail stops)")
+	fs.BoolVar(&o.nack, "nack", false, "nack each message once printed: it is redelivered, and counts as a failed delivery")
+	fs.IntVar(&o.max, "max", 0, "stop after this many messages (0: no limit)")
+	fs.DurationVar(&o.timeout, "timeout", 0, "stop after this long (0: no limit)")
+	fs.BoolVar(&o.base64, "base64", false, "always print data as data_base64")
+	fs.Int64Var(&o.maxOutstanding, "max-outstanding", 1000, "messages held at once (without --ack, the most tail shows)")
+	fs.DurationVar(&o.reconnectTimeout, "reconnect-timeout", 2*time.Minute, // SubscriberConfig.ReconnectTimeout's default
+		"fail when no stream has succeeded for this long (an unreachable endpoint); 0: retry until stopped")
+	c.ValidArgsFunction = subscriptionResource.complete(&o.ep, true)
+	return c
 }
 
 type tailOptions struct {
@@ -83,37 +75,27 @@ func (o *tailOptions) validate() error {
 	case o.reconnectTimeout < 0:
 		return usagef("--reconnect-timeout %v: want ≥ 0", o.reconnectTimeout)
 	}
-	return o.ep.validate()
+	return nil
 }
 
 func runTail(ctx context.Context, env cliEnv, name string, o tailOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	sub, err := resolveName("subscriptions", name, o.ep.project)
-	if err != nil {
-		return err
-	}
-	conn, err := o.ep.dial(ctx)
+	conn, sub, err := o.ep.open(ctx, "subscriptions", name)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	client := pubsubpb.NewSubscriberClient(conn)
-	if err := o.ep.checkResource(ctx, "subscription "+sub, func(ctx context.Context) error {
-		_, err := client.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: sub})
-		return err
-	}); err != nil {
-		return err
-	}
 	s, err := pubsubflow.NewSubscriber(ctx, sub, pubsubflow.SubscriberConfig{
 		Conn:                   conn,
 		MaxOutstandingMessages: o.maxOutstanding,
 		// Tail stops on purpose: what it received and did not print goes
 		// straight back to the subscription.
-		OnShutdown:       pubsubflow.Nack,
-		DrainTimeout:     tailDrain,
-		ReconnectTimeout: reconnectTimeout(o.reconnectTimeout),
+		OnShutdown:   pubsubflow.Nack,
+		DrainTimeout: tailDrain,
+		// The flag's 0, retry until stopped, is the library's Unlimited.
+		ReconnectTimeout: cmp.Or(o.reconnectTimeout, pubsubflow.Unlimited),
 	})
 	if err != nil {
 		return err
@@ -124,7 +106,7 @@ func runTail(ctx context.Context, env cliEnv, name string, o tailOptions) error 
 	}
 	defer cancel()
 
-	t := &tailer{w: env.stdout, ack: o.ack, nack: o.nack, max: o.max, base64: o.base64, full: make(chan struct{})}
+	t := &tailer{tailOptions: o, w: env.stdout, full: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() { done <- pipeline.From(s.Source()).To(pipeline.ForEach(t.each)) }()
 	var runErr error
@@ -144,13 +126,11 @@ func runTail(ctx context.Context, env cliEnv, name string, o tailOptions) error 
 	return errors.Join(runErr, closeErr)
 }
 
-// tailer prints messages and settles them: ack, or hold until stop.
+// tailer prints messages and settles them as the options say: ack, nack,
+// or hold until stop.
 type tailer struct {
-	w      io.Writer
-	ack    bool
-	nack   bool
-	max    int
-	base64 bool
+	tailOptions
+	w io.Writer
 
 	mu       sync.Mutex
 	printed  int
@@ -191,12 +171,7 @@ func (t *tailer) each(_ context.Context, m *pubsubflow.Message) error {
 		s := base64.StdEncoding.EncodeToString(m.Data)
 		line.DataBase64 = &s
 	}
-	b, err := json.Marshal(line)
-	if err != nil {
-		m.Nack()
-		return fmt.Errorf("encoding message %s: %w", m.ID, err)
-	}
-	if _, err := t.w.Write(append(b, '\n')); err != nil {
+	if err := json.NewEncoder(t.w).Encode(line); err != nil {
 		m.Nack()
 		return fmt.Errorf("writing message %s: %w", m.ID, err)
 	}
@@ -230,13 +205,4 @@ func (t *tailer) count() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.printed
-}
-
-// reconnectTimeout maps the flag's 0 ("retry until stopped") to the
-// library's Unlimited.
-func reconnectTimeout(d time.Duration) time.Duration {
-	if d == 0 {
-		return pubsubflow.Unlimited
-	}
-	return d
 }
