@@ -110,8 +110,8 @@ func unsettled(m *Message) bool { return !m.Settled() }
 // OnShutdown outcome instead of handling them.
 func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Message) bool) stage.Flow[*Message, *Message] {
 	call := func(ctx context.Context, m *Message) (*Message, error) {
-		if m.Settled() {
-			return m, nil
+		if message.Of(m).ExpireIfLate(m, time.Now()) {
+			return m, nil // settled, or its lease lapsed while it waited
 		}
 		if message.Of(m).HandedOffBy() == 0 {
 			if s.life.draining() {

@@ -35,15 +35,31 @@ func (p *path) Settle(mi any, o uint32, delay time.Duration) {
 	case message.Nack, message.NackAfter:
 		if o == message.Nack {
 			delay = 0
+		} else {
+			// Once the nack lands the server holds the message this long.
+			m.st.SetDeadline(time.Now().Add(delay))
 		}
 		if m.ExactlyOnce {
 			m.result = newAckResult()
 		}
 		c.acks.NackTag(m.AckID, delay, m.ExactlyOnce, (*ackTag)(m))
-	default: // NoOp, Expired: nothing to send
-		m.st.Done(m)
+	case message.Expired:
+		if m.ExactlyOnce {
+			// An ack now would not count: say so to whoever asks.
+			m.result = newAckResult()
+			m.result.resolve(ErrLeaseExpired)
+		}
+		c.later.done(m, m.st.Deadline())
+	default: // NoOp: nothing to send; the server counts it until its deadline
+		c.later.done(m, m.st.Deadline())
 	}
 }
+
+// ErrLeaseExpired is the AckResult of an exactly-once message whose lease
+// ended before it was settled (past max extension, or its deadline passed
+// without a confirmed extension): the server may have given it out again,
+// so an ack of this copy does not count.
+var ErrLeaseExpired = errors.New("pubsubflow: the message's lease expired before it was settled")
 
 // ackTag is a message as the acknowledger's Tag: it hears when the
 // message's ack or nack is final.
@@ -61,6 +77,10 @@ func (t *ackTag) AckDone(err error) {
 	}
 	if m.result != nil {
 		m.result.resolve(err)
+	}
+	if m.Outcome() == NackAfter {
+		c.later.done(m, m.st.Deadline())
+		return
 	}
 	m.st.Done(m)
 }

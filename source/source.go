@@ -50,6 +50,7 @@ type core struct {
 	path     path
 	c        counters
 	held     registry
+	later    later
 	lanes    atomic.Int64  // lane numbers for sources without a Budget
 	runs     atomic.Uint64 // run ids (owners of handed-off messages)
 
@@ -238,6 +239,7 @@ func (s *Source) Close(ctx context.Context) error {
 		s.stopFn()
 		s.held.close(func(m *Message) { m.Nack() })
 		s.closeErr = s.acks.Close(ctx)
+		s.later.close()
 		if s.trace != nil {
 			s.trace.close()
 		}
