@@ -153,7 +153,7 @@ func orderingKey(m *Message) string {
 func (s *Subscriber) safeHandle(ctx context.Context, h Handler, m *Message) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = &operators.PanicError{Value: p, Stack: debug.Stack()}
+			err = &stage.PanicError{Value: p, Stack: debug.Stack()}
 			s.c.setErr(err)
 			if s.cfg.Logger != nil {
 				s.cfg.Logger.Error("pubsubflow: handler panicked; message nacked",

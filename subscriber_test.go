@@ -17,6 +17,7 @@ import (
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
+	"github.com/pubsubflow/pubsubflow/stage"
 )
 
 // runAsync starts Run and returns its result channel.
@@ -238,7 +239,7 @@ func TestPanickingHandlerNacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := s.Stats()
-	var pe *operators.PanicError
+	var pe *stage.PanicError
 	if !panicked.Load() || st.Nacked < 1 || !errors.As(st.LastError, &pe) {
 		t.Fatalf("panicked %v, stats %+v", panicked.Load(), st)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
+	"github.com/pubsubflow/pubsubflow/stage"
 )
 
 // Ordered mode: four workers, results in input order.
@@ -51,7 +52,7 @@ func ExampleOptions() {
 	}, operators.Options[string, int]{
 		Mode: operators.Ordered,
 		OnError: func(s string, err error) (int, bool) {
-			var pe *operators.PanicError
+			var pe *stage.PanicError
 			failed = append(failed, fmt.Sprint(s, " panicked: ", errors.As(err, &pe)))
 			return -1, true
 		},

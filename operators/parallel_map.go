@@ -45,18 +45,6 @@ type Options[T, R any] struct {
 	Emit func(r R) bool
 }
 
-// PanicError is the error for an element whose function panicked: a
-// ParallelMap function, or a Subscriber's handler (the message is then
-// nacked and the subscriber goes on). Value is what was passed to panic,
-// Stack the panicking goroutine's stack.
-type PanicError struct {
-	Value any
-	Stack []byte
-}
-
-// Error names the value passed to panic.
-func (e *PanicError) Error() string { return fmt.Sprintf("pubsubflow: panicked: %v", e.Value) }
-
 // ParallelMap returns a flow that applies f to each element with n fixed
 // worker goroutines (n < 1 is treated as 1).
 func ParallelMap[T, R any](n int, f func(context.Context, T) (R, error), opt Options[T, R]) stage.Flow[T, R] {
@@ -107,7 +95,7 @@ func (pm *parallelMap[T, R]) call(ctx context.Context, v T) (r R, ok bool, err e
 func safeCall[T, R any](ctx context.Context, f func(context.Context, T) (R, error), v T) (r R, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = &PanicError{Value: p, Stack: debug.Stack()}
+			err = &stage.PanicError{Value: p, Stack: debug.Stack()}
 		}
 	}()
 	return f(ctx, v)

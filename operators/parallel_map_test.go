@@ -198,9 +198,9 @@ func TestPanicBecomesError(t *testing.T) {
 			}
 			pm := ParallelMap(2, f, Options[int, int]{Mode: mode, Key: func(i int) string { return "k" }})
 			_, err := collect(g, pm.Run(g, source(g, seq(5))))
-			var pe *PanicError
+			var pe *stage.PanicError
 			if !errors.As(err, &pe) || pe.Value != "bad element" {
-				t.Fatalf("err = %v, want PanicError", err)
+				t.Fatalf("err = %v, want stage.PanicError", err)
 			}
 		})
 	}

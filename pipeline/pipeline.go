@@ -65,7 +65,6 @@ func FromContext[T any](ctx context.Context, src stage.Source[T]) Pipeline[T] {
 	return p
 }
 
-
 // Via appends flows that keep the element type. A flow written right
 // after a source that can take it in (a stage.Fuser: source.Subscribe's
 // source takes the receipt steps flow.EagerTrack and flow.FlowGate) runs
@@ -105,18 +104,23 @@ func Map[T, R any](p Pipeline[T], f stage.Flow[T, R]) Pipeline[R] {
 // To runs the pipeline into sink and blocks until every stage has exited.
 // It returns the first stage error, the context's error if the pipeline was
 // cancelled, or nil when the source was exhausted and the sink finished.
+//
+// A stage that panics — the sink itself (a ForEach), a flow's Run, or a
+// goroutine a stage started with its group — ends the pipeline with a
+// *stage.PanicError like any failing stage: the others are cancelled and
+// settle what they hold, and To returns once they have all exited.
 func (p Pipeline[T]) To(sink stage.Sink[T]) error {
 	g := stage.NewGroup(p.ctx)
-	var err error
-	if bs, ok := sink.(batch.Sink[T]); ok {
-		if in := p.run(g, true); in.many != nil {
-			err = bs.RunBatches(g, in.many)
-		} else {
-			err = sink.Run(g, in.one)
+	err := stage.Safe(func() error {
+		if bs, ok := sink.(batch.Sink[T]); ok {
+			in := p.run(g, true)
+			if in.many != nil {
+				return bs.RunBatches(g, in.many)
+			}
+			return sink.Run(g, in.one)
 		}
-	} else {
-		err = sink.Run(g, p.run(g, false).single(g))
-	}
+		return sink.Run(g, p.run(g, false).single(g))
+	})
 	if err != nil {
 		g.Fail(err)
 	}

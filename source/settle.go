@@ -100,6 +100,11 @@ type Stats struct {
 	Acking int64
 	// AckFailures counts acks and nacks that failed for good.
 	AckFailures uint64
+	// EmptyAckIDs, DuplicateAckIDs and MissingMessages count response
+	// elements the source refused before any bookkeeping (a misbehaving
+	// server or proxy): no ack id, an ack id twice in one response, an ack
+	// id without a message (nacked). No handler sees them.
+	EmptyAckIDs, DuplicateAckIDs, MissingMessages uint64
 	// Reconnects counts stream restarts.
 	Reconnects uint64
 	// LastError is the most recent stream or ack error.
@@ -111,6 +116,8 @@ type counters struct {
 	received, redelivered         atomic.Uint64
 	acked, nacked, noops, expired atomic.Uint64
 	ackFailures, reconnects       atomic.Uint64
+	emptyAckIDs, duplicateAckIDs  atomic.Uint64
+	missingMessages               atomic.Uint64
 	settledN                      atomic.Int64
 	acking                        atomic.Int64
 	mu                            sync.Mutex
@@ -148,17 +155,20 @@ func (c *counters) stats(*ack.Acknowledger) Stats {
 	c.mu.Unlock()
 	received := c.received.Load()
 	return Stats{
-		Received:    received,
-		Redelivered: c.redelivered.Load(),
-		Acked:       c.acked.Load(),
-		Nacked:      c.nacked.Load(),
-		NoOps:       c.noops.Load(),
-		Expired:     c.expired.Load(),
-		Unsettled:   int64(received) - c.settledN.Load(),
-		Acking:      c.acking.Load(),
-		AckFailures: c.ackFailures.Load(),
-		Reconnects:  c.reconnects.Load(),
-		LastError:   last,
+		Received:        received,
+		Redelivered:     c.redelivered.Load(),
+		Acked:           c.acked.Load(),
+		Nacked:          c.nacked.Load(),
+		NoOps:           c.noops.Load(),
+		Expired:         c.expired.Load(),
+		Unsettled:       int64(received) - c.settledN.Load(),
+		Acking:          c.acking.Load(),
+		AckFailures:     c.ackFailures.Load(),
+		EmptyAckIDs:     c.emptyAckIDs.Load(),
+		DuplicateAckIDs: c.duplicateAckIDs.Load(),
+		MissingMessages: c.missingMessages.Load(),
+		Reconnects:      c.reconnects.Load(),
+		LastError:       last,
 	}
 }
 

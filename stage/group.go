@@ -3,6 +3,8 @@ package stage
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"sync"
 )
 
@@ -38,14 +40,42 @@ func (g *Group) Context() context.Context { return g.ctx }
 
 // Go runs f in a goroutine owned by the group. A non-nil error from f is
 // recorded (the first one wins) and cancels the group.
+//
+// A panic in f does not crash the program: it fails the group with a
+// *PanicError, so the pipeline ends cleanly and its stages settle what
+// they hold.
 func (g *Group) Go(f func(ctx context.Context) error) {
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
-		if err := f(g.ctx); err != nil {
+		if err := Safe(func() error { return f(g.ctx) }); err != nil {
 			g.Fail(err)
 		}
 	}()
+}
+
+// PanicError is the error of a stage, element function or handler that
+// panicked: Value is what was passed to panic, Stack the panicking
+// goroutine's stack. A pipeline whose stage panics ends with it (the
+// group is failed and cancelled); a ParallelMap function's or a
+// Subscriber handler's panic is that element's error (the message is
+// nacked and the pipeline goes on).
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+// Error names the value passed to panic.
+func (e *PanicError) Error() string { return fmt.Sprintf("pubsubflow: panicked: %v", e.Value) }
+
+// Safe calls f, turning a panic into a *PanicError.
+func Safe(f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &PanicError{Value: p, Stack: debug.Stack()}
+		}
+	}()
+	return f()
 }
 
 // Fail records err as the group's error if it is the first, and cancels the

@@ -65,10 +65,10 @@ type State struct {
 	// seconds. Past it the server may give the message out again.
 	deadline atomic.Int64
 	holds    atomic.Pointer[HoldNode]
-	done    *HoldNode     // the hold list, kept for Done once sealed
-	doneRun atomic.Bool   // Done ran
-	handed  atomic.Uint64 // 0: not handed off; else the hand-off's owner
-	owner   atomic.Uint64 // the source run that handed it on (0: none yet)
+	done     *HoldNode     // the hold list, kept for Done once sealed
+	doneRun  atomic.Bool   // Done ran
+	handed   atomic.Uint64 // 0: not handed off; else the hand-off's owner
+	owner    atomic.Uint64 // the source run that handed it on (0: none yet)
 }
 
 var of func(any) *State

@@ -8,9 +8,9 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
-	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
+	"github.com/pubsubflow/pubsubflow/source"
 )
 
 const deadline = 10 * time.Second
