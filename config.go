@@ -199,8 +199,14 @@ func (c *SubscriberConfig) Validate() error {
 	if err := flow.Check(c.Lease); err != nil {
 		add(fieldError("Lease", "%v", err))
 	}
-	if c.MaxExtension < 0 && c.MaxExtension != Unlimited {
+	switch {
+	case c.MaxExtension < 0 && c.MaxExtension != Unlimited:
 		add(fieldError("MaxExtension", "%v: want ≥ 0 or Unlimited", c.MaxExtension))
+	case c.MaxExtension > 0 && c.MaxExtension < max(source.MinStreamAckDeadline, cmp.Or(c.StreamAckDeadline, source.DefaultStreamAckDeadline)):
+		// Shorter than the deadline the server gives on delivery: every
+		// message would be dropped before it was ever extended.
+		add(fieldError("MaxExtension", "%v is shorter than the stream ack deadline (%v) or 10 s; want at least that, 0 (default 60 min) or Unlimited",
+			c.MaxExtension, cmp.Or(c.StreamAckDeadline, source.DefaultStreamAckDeadline)))
 	}
 	add(outcome("OnSuccess", c.OnSuccess, Ack, Nack, NackAfter, NoOp))
 	add(outcome("OnFailure", c.OnFailure, Ack, Nack, NackAfter, NoOp))

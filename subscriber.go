@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -179,7 +180,12 @@ func (s *Subscriber) detectOrdering(ctx context.Context) (bool, error) {
 	switch status.Code(err) {
 	case codes.OK:
 		return got.GetEnableMessageOrdering(), nil
-	case codes.PermissionDenied, codes.Unimplemented:
+	case codes.Unimplemented:
+		if notPubSub(err) {
+			return false, fmt.Errorf("pubsubflow: %s answered with HTTP, not Pub/Sub's gRPC API (a proxy, or a wrong port?): %w", s.endpoint(), err)
+		}
+		fallthrough
+	case codes.PermissionDenied:
 		if s.cfg.Logger != nil {
 			s.cfg.Logger.Warn("pubsubflow: cannot tell whether the subscription orders by key; set SubscriberConfig.Ordering if it does",
 				"subscription", s.sub, "err", err)
@@ -187,6 +193,23 @@ func (s *Subscriber) detectOrdering(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("pubsubflow: asking whether %s orders by key (set SubscriberConfig.Ordering to skip): %w", s.sub, err)
+}
+
+// notPubSub reports whether err is gRPC's report of an HTTP answer that is
+// not gRPC at all (a 404 page, say), which it maps to UNIMPLEMENTED.
+func notPubSub(err error) bool {
+	return strings.Contains(status.Convert(err).Message(), "unexpected HTTP status code")
+}
+
+// endpoint names where the subscriber connects, for errors.
+func (s *Subscriber) endpoint() string {
+	switch {
+	case s.cfg.Client != nil, s.cfg.Conn != nil:
+		return "the endpoint of SubscriberConfig.Conn/Client"
+	case s.conn != nil:
+		return "endpoint " + s.conn.Target()
+	}
+	return "the endpoint"
 }
 
 // ClientID is the id sent on every stream of this subscriber.

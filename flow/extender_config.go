@@ -94,6 +94,8 @@ func (c ExtenderConfig) Validate() error {
 	switch {
 	case c.StreamAckDeadline != 0 && (c.StreamAckDeadline < time.Second || c.StreamAckDeadline > MaxDeadline):
 		return fmt.Errorf("lease: StreamAckDeadline %v must be within 1s–600s", c.StreamAckDeadline)
+	case c.MaxExtension > 0 && c.MaxExtension < cmp.Or(c.StreamAckDeadline, DefaultStreamAckDeadline):
+		return fmt.Errorf("lease: MaxExtension %v is shorter than the stream ack deadline %v: every lease would end before its first extension", c.MaxExtension, cmp.Or(c.StreamAckDeadline, DefaultStreamAckDeadline))
 	case c.Margin < 0:
 		return fmt.Errorf("lease: Margin %v must not be negative", c.Margin)
 	case c.MaxInFlight < 0:

@@ -107,11 +107,16 @@ func IsReceiveTooLarge(err error) bool {
 }
 
 // explain returns err as a *ReceiveTooLargeError when it is one, so the
-// terminal error names the option to raise; other errors are unchanged.
+// terminal error names the option to raise, and a stream closed without a
+// status (io.EOF) as the UNAVAILABLE status it means; other errors are
+// unchanged.
 func explain(err error) error {
 	var tl *ReceiveTooLargeError
-	if IsReceiveTooLarge(err) && !errors.As(err, &tl) {
+	switch {
+	case IsReceiveTooLarge(err) && !errors.As(err, &tl):
 		return &ReceiveTooLargeError{Err: err}
+	case errors.Is(err, io.EOF):
+		return status.Error(codes.Unavailable, "stream closed by the server without a status")
 	}
 	return err
 }

@@ -64,6 +64,15 @@ func newGiveUp(timeout time.Duration) giveUp {
 // holding the whole budget is not failing to reach the service.
 func (g *giveUp) waited(d time.Duration) { g.since = g.since.Add(d) }
 
+// deadline is when the current run of failures reaches the timeout (zero
+// when there is none).
+func (g *giveUp) deadline() time.Time {
+	if g.timeout <= 0 {
+		return time.Time{}
+	}
+	return g.since.Add(g.timeout)
+}
+
 // begin marks the start of an attempt.
 func (g *giveUp) begin() { g.began = time.Now() }
 

@@ -17,6 +17,14 @@ import (
 // errStreamDone cancels a stream's context once its receiver has returned.
 var errStreamDone = errors.New("pubsubflow/source: stream done")
 
+// lastOpenGrace is how long the attempt made when ReconnectTimeout runs
+// out may take to open: the source ends at most this long after it.
+const lastOpenGrace = time.Second
+
+// errOpenTimedOut cancels a stream still opening when ReconnectTimeout
+// has run out.
+var errOpenTimedOut = errors.New("no answer before ReconnectTimeout ran out")
+
 // runStream is stream i's restart loop. It wraps only the gRPC stream:
 // each pass opens one stream, receives until it fails, and then either
 // waits a backoff delay and opens the next, or ends the source. It returns
@@ -34,7 +42,7 @@ func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
 		}
 		gu.waited(time.Since(waitStart)) // waiting for room is not failing
 		gu.begin()
-		healthy, err := s.connectOnce(ctx, i, lane, h, maxMsgs, maxBytes)
+		healthy, err := s.connectOnce(ctx, i, lane, h, maxMsgs, maxBytes, gu.deadline())
 		if b := s.flow; b != nil {
 			b.Closed(lane)
 		}
@@ -54,8 +62,10 @@ func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
 		}
 		prev = err
 		d := delays.next()
+		if end := gu.deadline(); !end.IsZero() {
+			d = min(d, max(time.Until(end), 0)) // the last attempt is due at the deadline
+		}
 		s.emit(event.Event{Kind: event.Reconnect, Stream: i, Delay: d, Err: err})
-		s.cfg.Logger.Debug("pubsubflow: stream reconnects", "subscription", s.cfg.Subscription, "stream", i, "delay", d, "err", err)
 		if !wait(ctx, d) {
 			return nil
 		}
@@ -63,15 +73,16 @@ func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
 }
 
 // terminal ends the source: the error names the subscription and wraps the
-// stream's error, so status.Code still reports the gRPC code.
+// stream's error (an *UnreachableError stays one), so errors.As and
+// status.Code still work on it.
 func (s *Source) terminal(i int, err error) error {
-	err = explain(err)
-	if errors.Is(err, io.EOF) {
-		err = status.Error(codes.Unavailable, "stream closed by the server without a status")
+	if ue, ok := err.(*UnreachableError); ok {
+		ue.Last = explain(ue.Last)
+	} else {
+		err = explain(err)
 	}
 	err = fmt.Errorf("pubsubflow: subscription %s: %w", s.cfg.Subscription, err)
 	s.emit(event.Event{Kind: event.Terminal, Stream: i, Err: err})
-	s.cfg.Logger.Warn("pubsubflow: subscription stream failed terminally", "subscription", s.cfg.Subscription, "stream", i, "err", err)
 	return err
 }
 
@@ -90,9 +101,19 @@ func (s *Source) grant(ctx context.Context, i int) (lane int, maxMsgs, maxBytes 
 // connectOnce opens one stream with the given flow-control limits, sends
 // its initial request, and receives until the stream fails or ctx is done.
 // healthy reports whether the stream received at least one response.
-func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMsgs, maxBytes int64) (healthy bool, err error) {
+//
+// Opening is bounded by giveUp (zero: no bound), the moment the run of
+// failures reaches ReconnectTimeout: an endpoint that never answers
+// (gRPC's connect timeout is 20 s) ends the source on time.
+func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMsgs, maxBytes int64, giveUp time.Time) (healthy bool, err error) {
 	sctx, cancel := context.WithCancelCause(withRouting(ctx, "subscription", s.cfg.Subscription))
 	defer cancel(errStreamDone)
+	var bound *time.Timer
+	if !giveUp.IsZero() {
+		// An attempt that starts at the deadline (the last one) gets a
+		// moment to open.
+		bound = time.AfterFunc(max(time.Until(giveUp), lastOpenGrace), func() { cancel(errOpenTimedOut) })
+	}
 	stream, err := s.client.StreamingPull(sctx)
 	if err == nil {
 		err = stream.Send(s.initialRequest(maxMsgs, maxBytes))
@@ -101,6 +122,10 @@ func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMs
 			_, err = stream.Recv()
 		}
 	}
+	if bound != nil && !bound.Stop() {
+		// The timer fired (or is about to cancel): the stream is gone.
+		err = status.Errorf(codes.DeadlineExceeded, "opening the stream: %v", errOpenTimedOut)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			s.emit(event.Event{Kind: event.ConnectFailed, Stream: i, Err: err})
@@ -108,8 +133,6 @@ func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMs
 		return false, err
 	}
 	s.emit(event.Event{Kind: event.Connect, Stream: i})
-	s.cfg.Logger.Debug("pubsubflow: stream open", "subscription", s.cfg.Subscription, "stream", i, "client_id", s.clientID,
-		"max_outstanding_messages", maxMsgs, "max_outstanding_bytes", maxBytes)
 
 	ka := newKeepalive(s, i)
 	kaDone := make(chan struct{})
