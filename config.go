@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
-	"github.com/pubsubflow/pubsubflow/connect"
 	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/source"
@@ -43,7 +42,7 @@ type SubscriberConfig struct {
 	// and Application Default Credentials to pubsub.googleapis.com).
 	Conn    grpc.ClientConnInterface
 	Client  pubsubpb.SubscriberClient
-	Connect connect.Options
+	Connect ConnectOptions
 
 	// StreamAckDeadline is the deadline the server gives each delivered
 	// message before the first extension: 10–600 s, default 60 s.

@@ -13,20 +13,18 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-
-	"github.com/pubsubflow/pubsubflow/connect"
 )
 
 // TestLargeMessageThroughDefaultDial: a 9 MiB message and small ones
 // behind it, published and received through the default dial
-// (connect.Dial, as a user gets it) against pubsubtest over loopback TCP,
+// (Dial, as a user gets it) against pubsubtest over loopback TCP,
 // are all received intact and acked.
 func TestLargeMessageThroughDefaultDial(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	opts := connect.Options{Endpoint: e.srv.Addr(), Insecure: true}
-	conn, err := connect.Dial(ctx, opts)
+	opts := ConnectOptions{Endpoint: e.srv.Addr(), Insecure: true}
+	conn, err := Dial(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

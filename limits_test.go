@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/pubsubflow/pubsubflow/connect"
 	"github.com/pubsubflow/pubsubflow/source"
 )
 
@@ -41,7 +40,7 @@ func TestSubscriberRefusesBadNamesAndConfigs(t *testing.T) {
 			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			c.cfg.Connect = connect.Options{Endpoint: "127.0.0.1:1", Insecure: true}
+			c.cfg.Connect = ConnectOptions{Endpoint: "127.0.0.1:1", Insecure: true}
 			s, err := NewSubscriber(ctx, c.sub, c.cfg)
 			if err == nil {
 				s.Close()
@@ -75,7 +74,7 @@ func TestNewSubscriberNilContext(t *testing.T) {
 	e := newEnv(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	var nilCtx context.Context
-	s, err := NewSubscriber(nilCtx, e.sub, SubscriberConfig{Connect: connect.Options{Endpoint: e.srv.Addr(), Insecure: true}})
+	s, err := NewSubscriber(nilCtx, e.sub, SubscriberConfig{Connect: ConnectOptions{Endpoint: e.srv.Addr(), Insecure: true}})
 	if err == nil {
 		s.Close()
 		t.Fatal("nil context accepted")
@@ -92,7 +91,7 @@ func TestNewSubscriberNilContext(t *testing.T) {
 // running; only PERMISSION_DENIED falls back to SubscriberConfig.Ordering.
 func TestOrderingDetectionFailureIsAnError(t *testing.T) {
 	e := newEnv(t)
-	opts := connect.Options{Endpoint: e.srv.Addr(), Insecure: true}
+	opts := ConnectOptions{Endpoint: e.srv.Addr(), Insecure: true}
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	cases := []struct {

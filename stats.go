@@ -35,6 +35,12 @@ type Stats struct {
 	Extended    uint64
 	Reconnects  uint64
 	AckFailures uint64
+	// EmptyAckIDs, DuplicateAckIDs and MissingMessages count response
+	// elements refused on receipt, before any bookkeeping, from a
+	// misbehaving server or proxy: no ack id (dropped), an ack id twice in
+	// one response (the copy dropped), an ack id without a message
+	// (nacked). No handler sees them.
+	EmptyAckIDs, DuplicateAckIDs, MissingMessages uint64
 	// AckDeadline is the current lease deadline.
 	AckDeadline time.Duration
 	// LastError is the most recent stream, lease or ack error.

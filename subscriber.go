@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/pubsubflow/pubsubflow/connect"
 	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/sink"
 	"github.com/pubsubflow/pubsubflow/source"
@@ -100,7 +99,7 @@ func (s *Subscriber) connect(ctx context.Context) error {
 	case s.cfg.Conn != nil:
 		s.client = pubsubpb.NewSubscriberClient(s.cfg.Conn)
 	default:
-		conn, err := connect.Dial(ctx, s.cfg.Connect)
+		conn, err := Dial(ctx, s.cfg.Connect)
 		if err != nil {
 			return fmt.Errorf("pubsubflow: connecting for %s: %w", s.sub, err)
 		}
@@ -241,6 +240,9 @@ func (s *Subscriber) Stats() Stats {
 		Extended:         es.Extended,
 		Reconnects:       ss.Reconnects,
 		AckFailures:      ss.AckFailures,
+		EmptyAckIDs:      ss.EmptyAckIDs,
+		DuplicateAckIDs:  ss.DuplicateAckIDs,
+		MissingMessages:  ss.MissingMessages,
 		AckDeadline:      es.Deadline,
 		LastError:        last,
 	}

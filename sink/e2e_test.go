@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/pubsubflow/pubsubflow/internal/ack"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"github.com/pubsubflow/pubsubflow/source"
 )
@@ -120,9 +121,11 @@ func TestThroughputNotCappedByAckBatching(t *testing.T) {
 }
 
 // TestExactlyOnceExpiredAck: on an exactly-once subscription, acking a
-// message whose ack deadline passed (nobody extended it) settles its
-// Result with a permanent invalid-ack-id failure; the permit is released
-// all the same.
+// message whose ack deadline passed (nobody extended it) fails: the
+// client knows its deadline, so the ack is not sent and its Result says
+// the lease expired; were the client wrong about the deadline, the
+// server refuses the ack id for good. The permits are released all the
+// same.
 func TestExactlyOnceExpiredAck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv, err := pubsubtest.NewServer(pubsubtest.WithBufconn())
@@ -132,8 +135,12 @@ func TestExactlyOnceExpiredAck(t *testing.T) {
 		t.Cleanup(func() { _ = srv.Close() })
 		r := newRig(t, srv, 10, func(c *pubsubtest.SubscriptionConfig) { c.EnableExactlyOnceDelivery = true })
 		r.publish(t, 2)
+		r.publish(t, 1)
 		gated := r.startGated()
-		late, fresh := <-gated, <-gated
+		late, fresh, unknown := <-gated, <-gated, <-gated
+		// The client thinks this one's deadline far away: only the server
+		// can tell it expired.
+		message.Of(unknown).SetDeadline(time.Now().Add(time.Hour))
 		if !late.ExactlyOnce {
 			t.Fatal("the message does not say exactly-once")
 		}
@@ -143,15 +150,18 @@ func TestExactlyOnceExpiredAck(t *testing.T) {
 		}
 
 		time.Sleep(61 * time.Second) // past the 60 s stream ack deadline
-		late.Ack()
-		err = late.Result().Wait(t.Context())
+		if late.Ack() || !errors.Is(late.Result().Wait(t.Context()), source.ErrLeaseExpired) || late.Outcome() != source.Expired {
+			t.Fatalf("ack past the deadline: outcome %v, result %v; want expired", late.Outcome(), late.Result().Wait(t.Context()))
+		}
+		unknown.Ack()
+		err = unknown.Result().Wait(t.Context())
 		var ae *source.AckError
 		if !errors.As(err, &ae) || !errors.Is(err, source.ErrAckRefused) || ae.Reason != source.ReasonInvalidAckID {
 			t.Fatalf("expired ack: %v, want a refused invalid-ack-id failure", err)
 		}
-		// Both first deliveries gave their permits back (the late one's
-		// redelivered copy, if it came, holds its own).
-		if st := r.fc.Stats(); st.Acquired-st.Released != st.Outstanding || st.Released != 2 {
+		// The three first deliveries gave their permits back (redelivered
+		// copies, if they came, hold their own).
+		if st := r.fc.Stats(); st.Acquired-st.Released != st.Outstanding || st.Released != 3 {
 			t.Fatalf("flow after the failed ack: %+v", st)
 		}
 		r.stop(t)

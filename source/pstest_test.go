@@ -1,4 +1,4 @@
-package source
+package source_test
 
 import (
 	"context"
@@ -10,7 +10,8 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
 
-	"github.com/pubsubflow/pubsubflow/connect"
+	"github.com/pubsubflow/pubsubflow"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -19,8 +20,8 @@ import (
 func TestPlainConsumptionAgainstPstest(t *testing.T) {
 	srv := pstest.NewServer()
 	defer srv.Close()
-	t.Setenv(connect.EmulatorHostEnv, srv.Addr)
-	cc, err := connect.Dial(context.Background(), connect.Options{})
+	t.Setenv(pubsubflow.EmulatorHostEnv, srv.Addr)
+	cc, err := pubsubflow.Dial(context.Background(), pubsubflow.ConnectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestPlainConsumptionAgainstPstest(t *testing.T) {
 		want[srv.Publish(topic, fmt.Appendf(nil, "m%d", i), map[string]string{"i": fmt.Sprint(i)})] = true
 	}
 
-	src, err := Subscribe(client, Config{Subscription: sub, MaxOutstandingMessages: 50})
+	src, err := source.Subscribe(client, source.Config{Subscription: sub, MaxOutstandingMessages: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,12 +57,14 @@ func TestPlainConsumptionAgainstPstest(t *testing.T) {
 			t.Fatalf("message %s: data %q, attributes %v", m.ID, m.Data, m.Attributes)
 		}
 		delete(want, m.ID)
-		if _, err := client.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: sub, AckIds: []string{m.AckID}}); err != nil {
-			t.Fatal(err)
-		}
+		m.Ack()
 	}
+	src.Stop()
 	g.Cancel()
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if err := src.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/pubsubflow/pubsubflow/connect"
+	"github.com/pubsubflow/pubsubflow"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
@@ -88,10 +88,10 @@ func (e *endpointFlags) describe() string {
 	switch {
 	case e.endpoint != "":
 		return e.endpoint
-	case os.Getenv(connect.EmulatorHostEnv) != "":
-		return os.Getenv(connect.EmulatorHostEnv) + " ($" + connect.EmulatorHostEnv + ")"
+	case os.Getenv(pubsubflow.EmulatorHostEnv) != "":
+		return os.Getenv(pubsubflow.EmulatorHostEnv) + " ($" + pubsubflow.EmulatorHostEnv + ")"
 	}
-	return connect.DefaultEndpoint
+	return pubsubflow.DefaultEndpoint
 }
 
 func (e *endpointFlags) validate() error {
@@ -106,10 +106,10 @@ func (e *endpointFlags) validate() error {
 
 // dial connects as the flags say; the caller closes the connection.
 func (e *endpointFlags) dial(ctx context.Context, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
-	conn, err := connect.Dial(ctx, connect.Options{Endpoint: e.endpoint, Insecure: e.insecure, DialOptions: extra})
+	conn, err := pubsubflow.Dial(ctx, pubsubflow.ConnectOptions{Endpoint: e.endpoint, Insecure: e.insecure, DialOptions: extra})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w (set %s for an emulator, or run `gcloud auth application-default login`)",
-			e.describe(), err, connect.EmulatorHostEnv)
+			e.describe(), err, pubsubflow.EmulatorHostEnv)
 	}
 	return conn, nil
 }

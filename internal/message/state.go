@@ -82,11 +82,29 @@ func Of(m any) *State { return of(m) }
 // Outcome is the outcome set so far (Pending if none).
 func (st *State) Outcome() uint32 { return st.outcome.Load() }
 
+// SettleMargin is how long before its server deadline a message can
+// still be acked (or nacked): an ack made later would reach the server
+// after the deadline, when the message may already be someone else's. A
+// message settled within it is expired instead. A working lease keeps the
+// deadline further away than that; only a lapsing one gets this close.
+const SettleMargin = time.Second
+
 // Settle sets outcome o if none is set yet; the one call that does tells
 // every Holder (Settled), then the Path. It reports whether this call set
-// the outcome. Lock-free: one compare-and-swap decides.
+// the outcome. Lock-free: one compare-and-swap decides. A user's outcome
+// (ack, nack, no-op) made within SettleMargin of the server deadline, or
+// after it, becomes Expired, and Settle reports false.
 func (st *State) Settle(m any, o uint32, delay time.Duration) bool {
-	if o == Pending || !st.outcome.CompareAndSwap(Pending, o) {
+	if o == Pending {
+		return false
+	}
+	if o != Expired {
+		if d := st.deadline.Load(); d != 0 && time.Now().UnixNano() >= d-int64(SettleMargin) {
+			st.Settle(m, Expired, 0)
+			return false
+		}
+	}
+	if !st.outcome.CompareAndSwap(Pending, o) {
 		return false
 	}
 	list := st.holds.Swap(sealed)
@@ -159,15 +177,15 @@ func (st *State) Deadline() time.Time {
 // confirmed extension.
 func (st *State) SetDeadline(t time.Time) { st.deadline.Store(t.UnixNano()) }
 
-// ExpireIfLate settles m as Expired when its server deadline has passed by
-// now: the server may have given it out again, so it must not reach a
-// handler, nor its ack count. It reports whether m is settled (now or
+// ExpireIfLate settles m as Expired when its server deadline is less than
+// SettleMargin away (or past) at now: the server may give it out again
+// before a handler could settle it, so it must not reach one. It reports whether m is settled (now or
 // before).
 func (st *State) ExpireIfLate(m any, now time.Time) bool {
 	if st.Outcome() != Pending {
 		return true
 	}
-	if d := st.deadline.Load(); d != 0 && now.UnixNano() >= d {
+	if d := st.deadline.Load(); d != 0 && now.UnixNano() >= d-int64(SettleMargin) {
 		st.Settle(m, Expired, 0)
 		return true
 	}

@@ -9,12 +9,11 @@ import (
 	"time"
 
 	"github.com/pubsubflow/pubsubflow"
-	"github.com/pubsubflow/pubsubflow/connect"
 )
 
 // TestLargeMessageThroughDefaultDial: a 9 MiB message and small ones
 // behind it, published with our Publisher and received with our Subscriber,
-// both through the default dial (connect.Dial, as a user gets it), against
+// both through the default dial (pubsubflow.Dial, as a user gets it), against
 // Google's emulator: all received intact and acked. With gRPC's default
 // 4 MiB receive limit the big message could never be received.
 func TestLargeMessageThroughDefaultDial(t *testing.T) {
@@ -22,8 +21,8 @@ func TestLargeMessageThroughDefaultDial(t *testing.T) {
 	topic := e.topic(t)
 	sub := e.subscription(t, topic, nil)
 	ctx := bounded(t, 3*time.Minute)
-	opts := connect.Options{Endpoint: e.addr, Insecure: true}
-	conn, err := connect.Dial(ctx, opts)
+	opts := pubsubflow.ConnectOptions{Endpoint: e.addr, Insecure: true}
+	conn, err := pubsubflow.Dial(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

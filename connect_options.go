@@ -1,4 +1,4 @@
-package connect
+package pubsubflow
 
 import (
 	"errors"
@@ -29,14 +29,14 @@ const EmulatorHostEnv = "PUBSUB_EMULATOR_HOST"
 // same.
 const MaxReceiveMessageSize = limits.MaxReceiveMessageBytes
 
-// DefaultUserAgent is sent as the gRPC user agent unless Options.UserAgent
+// DefaultUserAgent is sent as the gRPC user agent unless ConnectOptions.UserAgent
 // overrides it.
 const DefaultUserAgent = "pubsubflow"
 
-// Options configures Dial. The zero value means: the emulator named by
+// ConnectOptions configures Dial. The zero value means: the emulator named by
 // PUBSUB_EMULATOR_HOST in plaintext without credentials when it is set,
 // otherwise TLS to DefaultEndpoint with Application Default Credentials.
-type Options struct {
+type ConnectOptions struct {
 	// Endpoint is the "host:port" (or any gRPC target) to connect to. Empty
 	// means PUBSUB_EMULATOR_HOST when set (which also implies Insecure),
 	// otherwise DefaultEndpoint.
@@ -66,7 +66,7 @@ type Options struct {
 }
 
 // Validate reports options that cannot work together.
-func (o Options) Validate() error {
+func (o ConnectOptions) Validate() error {
 	if o.Insecure && o.TokenSource != nil {
 		return errors.New("pubsubflow/connect: a TokenSource needs TLS; it cannot be combined with Insecure")
 	}
@@ -92,7 +92,7 @@ type resolved struct {
 
 // resolve applies the endpoint rules: an explicit Endpoint wins; then the
 // emulator variable (plaintext); then the production endpoint.
-func (o Options) resolve() resolved {
+func (o ConnectOptions) resolve() resolved {
 	if o.Endpoint != "" {
 		return resolved{target: o.Endpoint, insecure: o.Insecure}
 	}

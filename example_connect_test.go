@@ -1,4 +1,4 @@
-package connect_test
+package pubsubflow_test
 
 import (
 	"context"
@@ -7,14 +7,14 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"golang.org/x/oauth2"
 
-	"github.com/pubsubflow/pubsubflow/connect"
+	"github.com/pubsubflow/pubsubflow"
 )
 
 // Dial an emulator (or any plaintext test server). With no Endpoint and no
 // PUBSUB_EMULATOR_HOST, Dial would use TLS to pubsub.googleapis.com:443 and
 // Application Default Credentials.
 func ExampleDial() {
-	cc, err := connect.Dial(context.Background(), connect.Options{Endpoint: "localhost:8085", Insecure: true})
+	cc, err := pubsubflow.Dial(context.Background(), pubsubflow.ConnectOptions{Endpoint: "localhost:8085", Insecure: true})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -26,15 +26,15 @@ func ExampleDial() {
 }
 
 func ExampleDialOptions() {
-	opts, target, err := connect.DialOptions(context.Background(), connect.Options{Endpoint: "localhost:8085", Insecure: true})
+	opts, target, err := pubsubflow.DialOptions(context.Background(), pubsubflow.ConnectOptions{Endpoint: "localhost:8085", Insecure: true})
 	fmt.Println(len(opts) > 0, target, err)
 	// Output: true localhost:8085 <nil>
 }
 
 // Validate refuses options that cannot work together: credentials must
 // never travel in plaintext.
-func ExampleOptions_Validate() {
-	err := connect.Options{Insecure: true, TokenSource: oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "t"})}.Validate()
+func ExampleConnectOptions_Validate() {
+	err := pubsubflow.ConnectOptions{Insecure: true, TokenSource: oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "t"})}.Validate()
 	fmt.Println(err != nil)
 	// Output: true
 }

@@ -1,4 +1,4 @@
-package connect
+package pubsubflow
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // it). It uses grpc.NewClient, so it does not wait for the connection; ctx
 // bounds only the lookup of Application Default Credentials. Wrap the
 // connection with pubsubpb.NewSubscriberClient or NewPublisherClient.
-func Dial(ctx context.Context, o Options) (*grpc.ClientConn, error) {
+func Dial(ctx context.Context, o ConnectOptions) (*grpc.ClientConn, error) {
 	opts, target, err := DialOptions(ctx, o)
 	if err != nil {
 		return nil, err
@@ -29,9 +29,9 @@ func Dial(ctx context.Context, o Options) (*grpc.ClientConn, error) {
 
 // DialOptions returns the target and the gRPC dial options Dial would use,
 // for callers that build their connection themselves. They accept received
-// messages up to MaxReceiveMessageSize; Options.DialOptions come last and
+// messages up to MaxReceiveMessageSize; ConnectOptions.DialOptions come last and
 // may change that.
-func DialOptions(ctx context.Context, o Options) ([]grpc.DialOption, string, error) {
+func DialOptions(ctx context.Context, o ConnectOptions) ([]grpc.DialOption, string, error) {
 	if err := o.Validate(); err != nil {
 		return nil, "", err
 	}
