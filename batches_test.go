@@ -307,3 +307,34 @@ func TestRunBatchesBadArguments(t *testing.T) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
+
+// TestRunBatchesDrainHandlesOpenBatches: stopping the run hands the
+// messages waiting in an open batch to the handler at once (they are
+// received and leased: processing them beats nacking them), and the run
+// returns without waiting out Wait or the drain timeout.
+func TestRunBatchesDrainHandlesOpenBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, pubsubtest.WithBufconn())
+		e.publish(t, 30, nil)
+		s := e.subscriber(t, SubscriberConfig{DrainTimeout: time.Minute})
+		var handled atomic.Int64
+		ctx, cancel := context.WithCancel(context.Background())
+		done := runBatchesAsync(ctx, s, 2, BatchOptions{Size: 100, Wait: time.Hour}, func(ctx context.Context, ms []*Message) error {
+			handled.Add(int64(len(ms)))
+			return nil
+		})
+		waitFor(t, "30 waiting in a batch", time.Minute, func() bool { return s.Stats().Processing == 30 })
+		synctest.Wait()
+		if handled.Load() != 0 {
+			t.Fatalf("%d handled before the batch was full or due", handled.Load())
+		}
+		begin := time.Now()
+		stopRun(t, s, cancel, done)
+		if took := time.Since(begin); took > 5*time.Second {
+			t.Fatalf("stopping took %v", took)
+		}
+		if handled.Load() != 30 || e.srv.SubscriptionStats(e.sub).Acked != 30 {
+			t.Fatalf("handled %d, acked %d", handled.Load(), e.srv.SubscriptionStats(e.sub).Acked)
+		}
+	})
+}
