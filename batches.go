@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -153,43 +154,59 @@ func (s *Subscriber) RunBatches(ctx context.Context, parallelism int, opt BatchO
 // batchPipeline is source → Batch → batch handlers, the source handing
 // its messages on in chunks and marking them as processing as they leave.
 func (s *Subscriber) batchPipeline(ctx context.Context, parallelism int, opt BatchOptions, h BatchHandler) error {
-	handedBase := uint64(s.c.handed.Load())
+	w := &batchWorkers{s: s, n: parallelism, h: h, handedBase: uint64(s.c.handed.Load())}
 	bopt := operators.BatchOptions[*Message]{
 		Size:   opt.Size,
 		Bytes:  opt.Bytes,
 		SizeOf: (*Message).Size,
 		Wait:   opt.Wait,
-		Idle: func(received uint64) bool {
-			return s.noMoreForNow(handedBase + received)
-		},
+		Idle:   w.noMoreForNow,
 	}
 	if s.ordered {
 		bopt.Ordered = true
 		bopt.Key = batchKey(parallelism)
 	}
 	b := operators.Batch(bopt)
-	return pipeline.Map(pipeline.FromContext(ctx, s.Source()), stage.Flow[*Message, []*Message](b)).
-		To(&batchWorkers{s: s, n: parallelism, h: h, release: b.Release})
+	w.release = b.Release
+	return pipeline.Map(pipeline.FromContext(ctx, s.Source()), stage.Flow[*Message, []*Message](b)).To(w)
 }
 
-// noMoreForNow is the batcher's Idle: the flow budget is spent, the
-// source holds nothing, and all it handed on (arrived: the subscriber's
-// hand-off count the batcher has seen) reached the batcher. Then no
-// message can arrive until one is settled, and waiting for a fuller batch
-// would only wait out BatchOptions.Wait. The counters are read apart, so
-// a settle racing the read may give a wrong answer once: early, a smaller
-// batch; late, the batch goes at the next event (a batch taken, a
-// message, a release) or at Wait.
-func (s *Subscriber) noMoreForNow(arrived uint64) bool {
-	if s.fc.Room() {
-		return false
-	}
+// noMoreForNow is the batcher's Idle: all the source handed on reached the
+// batcher (received: what the batcher has seen), the source holds
+// nothing, and the messages received and not settled fill the budget — in
+// handlers, or waiting in batches. Then the server sends nothing until one
+// of them is settled, and waiting for a fuller batch would only wait out
+// BatchOptions.Wait.
+//
+// Left out of the message count: settled messages whose acks are still on
+// their way (flow control counts them until their acks are final, but the
+// server may have taken the acks and be sending more already), and the
+// messages of a batch whose handler has returned and that are being
+// settled (they are about to make room, and their first acks may already
+// have brought new messages). The byte budget is read as flow control
+// counts it, acks on their way included, so under a spent byte budget a
+// batch may go a little early.
+//
+// The counters are read apart, so a settle racing the read may give a
+// wrong answer once: early, a smaller batch; late, the batch goes at the
+// next event (a batch taken, a message, a release) or at Wait.
+func (w *batchWorkers) noMoreForNow(received uint64) bool {
+	s := w.s
 	handed := s.c.handed.Load()
-	if uint64(handed) != arrived {
+	if uint64(handed) != w.handedBase+received {
 		return false
 	}
-	buffered := int64(s.c.received.Load()) - s.c.settled.Load() - (handed - s.c.settledHanded.Load())
-	return buffered <= 0
+	settling := w.settling.Load()
+	all := int64(s.c.received.Load())
+	settled := s.c.settled.Load()
+	if all-settled-(handed-s.c.settledHanded.Load()) > 0 {
+		return false // the source still holds some
+	}
+	if m := s.fc.MaxMessages(); m > 0 && all-settled-settling >= m {
+		return true
+	}
+	b := s.fc.MaxBytes()
+	return b > 0 && s.fc.OutstandingBytes() >= b
 }
 
 // batchKey keys a message by its ordering key; messages without one are
@@ -208,10 +225,12 @@ func batchKey(lanes int) func(*Message) string {
 // batchWorkers is the sink of RunBatches: n workers calling the batch
 // handler. It takes the batcher's output in chunks (batch.Sink).
 type batchWorkers struct {
-	s       *Subscriber
-	n       int
-	h       BatchHandler
-	release func([]*Message)
+	s          *Subscriber
+	n          int
+	h          BatchHandler
+	release    func([]*Message)
+	handedBase uint64       // the subscriber's hand-off count when the run began
+	settling   atomic.Int64 // messages whose handler returned, being settled
 }
 
 var _ batch.Sink[[]*Message] = (*batchWorkers)(nil)
@@ -273,12 +292,20 @@ func (w *batchWorkers) handle(ctx context.Context, b []*Message) {
 	s.c.inHandler.Add(1)
 	err := s.safeHandleBatch(ctx, w.h, live)
 	s.c.inHandler.Add(-1)
+	var n int64
+	for _, m := range live {
+		if !m.Settled() {
+			n++
+		}
+	}
+	w.settling.Add(n)
 	for i, m := range live {
 		sink.Apply(m, err, s.policy)
 		if spans != nil {
 			s.tracing.endProcess(m, spans[i], err)
 		}
 	}
+	w.settling.Add(-n)
 }
 
 // safeHandleBatch calls h, turning a panic into a *operators.PanicError

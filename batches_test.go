@@ -58,7 +58,7 @@ func TestRunBatchesBudgetFlush(t *testing.T) {
 		took := time.Since(start)
 		stopRun(t, s, cancel, done)
 		if took >= time.Minute {
-			t.Fatalf("1000 messages took %v with a budget of 100: batches waited out their minute", took)
+			t.Fatalf("1000 messages took %v with a budget of 100: batches waited out their minute: %v", took, sizes)
 		}
 		total := 0
 		for _, n := range sizes {
