@@ -24,7 +24,8 @@ import (
 //
 // A Size (or Bytes) larger than the flow budget (MaxOutstandingMessages,
 // MaxOutstandingBytes) is allowed: a batch is also handed to a handler as
-// soon as the budget is spent and every message received has reached the
+// soon as the budget is spent — the messages held unsettled, in handlers
+// and in batches, fill it — and every message received has reached the
 // batcher, because then nothing more can arrive until something is
 // settled — so a batch of 500 under a budget of 100 goes at 100 at once,
 // instead of waiting out Wait every time. Refusing such a Size would not
@@ -68,8 +69,11 @@ type BatchHandler func(ctx context.Context, ms []*Message) error
 // RunBatches is Run for a handler that takes batches: parallelism workers
 // each call handler with a batch of messages, made as BatchOptions says.
 // A batch is handed on when it has Size messages or Bytes bytes, when its
-// oldest message has waited Wait, or when the flow budget is spent and
-// every message received has reached the batcher (see BatchOptions).
+// oldest message has waited Wait, or when the flow budget is spent by
+// unsettled messages and every message received has reached the batcher
+// (see BatchOptions). A backlog that runs dry leaves the last batch to
+// wait out Wait: no client can tell "nothing more for now" from "the
+// next response is on its way" then.
 //
 // Messages stay leased and counted by flow control while they wait in a
 // batch; in Stats they count as Processing from the moment they leave
