@@ -120,11 +120,12 @@ func (o BatchOptions[T]) withDefaults() BatchOptions[T] {
 }
 
 // Batcher is the Batch operator: a stage.Flow[T, []T]. It runs one
-// goroutine per run, holds at most MaxOpen open batches of at most Size
-// elements (and Bytes bytes) plus the closed batches MaxWaiting bounds,
-// and does every send and receive in a select on its group's context;
-// cancelled, it drops what it holds (a Subscriber's pipeline nacks such
-// messages when it stops).
+// goroutine per run and does every send and receive in a select on its
+// group's context; cancelled, it drops what it holds (a Subscriber's
+// pipeline nacks such messages when it stops). It holds at most MaxOpen
+// open batches and MaxOpen + MaxWaiting + 2 closed ones (plus one input
+// chunk's worth with RunBatches), each of at most Size elements and Bytes
+// bytes (or one larger element).
 type Batcher[T any] struct {
 	opt BatchOptions[T]
 	err error
