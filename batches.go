@@ -84,7 +84,11 @@ type BatchHandler func(ctx context.Context, ms []*Message) error
 // messages of one ordering key, in order, and a key's next batch is handed
 // to a handler only after the previous one returned and its messages were
 // settled: batches of one key never overlap. Messages without an ordering
-// key are batched over parallelism lanes of their own.
+// key are batched over parallelism lanes of their own. A server that hands
+// out a key's next message only once the previous one is acked
+// (pubsubtest does; Pub/Sub delivers several of a key at a time) makes
+// batches of one message per key, each waiting out Wait unless the budget
+// is spent: keep Wait short there.
 //
 // Stopping is Run's: cancelling ctx, or closing the subscriber, stops the
 // streams; the messages already received are batched and handled (within
