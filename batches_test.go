@@ -14,6 +14,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	otelcodes "go.opentelemetry.io/otel/codes"
+
+	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
@@ -335,6 +339,69 @@ func TestRunBatchesDrainHandlesOpenBatches(t *testing.T) {
 		}
 		if handled.Load() != 30 || e.srv.SubscriptionStats(e.sub).Acked != 30 {
 			t.Fatalf("handled %d, acked %d", handled.Load(), e.srv.SubscriptionStats(e.sub).Acked)
+		}
+	})
+}
+
+// TestRunBatchesTraced: with a TracerProvider every message of a batch
+// gets its process span, ended when the handler returned (with an error
+// status for a failed batch), and nothing is left open.
+func TestRunBatchesTraced(t *testing.T) {
+	sp := newSpans(t)
+	e := newEnv(t)
+	e.publish(t, 40, nil)
+	s := e.subscriber(t, SubscriberConfig{TracerProvider: sp.tp})
+	var calls atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	done := runBatchesAsync(ctx, s, 2, BatchOptions{Size: 10, Wait: 10 * time.Millisecond}, func(ctx context.Context, ms []*Message) error {
+		if calls.Add(1) == 1 {
+			return errors.New("write failed")
+		}
+		return nil
+	})
+	waitFor(t, "40 acks", time.Minute, func() bool { return e.srv.SubscriptionStats(e.sub).Acked == 40 })
+	stopRun(t, s, cancel, done)
+	processed := sp.named("sub process")
+	failed := 0
+	for _, p := range processed {
+		if p.Status.Code == otelcodes.Error {
+			failed++
+		}
+	}
+	if len(processed) != 40+failed || failed == 0 || failed > 10 {
+		t.Fatalf("%d process spans, %d with an error status", len(processed), failed)
+	}
+	sp.checkAllEnded(t)
+}
+
+// TestRunBatchesBytes: batches never exceed Bytes (as Message.Size counts
+// them) but for a message larger than Bytes, which goes alone.
+func TestRunBatchesBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, pubsubtest.WithBufconn())
+		e.fix.Publish(t, testfix.Messages(200, func(i int, m *pubsubpb.PubsubMessage) {
+			m.Data = make([]byte, 100+(i%7)*150)
+		})...)
+		s := e.subscriber(t, SubscriberConfig{})
+		var mu sync.Mutex
+		var bad []string
+		ctx, cancel := context.WithCancel(context.Background())
+		done := runBatchesAsync(ctx, s, 2, BatchOptions{Size: 100, Bytes: 1000, Wait: time.Second}, func(ctx context.Context, ms []*Message) error {
+			n := 0
+			for _, m := range ms {
+				n += m.Size()
+			}
+			if n > 1000 && len(ms) > 1 {
+				mu.Lock()
+				bad = append(bad, fmt.Sprintf("%d messages of %d bytes", len(ms), n))
+				mu.Unlock()
+			}
+			return nil
+		})
+		waitFor(t, "200 acks", time.Hour, func() bool { return e.srv.SubscriptionStats(e.sub).Acked == 200 })
+		stopRun(t, s, cancel, done)
+		if len(bad) > 0 {
+			t.Fatalf("batches over 1000 bytes: %v", bad)
 		}
 	})
 }
