@@ -191,21 +191,28 @@ func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) 
 	if handler == nil {
 		return errors.New("pubsubflow: Run: nil handler")
 	}
+	return s.runPipeline(ctx, func(pctx context.Context) error {
+		src := &subSource{s: s, kind: runHandlers}
+		return pipeline.FromContext(pctx, stage.Source[*Message](src)).Via(s.process(parallelism, handler, unsettled)).To(s.Acknowledge())
+	})
+}
+
+// runPipeline runs pipe (Run's pipeline, or RunBatches') until ctx is done
+// or the subscriber is closed (both mean: stop and drain, then return
+// nil), or until the pipeline ends with a terminal error, which it
+// returns. pipe's context is cancelled only once the drain timeout has
+// passed: cancelling ctx means stop-and-drain, not abandon.
+func (s *Subscriber) runPipeline(ctx context.Context, pipe func(pctx context.Context) error) error {
 	if s.life.closing() {
 		return ErrClosed
 	}
-	// The pipeline's own context is cancelled only once the drain timeout
-	// has passed: cancelling ctx means stop-and-drain, not abandon.
 	pctx, cancel := context.WithCancel(context.Background())
 	stop := context.AfterFunc(s.life.abandoned, cancel)
 	defer stop()
 	defer cancel()
 
 	done := make(chan error, 1)
-	go func() {
-		src := &subSource{s: s, kind: runHandlers}
-		done <- pipeline.FromContext(pctx, stage.Source[*Message](src)).Via(s.process(parallelism, handler, unsettled)).To(s.Acknowledge())
-	}()
+	go func() { done <- pipe(pctx) }()
 	select {
 	case err := <-done:
 		// A terminal error: the pipeline has ended, so nothing is in
@@ -218,7 +225,8 @@ func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) 
 	closeErr := s.Close()
 	// Close has drained (up to the drain timeout), nacked what is left and
 	// cancelled the pipeline. A handler that ignores its ctx would keep
-	// Run waiting for ever: after a short grace Run returns and says so.
+	// the caller waiting for ever: after a short grace it returns and
+	// says so.
 	grace := time.NewTimer(stuckGrace)
 	defer grace.Stop()
 	select {

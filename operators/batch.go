@@ -1,227 +1,566 @@
 package operators
 
 import (
+	"container/list"
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/pubsubflow/pubsubflow/internal/batch"
+	"github.com/pubsubflow/pubsubflow/internal/ring"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// Batched input and output of an Unordered ParallelMap (batch.Flow).
-// The workers share the batches that arrive: a worker that receives one
-// keeps its first element and queues the rest, waking idle workers, so a
-// batch of a hundred slow elements is spread over all the workers while a
-// batch of fast ones costs one channel operation. Each worker collects its
-// results and hands them on as a batch when it has nothing queued to do,
-// when the batch is full, or when its oldest result has waited flushAfter.
-
+// Defaults of BatchOptions. Size and Wait are the usual batcher defaults
+// (Broadway's batch_size and batch_timeout); MaxOpen matches
+// stage.DefaultBound.
 const (
-	// maxOutBatch bounds the results a worker holds before handing them on.
-	maxOutBatch = 256
-	// flushAfter bounds how long a result waits in a worker for more.
-	flushAfter = 5 * time.Millisecond
+	DefaultBatchSize  = 100
+	DefaultBatchWait  = time.Second
+	DefaultMaxOpen    = 1000
+	DefaultMaxWaiting = 16
 )
 
-// unorderedFlow is an Unordered ParallelMap: a stage.Flow and a
-// batch.Flow.
-type unorderedFlow[T, R any] struct{ pm *parallelMap[T, R] }
+// BatchOptions configure Batch. The zero value collects up to 100
+// elements into one batch, and no element waits more than a second.
+type BatchOptions[T any] struct {
+	// Size is the most elements in a batch: a batch that reaches it is
+	// emitted. Zero means DefaultBatchSize.
+	Size int
+	// Bytes, if set, is the most bytes in a batch as SizeOf counts them: an
+	// element that would take a batch past Bytes starts the next one, and
+	// a batch that reaches Bytes is emitted. An element larger than Bytes
+	// goes alone. Zero means no byte limit.
+	Bytes int
+	// SizeOf is an element's size in bytes (required with Bytes). A
+	// negative size fails the stage.
+	SizeOf func(T) int
+	// Wait is the longest the oldest element of a batch waits for the
+	// batch to fill: then the batch is emitted, full or not. Zero means
+	// DefaultBatchWait.
+	Wait time.Duration
+	// Idle, if set, is how upstream says it has no more to give for now:
+	// it is asked whenever the input has nothing ready (and nothing can be
+	// handed downstream at that moment), with the number of elements the
+	// stage has received so far, and true emits every open batch at once
+	// instead of letting it wait out Wait. Passing the count lets upstream
+	// answer exactly: "everything I sent has arrived, and nothing more is
+	// coming until something is settled" (a Subscriber's RunBatches
+	// answers true when its flow budget is spent and all it received was
+	// handed on). It must not block. An answer that turns true without a
+	// new element is seen at the next element, release or timer.
+	Idle func(received uint64) bool
+	// Key, if set, keeps one open batch per key: a batch holds elements of
+	// one key only, in input order. Nil means one key for all.
+	Key func(T) string
+	// MaxOpen bounds the open batches (distinct keys being collected);
+	// when a new key needs one and MaxOpen are open, the oldest is emitted
+	// first. Zero means DefaultMaxOpen.
+	MaxOpen int
+	// MaxWaiting bounds the closed batches waiting to be emitted (for
+	// downstream to take them, or, in Ordered mode, for their key's
+	// previous batch to be released): while that many wait the stage does
+	// not receive. One input chunk (RunBatches), and batches closed by
+	// Wait, Idle or MaxOpen, which hold no new elements, may take it past
+	// the bound until they are emitted. Zero means DefaultMaxWaiting.
+	MaxWaiting int
+	// Ordered emits a key's next batch only after the previous one was
+	// released with Batcher.Release: at most one batch per key is in
+	// flight downstream, so batches of one key are processed in order and
+	// never overlap. While its key's batch is in flight, a key's open
+	// batch keeps filling and is closed only by Size, Bytes or MaxOpen; it
+	// is emitted as soon as the key is released. In Ordered mode the stage
+	// finishes only once every batch was emitted, so release every batch.
+	Ordered bool
+}
 
-// The batch path is what makes an unordered ParallelMap cheap.
-var _ batch.Flow[int, int] = unorderedFlow[int, int]{}
-
-func (u unorderedFlow[T, R]) Run(g *stage.Group, in <-chan T) <-chan R { return u.pm.unordered(g, in) }
-
-func (u unorderedFlow[T, R]) RunBatches(g *stage.Group, in <-chan []T) <-chan []R {
-	pm := u.pm
-	out := make(chan []R)
-	q := &shared[T]{in: in, wake: make(chan struct{}, pm.n)}
-	workers := stage.NewGroup(g.Context())
-	for range pm.n {
-		workers.Go(func(ctx context.Context) error {
-			w := worker[R]{out: out}
-			for {
-				v, ok := q.take(ctx, w.pending() == 0)
-				if !ok {
-					if ctx.Err() != nil {
-						return nil
-					}
-					if w.pending() > 0 { // nothing ready now: hand on what is done
-						if !w.flush(ctx) {
-							return nil
-						}
-						continue
-					}
-					return nil // the input ended
-				}
-				r, emit, err := pm.call(ctx, v)
-				if err != nil {
-					return err
-				}
-				if emit {
-					w.add(r)
-				}
-				if w.full() && !w.flush(ctx) {
-					return nil
-				}
-			}
-		})
+// Validate reports a bad option, naming it.
+func (o BatchOptions[T]) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("operators: BatchOptions.%s: %s", field, fmt.Sprintf(format, args...)))
 	}
-	closeAfter(g, workers, out)
+	if o.Size < 0 {
+		bad("Size", "%d: want ≥ 1 (0 = default %d)", o.Size, DefaultBatchSize)
+	}
+	if o.Bytes < 0 {
+		bad("Bytes", "%d: want ≥ 1 (0 = no byte limit)", o.Bytes)
+	}
+	if o.Bytes > 0 && o.SizeOf == nil {
+		bad("SizeOf", "nil: Bytes %d needs SizeOf to count bytes", o.Bytes)
+	}
+	if o.Wait < 0 {
+		bad("Wait", "%v: want > 0 (0 = default %v)", o.Wait, DefaultBatchWait)
+	}
+	if o.MaxOpen < 0 {
+		bad("MaxOpen", "%d: want ≥ 1 (0 = default %d)", o.MaxOpen, DefaultMaxOpen)
+	}
+	if o.MaxWaiting < 0 {
+		bad("MaxWaiting", "%d: want ≥ 1 (0 = default %d)", o.MaxWaiting, DefaultMaxWaiting)
+	}
+	return errors.Join(errs...)
+}
+
+func (o BatchOptions[T]) withDefaults() BatchOptions[T] {
+	if o.Size == 0 {
+		o.Size = DefaultBatchSize
+	}
+	if o.Wait == 0 {
+		o.Wait = DefaultBatchWait
+	}
+	if o.MaxOpen == 0 {
+		o.MaxOpen = DefaultMaxOpen
+	}
+	if o.MaxWaiting == 0 {
+		o.MaxWaiting = DefaultMaxWaiting
+	}
+	return o
+}
+
+// Batcher is the Batch operator: a stage.Flow[T, []T]. It runs one
+// goroutine per run and does every send and receive in a select on its
+// group's context; cancelled, it drops what it holds (a Subscriber's
+// pipeline nacks such messages when it stops). It holds at most MaxOpen
+// open batches and MaxOpen + MaxWaiting + 2 closed ones (plus one input
+// chunk's worth with RunBatches), each of at most Size elements and Bytes
+// bytes (or one larger element).
+type Batcher[T any] struct {
+	opt BatchOptions[T]
+	err error
+
+	mu  sync.Mutex
+	run *batchRun[T] // the running Ordered run, for Release
+
+	// observe, if set (tests), is called on the stage's goroutine after
+	// every step with the open batches and the closed batches waiting.
+	observe func(open, waiting int)
+}
+
+// Batch returns a flow that groups its input into batches. A batch is
+// emitted when it reaches Size elements or Bytes bytes, when its oldest
+// element has waited Wait, when Idle says upstream has no more for now,
+// or when MaxOpen open batches are reached and it is the oldest; the input
+// ending emits what is left. Bad options fail the stage's group with an
+// error naming them (Validate reports them beforehand).
+func Batch[T any](opt BatchOptions[T]) *Batcher[T] {
+	return &Batcher[T]{opt: opt.withDefaults(), err: opt.Validate()}
+}
+
+// The chunked path lets a batch source (a Subscriber's) feed Batch with one
+// channel operation per chunk; keep it compiled in.
+var _ batch.Flow[int, []int] = (*Batcher[int])(nil)
+
+// Run starts the stage's goroutine under g and returns its output.
+func (b *Batcher[T]) Run(g *stage.Group, in <-chan T) <-chan []T {
+	out := make(chan []T)
+	b.start(g, func(ctx context.Context, r *batchRun[T]) error {
+		defer close(out)
+		if r == nil {
+			return nil
+		}
+		r.in1, r.out1 = in, out
+		return r.loop(ctx)
+	})
 	return out
 }
 
-// worker holds one worker's results until they are handed on.
-type worker[R any] struct {
-	out   chan<- []R
-	batch []R
-	first time.Time // when the oldest result was added
-}
-
-func (w *worker[R]) pending() int { return len(w.batch) }
-
-func (w *worker[R]) add(r R) {
-	if len(w.batch) == 0 {
-		w.first = time.Now()
-	}
-	w.batch = append(w.batch, r)
-}
-
-func (w *worker[R]) full() bool {
-	return len(w.batch) >= maxOutBatch || len(w.batch) > 0 && time.Since(w.first) >= flushAfter
-}
-
-// flush hands on the batch; false when ctx ended first (it is dropped: the
-// group is cancelled).
-func (w *worker[R]) flush(ctx context.Context) bool {
-	if len(w.batch) == 0 {
-		return true
-	}
-	b := w.batch
-	w.batch = nil
-	return stage.Send(ctx, w.out, b)
-}
-
-// shared is the queue of elements the workers share.
-type shared[T any] struct {
-	in   <-chan []T
-	wake chan struct{} // tokens for idle workers (cap n): work was queued, or the end came
-
-	mu        sync.Mutex // never held while waiting
-	queue     []T
-	head      int
-	closed    bool // the input ended
-	receivers int  // workers that may be holding a batch not yet queued
-}
-
-// take returns the next element: a queued one, else one from the next
-// batch (queuing the rest). With block false it does not wait for a batch:
-// ok false then means nothing is ready now. With block true, ok false
-// means the input ended and everything was taken, or ctx is done.
-func (q *shared[T]) take(ctx context.Context, block bool) (v T, ok bool) {
-	for {
-		q.mu.Lock()
-		if v, ok = q.popLocked(); ok {
-			q.mu.Unlock()
-			return v, true
+// RunBatches is Run for an input that arrives in chunks (a Subscriber's
+// source hands on messages so): the same batches, one channel operation
+// per chunk in. Each chunk it hands on holds one batch, so that parallel
+// consumers share the batches.
+func (b *Batcher[T]) RunBatches(g *stage.Group, in <-chan []T) <-chan [][]T {
+	out := make(chan [][]T)
+	b.start(g, func(ctx context.Context, r *batchRun[T]) error {
+		defer close(out)
+		if r == nil {
+			return nil
 		}
-		if q.closed && q.receivers == 0 {
-			q.mu.Unlock()
-			return v, false // ended: nothing queued, nobody holds a batch
-		}
-		var in <-chan []T
-		if !q.closed {
-			in = q.in
-			q.receivers++
-		}
-		q.mu.Unlock()
-		if !block {
-			select {
-			case b, open := <-in:
-				if v, ok = q.arrived(b, open); ok {
-					return v, true
-				}
-				continue
-			default:
-				q.done(in != nil)
-				return v, false
-			}
-		}
-		select {
-		case b, open := <-in:
-			if v, ok = q.arrived(b, open); ok {
-				return v, true
-			}
-		case <-q.wake:
-			q.done(in != nil)
-		case <-ctx.Done():
-			q.done(in != nil)
-			return v, false
-		}
-	}
+		r.inN, r.outN = in, out
+		return r.loop(ctx)
+	})
+	return out
 }
 
-// arrived takes the first element of a batch just received and queues the
-// rest, waking idle workers for them; !open records the end of the input.
-func (q *shared[T]) arrived(b []T, open bool) (v T, ok bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.receivers--
-	if !open {
-		q.closed = true
-		q.wakeLocked(cap(q.wake)) // every idle worker looks again
-		return v, false
-	}
-	if len(b) == 0 {
-		if q.closed && q.receivers == 0 {
-			q.wakeLocked(cap(q.wake))
+func (b *Batcher[T]) start(g *stage.Group, loop func(context.Context, *batchRun[T]) error) {
+	r := newBatchRun(b)
+	err := b.err
+	if err == nil && b.opt.Ordered {
+		b.mu.Lock()
+		if b.run != nil {
+			err = errors.New("operators: a Batch in Ordered mode runs once at a time (Release must know the run): make one Batch per pipeline")
+		} else {
+			b.run = r
 		}
-		return v, false
+		b.mu.Unlock()
 	}
-	q.queue = append(q.queue, b[1:]...)
-	if q.closed && q.receivers == 0 {
-		q.wakeLocked(cap(q.wake)) // the last batch: idle workers may end
-	} else {
-		q.wakeLocked(len(b) - 1)
-	}
-	return b[0], true
+	g.Go(func(ctx context.Context) error {
+		if b.opt.Ordered && err == nil {
+			defer func() {
+				b.mu.Lock()
+				b.run = nil
+				b.mu.Unlock()
+			}()
+		}
+		if err != nil {
+			_ = loop(ctx, nil) // closes the output
+			return err
+		}
+		return loop(ctx, r)
+	})
 }
 
-// done is the end of a wait that received no batch.
-func (q *shared[T]) done(receiving bool) {
-	if !receiving {
+// Release tells an Ordered Batch that batch, as it was emitted, has been
+// settled downstream: its key's next batch may go. It never blocks, may
+// be called from any goroutine, and ignores a batch it does not know (not
+// Ordered, released already, or emitted by a run that has ended).
+func (b *Batcher[T]) Release(batch []T) {
+	if !b.opt.Ordered || len(batch) == 0 {
 		return
 	}
-	q.mu.Lock()
-	q.receivers--
-	if q.closed && q.receivers == 0 {
-		q.wakeLocked(cap(q.wake)) // the last one out: the others may end
+	b.mu.Lock()
+	r := b.run
+	if r != nil {
+		r.released = append(r.released, &batch[0])
 	}
-	q.mu.Unlock()
-}
-
-// wakeLocked hands out up to n wake tokens without waiting.
-func (q *shared[T]) wakeLocked(n int) {
-	for range min(n, cap(q.wake)) {
+	b.mu.Unlock()
+	if r != nil {
 		select {
-		case q.wake <- struct{}{}:
+		case r.wake <- struct{}{}:
 		default:
-			return
 		}
 	}
 }
 
-func (q *shared[T]) popLocked() (v T, ok bool) {
-	if q.head == len(q.queue) {
-		return v, false
+// keyState is one key's batches: the open one, and in Ordered mode
+// whether one is ready or in flight (owed) and the closed ones waiting
+// behind it.
+type keyState[T any] struct {
+	key     string
+	open    *openBatch[T]
+	owed    bool
+	backlog [][]T
+}
+
+type openBatch[T any] struct {
+	ks    *keyState[T]
+	items []T
+	bytes int
+	first time.Time
+	at    *list.Element // in aging or owing
+	in    *list.List
+}
+
+type readyBatch[T any] struct {
+	ks    *keyState[T]
+	items []T
+}
+
+// batchRun is one run's state, owned by its goroutine (released is shared
+// with Release, under the Batcher's mutex).
+type batchRun[T any] struct {
+	b   *Batcher[T]
+	opt BatchOptions[T]
+
+	in1  <-chan T
+	inN  <-chan []T
+	out1 chan<- []T
+	outN chan<- [][]T
+
+	keys map[string]*keyState[T]
+	// aging holds the open batches that Wait and Idle close (oldest
+	// first); owing, in Ordered mode, those of keys with a batch ready or
+	// in flight, which only Size, Bytes, MaxOpen and the key's release
+	// close.
+	aging, owing list.List
+	open         int
+	ready        *ring.Ring[readyBatch[T]]
+	waiting      int // ready plus backlogs
+	inFlight     map[*T]*keyState[T]
+	received     uint64
+	chunk        [][]T // the head of ready as RunBatches hands it on
+
+	timer    *time.Timer
+	armedFor *openBatch[T]
+
+	released []*T // guarded by b.mu
+	wake     chan struct{}
+}
+
+func newBatchRun[T any](b *Batcher[T]) *batchRun[T] {
+	r := &batchRun[T]{
+		b:     b,
+		opt:   b.opt,
+		keys:  map[string]*keyState[T]{},
+		ready: ring.New[readyBatch[T]](4),
+		wake:  make(chan struct{}, 1),
 	}
-	v = q.queue[q.head]
-	var zero T
-	q.queue[q.head] = zero
-	q.head++
-	if q.head == len(q.queue) {
-		q.queue, q.head = q.queue[:0], 0
+	if b.opt.Ordered {
+		r.inFlight = map[*T]*keyState[T]{}
 	}
-	return v, true
+	return r
+}
+
+func (r *batchRun[T]) loop(ctx context.Context) error {
+	r.timer = time.NewTimer(time.Hour)
+	r.timer.Stop()
+	defer r.timer.Stop()
+	for {
+		r.takeReleases()
+		if r.b.observe != nil {
+			r.b.observe(r.open, r.waiting)
+		}
+		if r.in1 == nil && r.inN == nil && r.open == 0 && r.waiting == 0 {
+			return nil
+		}
+		var (
+			in1   <-chan T
+			inN   <-chan []T
+			out1  chan<- []T
+			outN  chan<- [][]T
+			head  []T
+			chunk [][]T
+		)
+		if r.waiting < r.opt.MaxWaiting {
+			in1, inN = r.in1, r.inN
+		}
+		if r.ready.Len() > 0 {
+			head = r.ready.Front().items
+			out1, outN = r.out1, r.outN
+			if outN != nil {
+				if r.chunk == nil { // made once per batch, not per pass
+					r.chunk = [][]T{head}
+				}
+				chunk = r.chunk
+			}
+		}
+		timerC := r.arm()
+
+		// First without waiting: Idle is asked only when the input has
+		// nothing ready and downstream takes nothing now.
+		var err error
+		select {
+		case v, ok := <-in1:
+			err = r.got1(v, ok)
+		case vs, ok := <-inN:
+			err = r.gotN(vs, ok)
+		case out1 <- head:
+			r.sent()
+		case outN <- chunk:
+			r.sent()
+		case <-timerC:
+			r.expire()
+		case <-r.wake:
+		case <-ctx.Done():
+			return nil
+		default:
+			if r.opt.Idle != nil && (in1 != nil || inN != nil) && r.aging.Len() > 0 && r.opt.Idle(r.received) {
+				r.closeAll(&r.aging)
+				continue
+			}
+			select {
+			case v, ok := <-in1:
+				err = r.got1(v, ok)
+			case vs, ok := <-inN:
+				err = r.gotN(vs, ok)
+			case out1 <- head:
+				r.sent()
+			case outN <- chunk:
+				r.sent()
+			case <-timerC:
+				r.expire()
+			case <-r.wake:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (r *batchRun[T]) got1(v T, ok bool) error {
+	if !ok {
+		r.in1 = nil
+		r.endOfInput()
+		return nil
+	}
+	r.received++
+	return r.add(v)
+}
+
+func (r *batchRun[T]) gotN(vs []T, ok bool) error {
+	if !ok {
+		r.inN = nil
+		r.endOfInput()
+		return nil
+	}
+	r.received += uint64(len(vs))
+	for _, v := range vs {
+		if err := r.add(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// endOfInput closes every open batch: what is left goes as it is.
+func (r *batchRun[T]) endOfInput() {
+	r.closeAll(&r.aging)
+	r.closeAll(&r.owing)
+}
+
+// add puts v into its key's open batch, closing batches as the limits say.
+func (r *batchRun[T]) add(v T) error {
+	var k string
+	if r.opt.Key != nil {
+		k = r.opt.Key(v)
+	}
+	ks := r.keys[k]
+	if ks == nil {
+		ks = &keyState[T]{key: k}
+		r.keys[k] = ks
+	}
+	size := 0
+	if r.opt.Bytes > 0 {
+		if size = r.opt.SizeOf(v); size < 0 {
+			return fmt.Errorf("operators: Batch: SizeOf returned %d, a negative size", size)
+		}
+		if ob := ks.open; ob != nil && ob.bytes+size > r.opt.Bytes {
+			r.close(ks)
+		}
+	}
+	ob := ks.open
+	if ob == nil {
+		if r.open >= r.opt.MaxOpen {
+			r.evictOldest()
+		}
+		ob = &openBatch[T]{ks: ks, first: time.Now(), items: make([]T, 0, min(r.opt.Size, 64))}
+		ob.in = &r.aging
+		if ks.owed {
+			ob.in = &r.owing
+		}
+		ob.at = ob.in.PushBack(ob)
+		ks.open = ob
+		r.keys[k] = ks // again, if closing for Bytes just forgot it
+		r.open++
+	}
+	ob.items = append(ob.items, v)
+	ob.bytes += size
+	if len(ob.items) >= r.opt.Size || r.opt.Bytes > 0 && ob.bytes >= r.opt.Bytes {
+		r.close(ks)
+	}
+	return nil
+}
+
+// evictOldest closes the open batch whose first element is the oldest.
+func (r *batchRun[T]) evictOldest() {
+	a, o := r.aging.Front(), r.owing.Front()
+	victim := a
+	if a == nil || o != nil && o.Value.(*openBatch[T]).first.Before(a.Value.(*openBatch[T]).first) {
+		victim = o
+	}
+	if victim != nil {
+		r.close(victim.Value.(*openBatch[T]).ks)
+	}
+}
+
+// close closes ks's open batch and queues it.
+func (r *batchRun[T]) close(ks *keyState[T]) {
+	ob := ks.open
+	ob.in.Remove(ob.at)
+	ks.open = nil
+	r.open--
+	r.waiting++
+	switch {
+	case !r.opt.Ordered:
+		r.ready.Push(readyBatch[T]{items: ob.items})
+		delete(r.keys, ks.key)
+	case !ks.owed:
+		ks.owed = true
+		r.ready.Push(readyBatch[T]{ks: ks, items: ob.items})
+	default:
+		ks.backlog = append(ks.backlog, ob.items)
+	}
+}
+
+// closeAll closes every open batch of l.
+func (r *batchRun[T]) closeAll(l *list.List) {
+	for l.Len() > 0 {
+		r.close(l.Front().Value.(*openBatch[T]).ks)
+	}
+}
+
+// sent records that the head of ready was handed downstream.
+func (r *batchRun[T]) sent() {
+	rb := r.ready.Pop()
+	r.waiting--
+	r.chunk = nil
+	if r.opt.Ordered {
+		r.inFlight[&rb.items[0]] = rb.ks
+	}
+}
+
+// takeReleases applies the releases Release queued.
+func (r *batchRun[T]) takeReleases() {
+	if !r.opt.Ordered {
+		return
+	}
+	r.b.mu.Lock()
+	rel := r.released
+	r.released = nil
+	r.b.mu.Unlock()
+	for _, p := range rel {
+		ks, ok := r.inFlight[p]
+		if !ok {
+			continue
+		}
+		delete(r.inFlight, p)
+		ks.owed = false
+		switch {
+		case len(ks.backlog) > 0:
+			ks.owed = true
+			r.ready.Push(readyBatch[T]{ks: ks, items: ks.backlog[0]})
+			ks.backlog[0] = nil
+			ks.backlog = ks.backlog[1:]
+		case ks.open != nil:
+			r.close(ks) // it waited for this release: it goes now
+		default:
+			delete(r.keys, ks.key)
+		}
+	}
+}
+
+// arm points the timer at the oldest aging batch's deadline and returns
+// its channel (nil when nothing ages).
+func (r *batchRun[T]) arm() <-chan time.Time {
+	front := r.aging.Front()
+	if front == nil {
+		if r.armedFor != nil {
+			r.timer.Stop()
+			r.armedFor = nil
+		}
+		return nil
+	}
+	ob := front.Value.(*openBatch[T])
+	if ob != r.armedFor {
+		r.timer.Reset(time.Until(ob.first.Add(r.opt.Wait)))
+		r.armedFor = ob
+	}
+	return r.timer.C
+}
+
+// expire closes the aging batches whose oldest element has waited Wait.
+func (r *batchRun[T]) expire() {
+	r.armedFor = nil
+	now := time.Now()
+	for f := r.aging.Front(); f != nil; f = r.aging.Front() {
+		ob := f.Value.(*openBatch[T])
+		if now.Sub(ob.first) < r.opt.Wait {
+			return
+		}
+		r.close(ob.ks)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
@@ -61,4 +62,36 @@ func ExampleOptions() {
 		To(pipeline.ForEach(func(_ context.Context, n int) error { fmt.Print(n, " "); return nil }))
 	fmt.Println(err, failed)
 	// Output: 2 -1 1 <nil> [boom panicked: true]
+}
+
+// Batches of up to three; the input ending emits the last, partial one.
+func ExampleBatch() {
+	batches := operators.Batch(operators.BatchOptions[int]{Size: 3, Wait: time.Second})
+	err := pipeline.Map(pipeline.From(pipeline.Slice(1, 2, 3, 4, 5, 6, 7)), stage.Flow[int, []int](batches)).
+		To(pipeline.ForEach(func(_ context.Context, b []int) error { fmt.Print(b); return nil }))
+	fmt.Println("", err)
+	// Output: [1 2 3][4 5 6][7] <nil>
+}
+
+// One open batch per key, at most 10 bytes each (an element larger than
+// that goes alone); in Ordered mode a key's next batch waits until the
+// previous one is released, so one key's batches never overlap.
+func ExampleBatch_ordered() {
+	type row struct{ table, data string }
+	batches := operators.Batch(operators.BatchOptions[row]{
+		Bytes:   10,
+		SizeOf:  func(r row) int { return len(r.data) },
+		Key:     func(r row) string { return r.table },
+		Ordered: true,
+	})
+	src := pipeline.Slice(row{"a", "1234"}, row{"b", "x"}, row{"a", "5678"}, row{"a", "90"}, row{"a", "a big row"})
+	written := map[string][][]row{}
+	err := pipeline.Map(pipeline.From(src), stage.Flow[row, []row](batches)).
+		To(pipeline.ForEach(func(_ context.Context, b []row) error {
+			written[b[0].table] = append(written[b[0].table], b) // "write" the batch
+			batches.Release(b)                                   // the key's next batch may go
+			return nil
+		}))
+	fmt.Println(written["a"], written["b"], err)
+	// Output: [[{a 1234} {a 5678} {a 90}] [{a a big row}]] [[{b x}]] <nil>
 }
