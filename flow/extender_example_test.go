@@ -18,7 +18,7 @@ import (
 
 // One Extender serves every subscription: it extends each message's
 // lease on the subscription the message names. Here two sources share
-// it, each with EagerTrack as its receipt step.
+// it, each with EagerTrack right after it (fused in as its receipt step).
 func ExampleNewExtender() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -53,7 +53,7 @@ func ExampleNewExtender() {
 			n := 0
 			ctx, stop := context.WithCancel(ctx)
 			defer stop()
-			_ = pipeline.FromContext(ctx, src.With(flow.EagerTrack(ext, 0))).To(pipeline.ForEach(func(_ context.Context, m *source.Message) error {
+			_ = pipeline.FromContext(ctx, src).Via(flow.EagerTrack(ext, 0)).To(pipeline.ForEach(func(_ context.Context, m *source.Message) error {
 				m.Ack()
 				if n++; n == 2 {
 					stop()
