@@ -536,3 +536,43 @@ func TestNoOpCountsUntilDeadline(t *testing.T) {
 		}
 	})
 }
+
+// TestSourcePipelinesRaceClose: Source pipelines started while Close runs,
+// 1,000 times: no panic, nothing left running, every pipeline ends either
+// having run (it joined before Close began) or with ErrClosed, and none
+// joins after Close began.
+func TestSourcePipelinesRaceClose(t *testing.T) {
+	e := newEnv(t)
+	e.publish(t, 50, nil)
+	for i := range 1000 {
+		s, err := NewSubscriber(context.Background(), e.sub, SubscriberConfig{Conn: e.srv.ClientConn(), Ordering: true, DrainTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 3)
+		for range 3 {
+			wg.Go(func() { errs <- pipeline.From(s.Source()).To(s.Acknowledge()) })
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("round %d: Close = %v", i, err)
+		}
+		// Once Close has returned, the lifecycle has no run and takes none.
+		s.life.mu.Lock()
+		runs, state := s.life.runs, s.life.state
+		s.life.mu.Unlock()
+		if runs != 0 || state != closed {
+			t.Fatalf("round %d: after Close %d runs, state %v", i, runs, state)
+		}
+		if err := pipeline.From(s.Source()).To(s.Acknowledge()); !errors.Is(err, ErrClosed) {
+			t.Fatalf("round %d: a pipeline after Close = %v, want ErrClosed", i, err)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil && !errors.Is(err, ErrClosed) {
+				t.Fatalf("round %d: pipeline = %v", i, err)
+			}
+		}
+	}
+}
