@@ -1,28 +1,39 @@
-// Package flow holds the two pieces of a subscriber's bookkeeping on
-// receipt, before a message waits anywhere for processing:
+// Package flow holds the bookkeeping a subscriber does for every message
+// the moment it is received, before it waits anywhere for processing:
 //
-//   - EagerTrack takes a lease for every message the moment it arrives, so
-//     the lease extender covers messages buffered behind a slow stage.
+//   - EagerTrack takes a lease with an Extender for every message as it
+//     arrives, so lease extension covers messages buffered behind a slow
+//     stage. The Extender is long-lived and may be shared by any number of
+//     sources, subscriptions and Subscribers: it extends each message on the
+//     subscription the message names, so it cannot extend the wrong one.
 //   - FlowGate counts every message (one message, its bytes) against a
-//     FlowControl budget the moment it arrives, so Outstanding is exactly
-//     what the client holds, and receiving stops while the budget is spent,
-//     so the backpressure reaches the gRPC stream and the server.
+//     FlowControl budget as it arrives, so Outstanding is exactly what the
+//     client holds, and receiving stops while the budget is spent, so the
+//     backpressure reaches the gRPC stream and the server.
+//   - KeyedFlowGate shares a budget fairly among keys (tenants), as an
+//     application-level budget among consumers of one subscription.
 //
-// Each is one implementation used two ways. As a receipt step
-// (Tracker.Receive, Gate.Receive) a source runs it where it decodes a
-// StreamingPull response (source.Config.Receipt), and the Gate is then also
-// the source's Budget: streams read only while there is room and ask the
-// server only for the room left. That is how a Subscriber composes them.
-// As a standalone stage (EagerTrack, FlowGate: stage.Eager, one goroutine,
-// a bounded buffer) they serve chains that start from another source (the
-// tests, and the property tests' models).
+// EagerTrack and FlowGate are each one implementation used two ways.
+// Written right after source.Subscribe in a pipeline —
 //
-// A permit is returned by the subscriber's one settle path
-// (FlowControl.ReleaseMessage, called by sink.Settler), whatever ends the
-// message: ack, nack, no-op, lease expiry or shutdown. FlowControl's
-// counting (TryAcquire, ReleaseN) also bounds the Publisher's outstanding
-// messages.
+//	pipeline.From(src).Via(flow.EagerTrack(ext, 0), flow.FlowGate(fc), …)
 //
-// The package is internal: the Subscriber composes it so that a lease or
-// a permit can never be taken downstream of a buffer.
+// — they are fused into the source (they are source.Steps): they run where
+// each StreamingPull response is decoded, the gate is also the streams'
+// Budget (they read only while there is room, and each stream asks the
+// server only for the room left), and the tracker's deadline becomes the
+// streams' ack deadline. Anywhere else they run as eager stages (one
+// goroutine, a bounded buffer) that still lease and count on their own
+// receipt, and say once, at Warn, when messages reach them long after the
+// source received them (a buffer sits before them).
+//
+// Nothing taken here needs a paired release: a lease and a permit are the
+// message's holds, given back by its one settle path whatever ends it —
+// an ack or nack anywhere in the pipeline, the sink's policy, expiry,
+// shutdown. A lease whose deadline passes without a confirmed extension
+// (failing modacks, a stalled or paused process) is expired at once, so a
+// handler never gets a message the server may have given out again.
+//
+// FlowControl's plain counting (TryAcquire, ReleaseN) also bounds the
+// Publisher's outstanding messages.
 package flow

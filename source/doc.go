@@ -1,6 +1,12 @@
-// Package source is the StreamingPull source of a pubsubflow subscriber:
-// Subscribe opens N gRPC StreamingPull streams to one subscription and
-// merges the messages they receive into one channel of *message.Message.
+// Package source is the StreamingPull source of pubsubflow: Subscribe
+// opens N gRPC StreamingPull streams to one subscription (per run) and
+// merges the messages they receive into one channel of *Message. It
+// declares Message, the element of every subscriber stage, and owns each
+// message's one settle path: whatever ends a message — Ack or Nack
+// anywhere in a pipeline, expiry, Close — gives back what every stage
+// took for it and queues its ack or nack on the source's acknowledger
+// (unary RPCs, batched: sent at once when none is in flight, else
+// coalesced behind the one that is; retried with backoff).
 //
 // What it guarantees:
 //
@@ -16,14 +22,22 @@
 //     and restarted — once the server has answered a heartbeat on this or an
 //     earlier stream of the source. Until then (Google's emulator never
 //     answers) a quiet stream is healthy.
-//   - Restarts wrap only the gRPC stream: a retryable failure (see
-//     DefaultClassifier) reopens the stream after a Backoff delay, with the
-//     same client id; nothing downstream is recreated. A terminal failure
-//     ends the source with an error that names the subscription and keeps
-//     the gRPC status (status.Code works on it).
-//   - The receipt steps (Config.Receipt) run on each response's messages
-//     on the stream's goroutine, right after it is decoded and before any
-//     of them waits anywhere: a subscriber binds, leases and counts there.
+//   - Restarts wrap only the gRPC stream, inside the source: a retryable
+//     failure (see DefaultClassifier) reopens the stream after a Backoff
+//     delay, with the same client id; nothing downstream is recreated, and
+//     there is no restart wrapper for a stage to be put inside. A terminal
+//     failure ends the source with an error that names the subscription and
+//     keeps the gRPC status (status.Code works on it); a run of failures
+//     longer than ReconnectTimeout ends it with an *UnreachableError.
+//   - The receipt steps (Steps: flow.EagerTrack, flow.FlowGate, fused with
+//     With or by pipeline.Via) run on each response's messages on the
+//     stream's goroutine, right after it is decoded and before any of them
+//     waits anywhere. Malformed elements (an empty or repeated ack id, an
+//     ack id without a message) are refused before that, counted in Stats.
+//   - Every message carries its server deadline (receipt plus the stream
+//     ack deadline, then each confirmed extension); a message past it (or
+//     within a second of it) is expired, never handed on, and an ack of it
+//     does not count.
 //   - With a Budget, a stream reads the next response only while the
 //     budget has room, opens only once it grants limits, and asks the
 //     server on its initial request for those limits: the room left, not a
@@ -36,5 +50,8 @@
 //     operation per batch; Run hands them on one at a time.
 //
 // The source knows nothing of leases or permits: it runs the steps and
-// asks the budget it is given (see the flow package).
+// asks the budget it is given (see the flow package). A run that ends
+// nacks what it received and did not hand on, and what its pipeline was
+// handed and left unsettled; Stop ends every run gracefully, and Close
+// nacks whatever is still unsettled and flushes the acks.
 package source
