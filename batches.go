@@ -166,7 +166,7 @@ func (w *batchWorkers) noMoreForNow(received uint64) bool {
 	if unsettled-(handed-s.c.settledHanded.Load()) > 0 {
 		return false // the source still holds some
 	}
-	fc := s.gate.Flow()
+	fc := s.fc
 	if m := fc.MaxMessages(); m > 0 && unsettled-settling >= m {
 		return true
 	}

@@ -67,11 +67,11 @@ type SubscriberConfig struct {
 	HeartbeatTimeout  time.Duration
 	// Backoff is the delay between reconnects: gax-go's exponential
 	// backoff with full jitter, each delay at least Initial (zero Initial:
-	// 100 ms; zero Max: 60 s; zero Multiplier: 2). Reconnect decides which stream failures are
-	// reconnected (true) and which end Run (false); nil means
-	// DefaultReconnect.
+	// 100 ms; zero Max: 60 s; zero Multiplier: 2). Reconnect decides which
+	// stream failures are reconnected (true) and which end Run (false);
+	// nil means source.DefaultClassifier.
 	Backoff   gax.Backoff
-	Reconnect func(StreamFailure) bool
+	Reconnect func(source.Failure) bool
 	// ReconnectTimeout bounds how long the streams may keep failing to
 	// connect (an endpoint that never answers, a network that is down)
 	// without one healthy stream: then Run, and pipelines from Source, end
@@ -80,10 +80,10 @@ type SubscriberConfig struct {
 	// Logger. Default 2 min; Unlimited retries until the context ends.
 	ReconnectTimeout time.Duration
 
-	// Lease chooses the deadline strategy (default adaptive: p99 of
-	// receipt→ack latency, clamped to 10–600 s). MaxExtension (default 60
+	// Lease chooses the deadline strategy: flow.Adaptive (the default: p99
+	// of receipt→ack latency, clamped to 10–600 s) or flow.Fixed. MaxExtension (default 60
 	// min; Unlimited for none) bounds how long one message is held.
-	Lease        LeaseStrategy
+	Lease        flow.Strategy
 	MaxExtension time.Duration
 
 	// OnSuccess (default Ack) and OnFailure (default Nack) settle messages
@@ -195,7 +195,7 @@ func (c *SubscriberConfig) Validate() error {
 	if b := c.Backoff; b.Initial < 0 || b.Max < 0 || b.Multiplier != 0 && b.Multiplier < 1 {
 		add(fieldError("Backoff", "Initial %v, Max %v, Multiplier %v: want durations ≥ 0 (0 = default) and a Multiplier of 0 (default 2) or at least 1", b.Initial, b.Max, b.Multiplier))
 	}
-	if err := flow.Check(c.Lease); err != nil {
+	if err := (flow.ExtenderConfig{Strategy: c.Lease}).Validate(); err != nil {
 		add(fieldError("Lease", "%v", err))
 	}
 	switch {

@@ -2,6 +2,7 @@ package pubsubflow
 
 import (
 	"context"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"strings"
 	"testing"
 	"time"
@@ -43,8 +44,8 @@ func TestBadConfigs(t *testing.T) {
 		{"space in the subscription id", "projects/p/subscriptions/a b", "subscription", SubscriberConfig{}},
 		{"negative backoff", sub, "Backoff", SubscriberConfig{Backoff: gax.Backoff{Initial: -time.Second}}},
 		{"backoff shrinking", sub, "Backoff", SubscriberConfig{Backoff: gax.Backoff{Multiplier: 0.5}}},
-		{"fixed lease interval past its deadline", sub, "Lease", SubscriberConfig{Lease: FixedLease(time.Minute, 30*time.Second)}},
-		{"adaptive lease above 600 s", sub, "Lease", SubscriberConfig{Lease: AdaptiveLease(0, time.Hour)}},
+		{"fixed lease interval past its deadline", sub, "Lease", SubscriberConfig{Lease: flow.Fixed(time.Minute, 30*time.Second)}},
+		{"adaptive lease above 600 s", sub, "Lease", SubscriberConfig{Lease: flow.Adaptive(flow.AdaptiveConfig{Min: 0, Max: time.Hour})}},
 		{"conn and client", sub, "Conn", SubscriberConfig{Conn: conn, Client: pubsubpb.NewSubscriberClient(conn)}},
 	}
 	for _, c := range cases {

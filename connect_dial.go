@@ -16,7 +16,7 @@ import (
 // bounds only the lookup of Application Default Credentials. Wrap the
 // connection with pubsubpb.NewSubscriberClient or NewPublisherClient.
 func Dial(ctx context.Context, o ConnectOptions) (*grpc.ClientConn, error) {
-	opts, target, err := DialOptions(ctx, o)
+	opts, target, err := dialOptions(ctx, o)
 	if err != nil {
 		return nil, err
 	}
@@ -27,25 +27,25 @@ func Dial(ctx context.Context, o ConnectOptions) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// DialOptions returns the target and the gRPC dial options Dial would use,
+// dialOptions returns the target and the gRPC dial options Dial would use,
 // for callers that build their connection themselves. They accept received
-// messages up to MaxReceiveMessageSize; ConnectOptions.DialOptions come last and
+// messages up to maxReceiveMessageSize; ConnectOptions.DialOptions come last and
 // may change that.
-func DialOptions(ctx context.Context, o ConnectOptions) ([]grpc.DialOption, string, error) {
+func dialOptions(ctx context.Context, o ConnectOptions) ([]grpc.DialOption, string, error) {
 	if err := o.Validate(); err != nil {
 		return nil, "", err
 	}
 	r := o.resolve()
 	ua := o.UserAgent
 	if ua == "" {
-		ua = DefaultUserAgent
+		ua = defaultUserAgent
 	}
 	opts := []grpc.DialOption{
 		grpc.WithUserAgent(ua),
 		// gRPC's 4 MiB default is below what the service sends (a 10 MB
 		// message in a StreamingPull response); with it, such a message
 		// could never be received.
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReceiveMessageSize)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxReceiveMessageSize)),
 	}
 	if r.insecure {
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -72,7 +72,7 @@ func DialOptions(ctx context.Context, o ConnectOptions) ([]grpc.DialOption, stri
 	return opts, r.target, nil
 }
 
-// tokenSource returns ts, or Application Default Credentials for Scope,
+// tokenSource returns ts, or Application Default Credentials for scope,
 // wrapped so that an UNAUTHENTICATED answer makes the next call fetch a
 // fresh token (for ADC; a caller's source decides its own caching).
 // oauth2's sources cache a token until shortly before it expires.

@@ -14,24 +14,24 @@ import (
 // DefaultEndpoint is the production Pub/Sub endpoint.
 const DefaultEndpoint = "pubsub.googleapis.com:443"
 
-// Scope is the OAuth2 scope requested for Application Default Credentials.
-const Scope = "https://www.googleapis.com/auth/pubsub"
+// scope is the OAuth2 scope requested for Application Default Credentials.
+const scope = "https://www.googleapis.com/auth/pubsub"
 
 // EmulatorHostEnv names the environment variable that points clients at a
 // Pub/Sub emulator ("host:port").
 const EmulatorHostEnv = "PUBSUB_EMULATOR_HOST"
 
-// MaxReceiveMessageSize is the largest gRPC message a connection made by
-// Dial or DialOptions accepts (20 MiB, as Google's Go client dials): the
+// maxReceiveMessageSize is the largest gRPC message a connection made by
+// Dial accepts (20 MiB, as Google's Go client dials): the
 // service delivers messages of up to 10 MB, and gRPC's own default of 4 MiB
 // would make every larger one fail its stream. A connection of your own
 // needs grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(...)) for the
 // same.
-const MaxReceiveMessageSize = limits.MaxReceiveMessageBytes
+const maxReceiveMessageSize = limits.MaxReceiveMessageBytes
 
-// DefaultUserAgent is sent as the gRPC user agent unless ConnectOptions.UserAgent
+// defaultUserAgent is sent as the gRPC user agent unless ConnectOptions.UserAgent
 // overrides it.
-const DefaultUserAgent = "pubsubflow"
+const defaultUserAgent = "pubsubflow"
 
 // ConnectOptions configures Dial. The zero value means: the emulator named by
 // PUBSUB_EMULATOR_HOST in plaintext without credentials when it is set,
@@ -48,10 +48,10 @@ type ConnectOptions struct {
 	Insecure bool
 
 	// TokenSource supplies OAuth2 tokens sent as per-RPC credentials. Nil
-	// means Application Default Credentials with Scope (unless Insecure).
+	// means Application Default Credentials with scope (unless Insecure).
 	TokenSource oauth2.TokenSource
 
-	// UserAgent is the gRPC user agent; empty means DefaultUserAgent.
+	// UserAgent is the gRPC user agent; empty means defaultUserAgent.
 	UserAgent string
 
 	// UnaryInterceptors and StreamInterceptors are chained, in order, on

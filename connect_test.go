@@ -137,10 +137,10 @@ func TestDialEmulatorPlaintext(t *testing.T) {
 // the Pub/Sub scope, and sent: a service-account key file points its
 // token_uri at a local token endpoint.
 func TestDialADC(t *testing.T) {
-	var scope atomic.Value
+	var asked atomic.Value
 	tokenSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = r.ParseForm()
-		scope.Store(jwtClaim(r.Form.Get("assertion"), "scope"))
+		asked.Store(jwtClaim(r.Form.Get("assertion"), "scope"))
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"access_token":"adc-token","token_type":"Bearer","expires_in":3600}`))
 	}))
@@ -166,8 +166,8 @@ func TestDialADC(t *testing.T) {
 	if got := echo.last().Get("authorization"); len(got) != 1 || got[0] != "Bearer adc-token" {
 		t.Errorf("authorization = %q, want Bearer adc-token", got)
 	}
-	if got, _ := scope.Load().(string); got != Scope {
-		t.Errorf("token requested for scope %q, want %q", got, Scope)
+	if got, _ := asked.Load().(string); got != scope {
+		t.Errorf("token requested for scope %q, want %q", got, scope)
 	}
 }
 

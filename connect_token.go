@@ -50,12 +50,12 @@ func (r *refreshingSource) invalidate() {
 	r.mu.Unlock()
 }
 
-// adcSource returns Application Default Credentials for Scope as a
+// adcSource returns Application Default Credentials for scope as a
 // refreshingSource. Token fetches outlive Dial, so they must not inherit
 // its cancellation (they keep its values, e.g. oauth2.HTTPClient).
 func adcSource(ctx context.Context) (*refreshingSource, error) {
 	ctx = context.WithoutCancel(ctx)
-	build := func() (oauth2.TokenSource, error) { return google.DefaultTokenSource(ctx, Scope) }
+	build := func() (oauth2.TokenSource, error) { return google.DefaultTokenSource(ctx, scope) }
 	ts, err := build()
 	if err != nil {
 		return nil, err

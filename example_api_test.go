@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pubsubflow/pubsubflow/flow"
+	"github.com/pubsubflow/pubsubflow/source"
 	"net"
 	"strings"
 	"time"
@@ -12,7 +14,6 @@ import (
 	"github.com/reugn/go-streams"
 	gsflow "github.com/reugn/go-streams/flow"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -50,7 +51,7 @@ func ExampleNewSubscriber() {
 func ExampleSubscriberConfig_Validate() {
 	cfg := pubsubflow.SubscriberConfig{
 		StreamAckDeadline: 5 * time.Second,
-		Lease:             pubsubflow.FixedLease(time.Minute, 30*time.Second),
+		Lease:             flow.Fixed(time.Minute, 30*time.Second),
 	}
 	for _, line := range strings.Split(cfg.Validate().Error(), "\n") {
 		fmt.Println(line)
@@ -58,15 +59,6 @@ func ExampleSubscriberConfig_Validate() {
 	// Output:
 	// pubsubflow: SubscriberConfig.StreamAckDeadline: 5s is outside 10s–10m0s
 	// pubsubflow: SubscriberConfig.Lease: lease: Fixed interval 1m0s must be shorter than the deadline 30s
-}
-
-// The lease strategies: adaptive (the default) follows the processing
-// time; fixed requests the same deadline every time.
-func ExampleAdaptiveLease() {
-	adaptive := pubsubflow.SubscriberConfig{Lease: pubsubflow.AdaptiveLease(20*time.Second, 5*time.Minute)}
-	fixed := pubsubflow.SubscriberConfig{Lease: pubsubflow.FixedLease(15*time.Second, time.Minute)}
-	fmt.Println(adaptive.Validate(), fixed.Validate())
-	// Output: <nil> <nil>
 }
 
 // Process is Run's processing stage, for a pipeline of your own; this one
@@ -144,24 +136,6 @@ func ExampleSubscriber_ClientID() {
 	// Output: worker-7
 }
 
-// A reconnect policy of your own can wrap the default one: here NOT_FOUND
-// is retried a few times (a subscription still being created) before Run
-// gives up.
-func ExampleDefaultReconnect() {
-	reconnect := func(f pubsubflow.StreamFailure) bool {
-		if f.Code == codes.NotFound {
-			return f.Attempt < 3
-		}
-		return pubsubflow.DefaultReconnect(f)
-	}
-	unavailable := pubsubflow.StreamFailure{Err: status.Error(codes.Unavailable, ""), Code: codes.Unavailable, Attempt: 9}
-	denied := pubsubflow.StreamFailure{Err: status.Error(codes.PermissionDenied, ""), Code: codes.PermissionDenied, Attempt: 1}
-	notFound := pubsubflow.StreamFailure{Err: status.Error(codes.NotFound, ""), Code: codes.NotFound, Attempt: 1}
-	fmt.Println(reconnect(unavailable), reconnect(denied), reconnect(notFound))
-	_ = pubsubflow.SubscriberConfig{Reconnect: reconnect}
-	// Output: true false true
-}
-
 // An endpoint that never answers ends Run after ReconnectTimeout with an
 // *UnreachableError carrying the last status.
 func ExampleUnreachableError() {
@@ -186,7 +160,7 @@ func ExampleUnreachableError() {
 	}
 	defer sub.Close()
 	err = sub.Run(context.Background(), 1, func(context.Context, *pubsubflow.Message) error { return nil })
-	var unreachable *pubsubflow.UnreachableError
+	var unreachable *source.UnreachableError
 	fmt.Println(errors.As(err, &unreachable), status.Code(err))
 	// Output: true Unavailable
 }
@@ -212,7 +186,7 @@ func ExampleReceiveTooLargeError() {
 	}
 	defer sub.Close()
 	err = sub.Run(ctx, 1, func(context.Context, *pubsubflow.Message) error { return nil })
-	var tooLarge *pubsubflow.ReceiveTooLargeError
+	var tooLarge *source.ReceiveTooLargeError
 	fmt.Println(errors.As(err, &tooLarge), status.Code(err))
 	// Output: true ResourceExhausted
 }
@@ -274,21 +248,6 @@ func ExampleStreams() {
 	err = pipeline.From(sub.Source()).Via(even).To(sub.Acknowledge())
 	fmt.Println("pipeline:", err, "close:", <-closed, "acked:", sub.Stats().Acked)
 	// Output: pipeline: <nil> close: <nil> acked: 10
-}
-
-// A Publisher batches, and Close flushes what is pending.
-func ExampleNewPublisher() {
-	srv, _ := embedded(0)
-	defer srv.Close()
-	ctx := context.Background()
-	pub, err := pubsubflow.NewPublisher(srv.ClientConn(), "projects/"+srv.Project()+"/topics/orders", pubsubflow.PublisherConfig{})
-	if err != nil {
-		panic(err)
-	}
-	res := pub.Publish(ctx, &pubsubflow.OutgoingMessage{Data: []byte("order 1")})
-	id, err := res.Get(ctx)
-	fmt.Println(id != "", err, pub.Close())
-	// Output: true <nil> <nil>
 }
 
 // Stats is a cheap snapshot: what was received and settled, and what the
@@ -358,12 +317,4 @@ func ExampleValidateSubscription() {
 	// Output:
 	// <nil>
 	// true
-}
-
-// FixedLease requests the same deadline every time: for handlers whose
-// time is known and steady.
-func ExampleFixedLease() {
-	cfg := pubsubflow.SubscriberConfig{Lease: pubsubflow.FixedLease(10*time.Second, 60*time.Second)}
-	fmt.Println(cfg.Validate())
-	// Output: <nil>
 }

@@ -25,12 +25,6 @@ func ExampleDial() {
 	// Output: localhost:8085
 }
 
-func ExampleDialOptions() {
-	opts, target, err := pubsubflow.DialOptions(context.Background(), pubsubflow.ConnectOptions{Endpoint: "localhost:8085", Insecure: true})
-	fmt.Println(len(opts) > 0, target, err)
-	// Output: true localhost:8085 <nil>
-}
-
 // Validate refuses options that cannot work together: credentials must
 // never travel in plaintext.
 func ExampleConnectOptions_Validate() {

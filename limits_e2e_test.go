@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/pubsubflow/pubsubflow/publisher"
 	"sync"
 	"testing"
 	"time"
@@ -29,14 +30,14 @@ func TestLargeMessageThroughDefaultDial(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	pub, err := NewPublisher(conn, e.topic, PublisherConfig{})
+	pub, err := publisher.New(conn, e.topic, publisher.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	big := bytes.Repeat([]byte("9"), 9<<20)
 	const small = 20
 	want := map[string]int{}
-	r := pub.Publish(ctx, &OutgoingMessage{Data: big})
+	r := pub.Publish(ctx, &publisher.Message{Data: big})
 	id, err := r.Get(ctx)
 	if err != nil {
 		t.Fatalf("publish 9 MiB: %v", err)
@@ -44,7 +45,7 @@ func TestLargeMessageThroughDefaultDial(t *testing.T) {
 	want[id] = len(big)
 	for i := range small {
 		data := fmt.Appendf(nil, "small-%d", i)
-		id, err := pub.Publish(ctx, &OutgoingMessage{Data: data}).Get(ctx)
+		id, err := pub.Publish(ctx, &publisher.Message{Data: data}).Get(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,7 +17,3 @@ const (
 	NackAfter = source.NackAfter
 	NoOp      = source.NoOp
 )
-
-// AckResult is the server's confirmation of an ack or nack on an
-// exactly-once subscription (source.AckResult), from Message.Result.
-type AckResult = source.AckResult

@@ -3,6 +3,7 @@ package pubsubflow
 import (
 	"context"
 	"errors"
+	"github.com/pubsubflow/pubsubflow/flow"
 	"io"
 	"net"
 	"net/http"
@@ -108,7 +109,7 @@ func (c *failingExtensions) redeliveredBefore(id, ackID string, t time.Time) boo
 }
 
 // TestExpiredCopiesNeverReachHandlers: with every lease extension failing,
-// FixedLease(500ms, 2s), one worker and 20 messages of 300 ms each, the
+// flow.Fixed(500ms, 2s), one worker and 20 messages of 300 ms each, the
 // leases lapse and the server redelivers. No handler call is on a copy
 // the server had already given out again, the acks counted are the ones
 // the server accepted, and the lapsed leases count as expired.
@@ -121,7 +122,7 @@ func TestExpiredCopiesNeverReachHandlers(t *testing.T) {
 			modacked:         map[string]bool{},
 			delivered:        map[string][]delivery{},
 		}
-		s, err := NewSubscriber(context.Background(), e.sub, SubscriberConfig{Client: client, Lease: FixedLease(500*time.Millisecond, 2*time.Second)})
+		s, err := NewSubscriber(context.Background(), e.sub, SubscriberConfig{Client: client, Lease: flow.Fixed(500*time.Millisecond, 2*time.Second)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -434,7 +435,7 @@ func TestReconnectTimeoutHonouredAgainstSilentEndpoint(t *testing.T) {
 		err = s.Run(context.Background(), 1, func(context.Context, *Message) error { return nil })
 		var ue *source.UnreachableError
 		if !errors.As(err, &ue) {
-			t.Fatalf("Run = %v, want an *UnreachableError", err)
+			t.Fatalf("Run = %v, want an *source.UnreachableError", err)
 		}
 		if took := time.Since(start); took > 3*time.Second {
 			t.Fatalf("Run ended after %v with ReconnectTimeout 2s", took)
@@ -449,7 +450,7 @@ func (*eofServer) StreamingPull(pubsubpb.Subscriber_StreamingPullServer) error {
 
 // TestStreamsClosedWithoutStatusEndUnreachable: a server that closes
 // every stream with OK (io.EOF at the client) ends Run, after
-// ReconnectTimeout, with an *UnreachableError whose last error says so.
+// ReconnectTimeout, with an *source.UnreachableError whose last error says so.
 func TestStreamsClosedWithoutStatusEndUnreachable(t *testing.T) {
 	s, err := NewSubscriber(context.Background(), "projects/p/subscriptions/sub", SubscriberConfig{Conn: serveFake(t, &eofServer{}), ReconnectTimeout: 500 * time.Millisecond})
 	if err != nil {
@@ -458,7 +459,7 @@ func TestStreamsClosedWithoutStatusEndUnreachable(t *testing.T) {
 	err = s.Run(context.Background(), 1, func(context.Context, *Message) error { return nil })
 	var ue *source.UnreachableError
 	if !errors.As(err, &ue) || status.Code(err) != codes.Unavailable || errors.Is(err, io.EOF) {
-		t.Fatalf("Run = %v, want an *UnreachableError with UNAVAILABLE", err)
+		t.Fatalf("Run = %v, want an *source.UnreachableError with UNAVAILABLE", err)
 	}
 }
 

@@ -42,7 +42,7 @@ type Subscriber struct {
 	runSrc  *source.Source // the same, for Run (processing counts in handlers)
 	runBook *book
 	ext     *flow.Extender
-	gate    *flow.Gate
+	fc      *flow.FlowControl // the budget, counted by its FlowGate
 	policy  sink.Policy
 	tel     *telemetry
 	tracing *subTracer // nil unless TracerProvider is set
@@ -133,7 +133,7 @@ func (s *Subscriber) build() error {
 	if err != nil {
 		return err
 	}
-	s.gate = flow.FlowGate(flow.NewFlowControl(clientLimit(s.cfg.MaxOutstandingMessages), clientLimit(s.cfg.MaxOutstandingBytes)))
+	s.fc = flow.NewFlowControl(clientLimit(s.cfg.MaxOutstandingMessages), clientLimit(s.cfg.MaxOutstandingBytes))
 	s.policy = sink.Policy{OnSuccess: s.cfg.OnSuccess, OnFailure: s.cfg.OnFailure, NackDelay: s.cfg.NackDelay}
 	src, err := source.Subscribe(s.client, source.Config{
 		Subscription:           s.sub,
@@ -153,7 +153,7 @@ func (s *Subscriber) build() error {
 	if err != nil {
 		return err
 	}
-	base := src.With(flow.EagerTrack(s.ext, 0), s.gate)
+	base := src.With(flow.EagerTrack(s.ext, 0), flow.FlowGate(s.fc))
 	s.runBook = &book{s: s}
 	s.src = base.With(&book{s: s, onHandOff: true})
 	s.runSrc = base.With(s.runBook)
@@ -218,7 +218,7 @@ func (s *Subscriber) ClientID() string { return s.src.ClientID() }
 func (s *Subscriber) Stats() Stats {
 	ss := s.src.Stats()
 	es := s.ext.Stats()
-	fc := s.gate.Flow()
+	fc := s.fc
 	processing := s.c.handed.Load() - s.c.settledHanded.Load()
 	last := ss.LastError
 	if err := s.c.err(); err != nil {

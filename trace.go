@@ -13,15 +13,21 @@ import (
 	"github.com/pubsubflow/pubsubflow/internal/tracing"
 )
 
-// TracerName is the instrumentation name of pubsubflow's tracers.
-const TracerName = tracing.TracerName
-
 // MessageCarrier carries the W3C trace context in a Pub/Sub message's
 // attributes under the "googclient_" prefix Google's clients use
 // ("googclient_traceparent", …), so a trace crosses between them and
 // pubsubflow in both directions. Use it with propagation.TraceContext to
 // read the publisher's context from a message yourself.
-type MessageCarrier = carrier.Carrier
+type MessageCarrier map[string]string
+
+// Get returns the value of key, read from its "googclient_" attribute.
+func (c MessageCarrier) Get(key string) string { return carrier.Carrier(c).Get(key) }
+
+// Set stores value under key's "googclient_" attribute.
+func (c MessageCarrier) Set(key, value string) { carrier.Carrier(c).Set(key, value) }
+
+// Keys lists the keys carried.
+func (c MessageCarrier) Keys() []string { return carrier.Carrier(c).Keys() }
 
 // subTracer is the Subscriber's part of tracing: the "<subscription>
 // process" span around a handler, a child of the message's subscribe span

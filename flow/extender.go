@@ -219,7 +219,7 @@ func (e *Extender) track(ms []*source.Message) {
 // which case the extender has settled it as message.Expired and emitted
 // event.ReceiptModackFail). Otherwise it returns a channel that is closed
 // when that changes.
-func (e *Extender) Confirmed(m *source.Message) <-chan struct{} {
+func (e *Extender) confirmed(m *source.Message) <-chan struct{} {
 	if m == nil || !m.ExactlyOnce {
 		return nil
 	}
@@ -252,10 +252,10 @@ func (e *Extender) release(l *lease, ack bool) {
 // Deadline is the deadline the strategy yields now, in whole seconds: what
 // the stream should use as its ack deadline and what new leases get.
 // Messages of exactly-once subscriptions get at least 60 s.
-func (e *Extender) Deadline() time.Duration { return time.Duration(e.deadline.Load()) }
+func (e *Extender) currentDeadline() time.Duration { return time.Duration(e.deadline.Load()) }
 
 // Len is the number of leases held.
-func (e *Extender) Len() int {
+func (e *Extender) leaseCount() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return len(e.leases)
@@ -295,9 +295,9 @@ func (e *Extender) Close() error {
 // least 60 s on exactly-once subscriptions. Called with mu held.
 func (e *Extender) deadlineFor(l *lease, d time.Duration) time.Duration {
 	if l.eo {
-		d = max(d, ExactlyOnceMinDeadline)
+		d = max(d, exactlyOnceMinDeadline)
 	}
-	return min(ceilSeconds(d), MaxDeadline)
+	return min(ceilSeconds(d), maxDeadline)
 }
 
 // margin is the safety margin in effect for deadline d.
@@ -338,5 +338,5 @@ type ExtenderStats struct {
 
 // Stats returns a snapshot of the extender's counters.
 func (e *Extender) Stats() ExtenderStats {
-	return ExtenderStats{Leases: e.Len(), Extended: e.extended.Load(), Expired: e.expired.Load(), Deadline: e.Deadline()}
+	return ExtenderStats{Leases: e.leaseCount(), Extended: e.extended.Load(), Expired: e.expired.Load(), Deadline: e.currentDeadline()}
 }

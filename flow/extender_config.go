@@ -13,28 +13,28 @@ import (
 
 // Defaults of ExtenderConfig's zero fields.
 const (
-	// DefaultStreamAckDeadline is the stream ack deadline assumed for a
+	// defaultStreamAckDeadline is the stream ack deadline assumed for a
 	// message until its receipt modack succeeded, and Adaptive's starting
 	// deadline.
-	DefaultStreamAckDeadline = 60 * time.Second
-	// DefaultMaxExtension is how long a lease is extended at most, from
+	defaultStreamAckDeadline = 60 * time.Second
+	// defaultMaxExtension is how long a lease is extended at most, from
 	// receipt, before it is dropped and the server redelivers.
-	DefaultMaxExtension = 60 * time.Minute
-	// DefaultMargin is the safety margin: a lease is extended when it would
+	defaultMaxExtension = 60 * time.Minute
+	// defaultMargin is the safety margin: a lease is extended when it would
 	// otherwise expire before the next tick plus the margin. It covers the
 	// RPC's latency and a retry or two (Google's clients use 5 s too). It is
 	// scaled down to half the deadline for deadlines under 10 s.
-	DefaultMargin = 5 * time.Second
-	// DefaultMaxInFlight is how many ModifyAckDeadline RPCs run at once.
-	DefaultMaxInFlight = 4
-	// DefaultRetryDeadline is how long a modack that fails transiently is
+	defaultMargin = 5 * time.Second
+	// defaultMaxInFlight is how many ModifyAckDeadline RPCs run at once.
+	defaultMaxInFlight = 4
+	// defaultRetryDeadline is how long a modack that fails transiently is
 	// retried, with backoff, before its leases are given up on (exactly-once
 	// receipt modacks: the message is dropped; otherwise the lease stays and
 	// the next tick tries again).
-	DefaultRetryDeadline = 60 * time.Second
-	// DefaultCloseTimeout bounds how long Close waits for in-flight RPCs
+	defaultRetryDeadline = 60 * time.Second
+	// defaultCloseTimeout bounds how long Close waits for in-flight RPCs
 	// before cancelling them.
-	DefaultCloseTimeout = 5 * time.Second
+	defaultCloseTimeout = 5 * time.Second
 )
 
 // Internal bounds, documented here because they shape behaviour.
@@ -69,7 +69,7 @@ type ExtenderConfig struct {
 	// every tick, so a lease is dropped up to one tick (a quarter of the
 	// deadline with Adaptive) after it passed the limit.
 	MaxExtension time.Duration
-	// Margin is the safety margin (zero: DefaultMargin). The margin in
+	// Margin is the safety margin (zero: defaultMargin). The margin in
 	// effect is min(Margin, deadline/2).
 	Margin time.Duration
 	// MaxInFlight bounds concurrent ModifyAckDeadline RPCs (zero: 4).
@@ -92,10 +92,10 @@ type ExtenderConfig struct {
 // Validate reports the first invalid field, or nil.
 func (c ExtenderConfig) Validate() error {
 	switch {
-	case c.StreamAckDeadline != 0 && (c.StreamAckDeadline < time.Second || c.StreamAckDeadline > MaxDeadline):
+	case c.StreamAckDeadline != 0 && (c.StreamAckDeadline < time.Second || c.StreamAckDeadline > maxDeadline):
 		return fmt.Errorf("lease: StreamAckDeadline %v must be within 1s–600s", c.StreamAckDeadline)
-	case c.MaxExtension > 0 && c.MaxExtension < cmp.Or(c.StreamAckDeadline, DefaultStreamAckDeadline):
-		return fmt.Errorf("lease: MaxExtension %v is shorter than the stream ack deadline %v: every lease would end before its first extension", c.MaxExtension, cmp.Or(c.StreamAckDeadline, DefaultStreamAckDeadline))
+	case c.MaxExtension > 0 && c.MaxExtension < cmp.Or(c.StreamAckDeadline, defaultStreamAckDeadline):
+		return fmt.Errorf("lease: MaxExtension %v is shorter than the stream ack deadline %v: every lease would end before its first extension", c.MaxExtension, cmp.Or(c.StreamAckDeadline, defaultStreamAckDeadline))
 	case c.Margin < 0:
 		return fmt.Errorf("lease: Margin %v must not be negative", c.Margin)
 	case c.MaxInFlight < 0:
@@ -105,18 +105,18 @@ func (c ExtenderConfig) Validate() error {
 	case c.CloseTimeout < 0:
 		return fmt.Errorf("lease: CloseTimeout %v must not be negative", c.CloseTimeout)
 	}
-	return Check(c.Strategy)
+	return checkStrategy(c.Strategy)
 }
 
 // withDefaults returns c with every zero field replaced by its default.
 func (c ExtenderConfig) withDefaults() ExtenderConfig {
-	c.StreamAckDeadline = cmp.Or(c.StreamAckDeadline, DefaultStreamAckDeadline)
+	c.StreamAckDeadline = cmp.Or(c.StreamAckDeadline, defaultStreamAckDeadline)
 	c.Strategy = cmp.Or(c.Strategy, Adaptive(AdaptiveConfig{}))
-	c.MaxExtension = cmp.Or(c.MaxExtension, DefaultMaxExtension)
-	c.Margin = cmp.Or(c.Margin, DefaultMargin)
-	c.MaxInFlight = cmp.Or(c.MaxInFlight, DefaultMaxInFlight)
-	c.RetryDeadline = cmp.Or(c.RetryDeadline, DefaultRetryDeadline)
-	c.CloseTimeout = cmp.Or(c.CloseTimeout, DefaultCloseTimeout)
+	c.MaxExtension = cmp.Or(c.MaxExtension, defaultMaxExtension)
+	c.Margin = cmp.Or(c.Margin, defaultMargin)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, defaultMaxInFlight)
+	c.RetryDeadline = cmp.Or(c.RetryDeadline, defaultRetryDeadline)
+	c.CloseTimeout = cmp.Or(c.CloseTimeout, defaultCloseTimeout)
 	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	return c
 }

@@ -67,7 +67,7 @@ func ExampleNewExtender() {
 		})
 	}
 	wg.Wait()
-	fmt.Println("billing:", got["billing"], "shipping:", got["shipping"], "leases held:", ext.Len())
+	fmt.Println("billing:", got["billing"], "shipping:", got["shipping"], "leases held:", ext.Stats().Leases)
 	// Output: billing: 2 shipping: 2 leases held: 0
 }
 
@@ -104,11 +104,11 @@ func ExampleAdaptive() {
 		log.Fatal(err)
 	}
 	defer ext.Close()
-	fmt.Println("before any ack:", ext.Deadline())
+	fmt.Println("before any ack:", ext.Stats().Deadline)
 	m := &source.Message{AckID: "a1", Subscription: sub, ReceiveTime: time.Now()}
 	flow.EagerTrack(ext, 0).Receive(0, []*source.Message{m}) // leased on receipt
 	m.Ack()                                                  // acked within a second (built by hand: nothing is sent)
-	fmt.Println("after a fast ack:", ext.Deadline())
+	fmt.Println("after a fast ack:", ext.Stats().Deadline)
 	// Output:
 	// before any ack: 1m30s
 	// after a fast ack: 20s

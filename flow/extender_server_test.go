@@ -39,8 +39,8 @@ func TestMaxExtension(t *testing.T) {
 				t.Fatalf("message %s outcome %v, want expired", m.ID, o)
 			}
 		}
-		if e.Len() != 0 || ev.count(event.Expired) != 3 {
-			t.Fatalf("Len %d, expired events %d", e.Len(), ev.count(event.Expired))
+		if e.leaseCount() != 0 || ev.count(event.Expired) != 3 {
+			t.Fatalf("Len %d, expired events %d", e.leaseCount(), ev.count(event.Expired))
 		}
 		time.Sleep(15 * time.Second) // the last deadline granted runs out
 		again := f.pull(t, 3, nil)
@@ -132,7 +132,7 @@ func TestSlowAcknowledgeDoesNotDelayExtension(t *testing.T) {
 		prev, granted := start, 10*time.Second
 		exts := ev.of(event.Extend)
 		for _, x := range exts {
-			if gap := x.at.Sub(prev); gap > granted-DefaultMargin+granted/40+time.Millisecond {
+			if gap := x.at.Sub(prev); gap > granted-defaultMargin+granted/40+time.Millisecond {
 				t.Fatalf("no extension for %v after one granting %v (at %v)", gap, granted, prev.Sub(start))
 			}
 			prev, granted = x.at, x.Deadline
@@ -140,8 +140,8 @@ func TestSlowAcknowledgeDoesNotDelayExtension(t *testing.T) {
 		if end := start.Add(took); len(exts) < 5 || !prev.Add(granted).After(end) {
 			t.Fatalf("%d extensions, the last at %v granting %v; acks ended at %v", len(exts), prev.Sub(start), granted, took)
 		}
-		if e.Len() != 0 {
-			t.Fatalf("Len %d after all acks", e.Len())
+		if e.leaseCount() != 0 {
+			t.Fatalf("Len %d after all acks", e.leaseCount())
 		}
 	})
 }
@@ -166,7 +166,7 @@ func TestExactlyOnceReceipt(t *testing.T) {
 		var waits []<-chan struct{}
 		for _, m := range msgs[:2] {
 			e.track(one(m))
-			w := e.Confirmed(m)
+			w := e.confirmed(m)
 			if w == nil {
 				t.Fatal("Confirmed = nil before the receipt modack")
 			}
@@ -177,7 +177,7 @@ func TestExactlyOnceReceipt(t *testing.T) {
 		}
 		// The outcome is set before the waiter is let go; the holders
 		// hear of it, and the event is emitted, just after.
-		if o := msgs[0].Outcome(); o != source.Expired || e.Confirmed(msgs[0]) != nil {
+		if o := msgs[0].Outcome(); o != source.Expired || e.confirmed(msgs[0]) != nil {
 			t.Fatalf("failed receipt: outcome %v", o)
 		}
 		synctest.Wait()
@@ -187,13 +187,13 @@ func TestExactlyOnceReceipt(t *testing.T) {
 		if fe := ev.of(event.ReceiptModackFail); len(fe) != 1 || fe[0].Count != 1 || fe[0].Err == nil {
 			t.Fatalf("receipt failure events %+v", fe)
 		}
-		if e.Confirmed(msgs[1]) != nil || msgs[1].Settled() || e.Len() != 1 {
-			t.Fatalf("confirmed message: settled %v, Len %d", msgs[1].Settled(), e.Len())
+		if e.confirmed(msgs[1]) != nil || msgs[1].Settled() || e.leaseCount() != 1 {
+			t.Fatalf("confirmed message: settled %v, Len %d", msgs[1].Settled(), e.leaseCount())
 		}
 
 		f.srv.FailNextAckIDs(1, "TRANSIENT_FAILURE_UNORDERED_ACK_ID")
 		e.track(one(msgs[2]))
-		<-e.Confirmed(msgs[2])
+		<-e.confirmed(msgs[2])
 		if msgs[2].Settled() || len(ev.of(event.Retry)) != 1 {
 			t.Fatalf("transient failure: settled %v, retries %d", msgs[2].Settled(), len(ev.of(event.Retry)))
 		}
@@ -206,7 +206,7 @@ func TestExactlyOnceReceipt(t *testing.T) {
 		// message (settled) is skipped by the stage that waits.
 		c.setHook(func(ctx context.Context, _ *pubsubpb.ModifyAckDeadlineRequest) error { <-ctx.Done(); return ctx.Err() })
 		e.track(one(msgs[3]))
-		w := e.Confirmed(msgs[3])
+		w := e.confirmed(msgs[3])
 		msgs[3].Nack()
 		<-w
 		c.setHook(nil)
@@ -225,7 +225,7 @@ func TestExactlyOncePermanentExtensionFailure(t *testing.T) {
 		msgs := f.pull(t, 2, a)
 		e.track(msgs)
 		for _, m := range msgs {
-			if w := e.Confirmed(m); w != nil {
+			if w := e.confirmed(m); w != nil {
 				<-w
 			}
 		}
@@ -233,8 +233,8 @@ func TestExactlyOncePermanentExtensionFailure(t *testing.T) {
 		time.Sleep(2 * time.Minute)
 		synctest.Wait()
 		ex := ev.of(event.Expired)
-		if len(ex) != 1 || ex[0].Count != 1 || ex[0].Err == nil || e.Len() != 1 {
-			t.Fatalf("expired events %+v, Len %d", ex, e.Len())
+		if len(ex) != 1 || ex[0].Count != 1 || ex[0].Err == nil || e.leaseCount() != 1 {
+			t.Fatalf("expired events %+v, Len %d", ex, e.leaseCount())
 		}
 		dropped := 0
 		for _, m := range msgs {

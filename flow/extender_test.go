@@ -79,8 +79,8 @@ func TestReceiptModackBatchedAndSplit(t *testing.T) {
 		if len(reqs) > 10 || len(seen) != 2500 {
 			t.Fatalf("%d requests naming %d distinct ids, want ≤ 10 naming 2500", len(reqs), len(seen))
 		}
-		if e.Len() != 2500 || e.Deadline() != 30*time.Second {
-			t.Fatalf("Len %d Deadline %v", e.Len(), e.Deadline())
+		if e.leaseCount() != 2500 || e.currentDeadline() != 30*time.Second {
+			t.Fatalf("Len %d Deadline %v", e.leaseCount(), e.currentDeadline())
 		}
 	})
 }
@@ -106,8 +106,8 @@ func TestNoLeaseLapses(t *testing.T) {
 		}
 		time.Sleep(5 * time.Minute)
 		synctest.Wait()
-		d := e.Deadline()
-		margin := min(DefaultMargin, d/2)
+		d := e.currentDeadline()
+		margin := min(defaultMargin, d/2)
 		last := map[string]modack{}
 		for _, r := range c.requests() {
 			for _, id := range r.ids {
@@ -176,8 +176,8 @@ func TestReleaseTrackEdges(t *testing.T) {
 		ms[2].Ack() // settled before tracking
 		e.track(one(ms[2]))
 		e.track([]*source.Message{nil, {}, {AckID: "no-sub", ReceiveTime: time.Now()}, {Subscription: testSub}})
-		if e.Len() != 2 {
-			t.Fatalf("Len = %d, want 2", e.Len())
+		if e.leaseCount() != 2 {
+			t.Fatalf("Len = %d, want 2", e.leaseCount())
 		}
 		if !ms[0].Ack() || ms[0].Ack() || ms[0].Nack() {
 			t.Fatal("the first outcome did not win alone")
@@ -185,8 +185,8 @@ func TestReleaseTrackEdges(t *testing.T) {
 		if ms[2].Nack() { // settled and never tracked
 			t.Fatal("a settled message took a second outcome")
 		}
-		if e.Len() != 1 {
-			t.Fatalf("Len = %d, want 1", e.Len())
+		if e.leaseCount() != 1 {
+			t.Fatalf("Len = %d, want 1", e.leaseCount())
 		}
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
@@ -201,8 +201,8 @@ func TestReleaseTrackEdges(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.track(handMade(testSub, 1, 5, false))
-		if e.Len() != 1 {
-			t.Fatalf("Len after Close+track = %d, want 1", e.Len())
+		if e.leaseCount() != 1 {
+			t.Fatalf("Len after Close+track = %d, want 1", e.leaseCount())
 		}
 		if err := e.Close(); err != nil {
 			t.Fatal(err)
@@ -229,8 +229,8 @@ func TestAckKeepsLeaseUntilDone(t *testing.T) {
 		time.Sleep(5 * time.Second)
 		ms[0].Ack()
 		ms[1].Nack()
-		if e.Len() != 1 {
-			t.Fatalf("Len = %d after an ack and a nack before Done, want 1 (the acked one)", e.Len())
+		if e.leaseCount() != 1 {
+			t.Fatalf("Len = %d after an ack and a nack before Done, want 1 (the acked one)", e.leaseCount())
 		}
 		acked := time.Now()
 		time.Sleep(time.Minute) // the ack RPC crawls
@@ -246,13 +246,13 @@ func TestAckKeepsLeaseUntilDone(t *testing.T) {
 				}
 			}
 		}
-		if !extended || e.Deadline() != 30*time.Second {
-			t.Fatalf("acked message extended while its ack was not final: %v; Deadline %v, want 30s (nothing learnt yet)", extended, e.Deadline())
+		if !extended || e.currentDeadline() != 30*time.Second {
+			t.Fatalf("acked message extended while its ack was not final: %v; Deadline %v, want 30s (nothing learnt yet)", extended, e.currentDeadline())
 		}
 		message.Of(ms[1]).Done(ms[1])
 		message.Of(ms[0]).Done(ms[0])
 		st := e.Stats()
-		if st.Leases != 0 || e.Len() != 0 {
+		if st.Leases != 0 || e.leaseCount() != 0 {
 			t.Fatalf("leases after Done: %+v", st)
 		}
 		// The ack was final 65 s after receipt: Adaptive's p99.
@@ -272,8 +272,8 @@ func TestOneExtenderManySubscriptions(t *testing.T) {
 		e := newExt(t, c, ExtenderConfig{Strategy: Fixed(time.Second, 3*time.Second)})
 		a, b := "projects/p/subscriptions/a", "projects/p/subscriptions/b"
 		e.track(append(handMade(a, 3, 1, false), handMade(b, 2, 1, false)...)) // ack ids 0, 1, 2 and 0, 1
-		if e.Len() != 5 {
-			t.Fatalf("Len = %d, want 5 (same ack ids, different subscriptions)", e.Len())
+		if e.leaseCount() != 5 {
+			t.Fatalf("Len = %d, want 5 (same ack ids, different subscriptions)", e.leaseCount())
 		}
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
@@ -311,8 +311,8 @@ func TestCloseBoundsHungRPC(t *testing.T) {
 		if d := time.Since(start); d != 3*time.Second {
 			t.Fatalf("Close took %v, want the 3s CloseTimeout", d)
 		}
-		if e.Len() != 1 {
-			t.Fatalf("Close settled leases: Len = %d", e.Len())
+		if e.leaseCount() != 1 {
+			t.Fatalf("Close settled leases: Len = %d", e.leaseCount())
 		}
 	})
 }
@@ -339,8 +339,8 @@ func TestTransientErrorsRetried(t *testing.T) {
 		if r := ev.of(event.Retry); len(r) != 2 || r[0].Delay <= 0 || r[0].Err == nil {
 			t.Fatalf("retry events %+v, want 2 with delay and error", r)
 		}
-		if e.Len() != 5 || ev.count(event.Extend) == 0 {
-			t.Fatalf("Len %d, extended %d", e.Len(), ev.count(event.Extend))
+		if e.leaseCount() != 5 || ev.count(event.Extend) == 0 {
+			t.Fatalf("Len %d, extended %d", e.leaseCount(), ev.count(event.Extend))
 		}
 		for _, m := range msgs {
 			m.Ack()

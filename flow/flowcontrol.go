@@ -68,7 +68,7 @@ func (fc *FlowControl) MaxBytes() int64 { return fc.maxBytes }
 // TryAcquire takes the permits of one message of size bytes if the budget
 // allows it now, without waiting, and reports whether it did. A message
 // larger than MaxBytes is admitted only when no bytes are outstanding.
-// Every successful TryAcquire must be paired with one Release(size) — the
+// Every successful TryAcquire must be paired with a ReleaseN — the
 // Publisher's counting; received messages are counted with a Gate, whose
 // permits their settle path returns.
 func (fc *FlowControl) TryAcquire(size int) bool {
@@ -96,10 +96,6 @@ func (fc *FlowControl) count(size int64) {
 	fc.serverHeldBytes.Add(size)
 	fc.acquired.Add(1)
 }
-
-// Release returns the permits of one message of size bytes taken by a
-// successful TryAcquire(size), and wakes whoever waits on Wake.
-func (fc *FlowControl) Release(size int) { fc.ReleaseN(1, size) }
 
 // ReleaseN returns the permits of n messages totalling bytes, taken by n
 // successful TryAcquire calls, in one step.

@@ -14,7 +14,7 @@ func ExampleNewFlowControl() {
 
 	fmt.Println(fc.TryAcquire(512), fc.TryAcquire(512), fc.TryAcquire(512))
 	fmt.Println(fc.Outstanding(), fc.OutstandingBytes(), fc.Room())
-	fc.Release(512)
+	fc.ReleaseN(1, 512)
 	fmt.Println(fc.Outstanding(), fc.OutstandingBytes(), fc.Room())
 	// Output:
 	// true true false

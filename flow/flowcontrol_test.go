@@ -88,7 +88,7 @@ func TestFlowControlCountsBothLimits(t *testing.T) {
 	if fc.TryAcquire(0) {
 		t.Fatal("acquired past the message limit")
 	}
-	fc.Release(40)
+	fc.ReleaseN(1, 40)
 	if !fc.Room() {
 		t.Fatal("no Room after a release")
 	}
@@ -121,7 +121,7 @@ func TestFlowControlOversizeAdmittedAlone(t *testing.T) {
 	if fc.TryAcquire(500) {
 		t.Fatal("oversize message admitted while bytes are outstanding")
 	}
-	fc.Release(10)
+	fc.ReleaseN(1, 10)
 	if !fc.TryAcquire(500) {
 		t.Fatal("oversize message refused with nothing outstanding (deadlock)")
 	}
@@ -131,7 +131,7 @@ func TestFlowControlOversizeAdmittedAlone(t *testing.T) {
 	if fc.TryAcquire(1) {
 		t.Fatal("admitted next to an oversize message")
 	}
-	fc.Release(500)
+	fc.ReleaseN(1, 500)
 	if st := fc.Stats(); st.Outstanding != 0 || st.OutstandingBytes != 0 {
 		t.Fatalf("after release: %+v", st)
 	}
@@ -162,7 +162,7 @@ func TestFlowControlPermitReleasedOnce(t *testing.T) {
 	if !fc.acquireOne(settled) || fc.Outstanding() != 0 || fc.Stats().Acquired != 1 {
 		t.Fatal("a settled message took permits")
 	}
-	fc.Receive(0, []*source.Message{settled})
+	fc.receive(0, []*source.Message{settled})
 	if fc.Outstanding() != 0 || fc.Stats().Acquired != 1 {
 		t.Fatal("the receipt step counted a settled message")
 	}
@@ -175,7 +175,7 @@ func TestFlowControlPermitReleasedOnce(t *testing.T) {
 	// (the messages are in the client's hands), and each message's
 	// settle path returns its own permit.
 	ms := []*source.Message{newMsg(4, 5), newMsg(5, 6), newMsg(6, 7)}
-	fc.Receive(-1, ms)
+	fc.receive(-1, ms)
 	if fc.Outstanding() != 3 || fc.OutstandingBytes() != 18 || fc.Room() {
 		t.Fatalf("after Receive: %+v", fc.Stats())
 	}
@@ -205,7 +205,7 @@ func TestFlowControlWakeBroadcast(t *testing.T) {
 		t.Fatal("woken before any release")
 	default:
 	}
-	fc.Release(1)
+	fc.ReleaseN(1, 1)
 	for _, w := range []<-chan struct{}{w1, w2} {
 		select {
 		case <-w:
@@ -240,7 +240,7 @@ func TestFlowControlConcurrent(t *testing.T) {
 					violations = append(violations, strconv.Itoa(int(n))+"/"+strconv.Itoa(int(b)))
 					mu.Unlock()
 				}
-				fc.Release(size)
+				fc.ReleaseN(1, size)
 			}
 		}()
 	}

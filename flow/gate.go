@@ -45,21 +45,18 @@ var (
 	_ stage.Flow[*source.Message, *source.Message] = (*Gate)(nil)
 )
 
-// Flow is the gate's budget.
-func (gt *Gate) Flow() *FlowControl { return gt.fc }
-
 // Receive is the gate's receipt step (source.Step): it counts every
 // message of a batch decoded on lane, at once.
-func (gt *Gate) Receive(lane int, ms []*source.Message) { gt.fc.Receive(lane, ms) }
+func (gt *Gate) Receive(lane int, ms []*source.Message) { gt.fc.receive(lane, ms) }
 
 // Open grants a new stream a lane and the limits of its initial request
 // (source.Budget); see FlowControl.OpenLane.
 func (gt *Gate) Open(shareMessages, shareBytes int64) (lane int, maxMessages, maxBytes int64, ok bool) {
-	return gt.fc.OpenLane(shareMessages, shareBytes)
+	return gt.fc.openLane(shareMessages, shareBytes)
 }
 
 // Closed returns a stream's lane (source.Budget).
-func (gt *Gate) Closed(lane int) { gt.fc.CloseLane(lane) }
+func (gt *Gate) Closed(lane int) { gt.fc.closeLane(lane) }
 
 // Room reports whether the streams may read on (source.Budget): while
 // fewer than MaxMessages messages are outstanding. Bytes are bounded by

@@ -58,7 +58,7 @@ func BenchmarkFlowControlAcquireRelease(b *testing.B) {
 // messages, then each message settled.
 func BenchmarkFlowControlReceive(b *testing.B) {
 	fc := NewFlowControl(0, 0)
-	lane, _, _, _ := fc.OpenLane(0, 0)
+	lane, _, _, _ := fc.openLane(0, 0)
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()
@@ -69,7 +69,7 @@ func BenchmarkFlowControlReceive(b *testing.B) {
 			message.Of(ms[i]).Size = 200
 		}
 		b.StartTimer()
-		fc.Receive(lane, ms)
+		fc.receive(lane, ms)
 		for _, m := range ms {
 			m.Ack()
 		}

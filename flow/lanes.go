@@ -49,7 +49,7 @@ func (l *lane) release(gen uint32, size int64) {
 // only for what OpenLane granted, so the count stays within the limits
 // whenever the server keeps to the grant (it may exceed MaxBytes by one
 // message when a single message is larger than the room left).
-func (fc *FlowControl) Receive(lane int, ms []*source.Message) {
+func (fc *FlowControl) receive(lane int, ms []*source.Message) {
 	slab := make([]permit, len(ms))
 	var n, bytes int64
 	var gen uint32
@@ -99,7 +99,7 @@ func (fc *FlowControl) Receive(lane int, ms []*source.Message) {
 // many streams, runs and reconnects share it. A stream opens only once at
 // least half its share is free, so a reconnect while messages are held
 // does not leave it a tiny grant for its whole life.
-func (fc *FlowControl) OpenLane(shareMsgs, shareBytes int64) (lane int, msgs, bytes int64, ok bool) {
+func (fc *FlowControl) openLane(shareMsgs, shareBytes int64) (lane int, msgs, bytes int64, ok bool) {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	free := -1
@@ -136,7 +136,7 @@ func (fc *FlowControl) OpenLane(shareMsgs, shareBytes int64) (lane int, msgs, by
 // CloseLane records that lane's stream has ended: what it was granted
 // returns to the budget (its messages stay counted, now against no
 // stream), and waiters on Wake are woken.
-func (fc *FlowControl) CloseLane(lane int) {
+func (fc *FlowControl) closeLane(lane int) {
 	if lane < 0 || lane >= maxLanes {
 		return
 	}

@@ -20,7 +20,7 @@ func openAll(fc *FlowControl, n int, msgs, bytes int64) (lanes []int, grants []i
 	for range n {
 		wg.Go(func() {
 			<-start
-			lane, m, _, ok := fc.OpenLane(msgs, bytes)
+			lane, m, _, ok := fc.openLane(msgs, bytes)
 			mu.Lock()
 			defer mu.Unlock()
 			if !ok {
@@ -59,17 +59,17 @@ func TestOpenLaneDistinctConcurrent(t *testing.T) {
 	if sum != 640 {
 		t.Fatalf("grants sum to %d, want the budget 640", sum)
 	}
-	if _, _, _, ok := fc.OpenLane(10, 0); ok {
+	if _, _, _, ok := fc.openLane(10, 0); ok {
 		t.Fatal("a 65th stream was granted room the others may still be sent")
 	}
 	wake := fc.Wake()
-	fc.CloseLane(lanes[17])
+	fc.closeLane(lanes[17])
 	select {
 	case <-wake:
 	default:
 		t.Fatal("CloseLane woke nobody")
 	}
-	if lane, m, _, ok := fc.OpenLane(10, 0); !ok || lane != lanes[17] || m != 10 {
+	if lane, m, _, ok := fc.openLane(10, 0); !ok || lane != lanes[17] || m != 10 {
 		t.Fatalf("after a close: lane %d grant %d ok %v; want lane %d, 10", lane, m, ok, lanes[17])
 	}
 
@@ -93,7 +93,7 @@ func receiveOn(fc *FlowControl, lane int, p *heldPath, n int) []*source.Message 
 	for i := range ms {
 		ms[i] = p.bind(newMsg(i, 10))
 	}
-	fc.Receive(lane, ms)
+	fc.receive(lane, ms)
 	return ms
 }
 
@@ -268,7 +268,7 @@ func TestLaneGrantsProperty(t *testing.T) {
 					ms[i] = lm.path.bind(newMsg(lm.nextID, 1))
 					lm.stream[ms[i]] = s
 				}
-				fc.Receive(lane, ms)
+				fc.receive(lane, ms)
 				s.notDone += n
 				lm.live = append(lm.live, ms...)
 			},

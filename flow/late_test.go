@@ -106,8 +106,8 @@ func TestEagerTrackBehindSlowStageWarnsOnce(t *testing.T) {
 		if w := logs.warnings(); !slices.Equal(w, []string{"flow.EagerTrack"}) {
 			t.Fatalf("warnings %q, want one from flow.EagerTrack", w)
 		}
-		if ext.Len() != len(msgs) {
-			t.Fatalf("%d leases, want all %d messages (1 in the handler, the rest buffered)", ext.Len(), len(msgs))
+		if ext.leaseCount() != len(msgs) {
+			t.Fatalf("%d leases, want all %d messages (1 in the handler, the rest buffered)", ext.leaseCount(), len(msgs))
 		}
 		// Every lease is extended after the last message arrived.
 		extended := map[string]bool{}

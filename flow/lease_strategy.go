@@ -8,16 +8,16 @@ import (
 // Bounds of the ack deadline the API accepts in a ModifyAckDeadline, and the
 // defaults of Adaptive.
 const (
-	// MaxDeadline is the longest ack deadline the API accepts (600 s).
-	MaxDeadline = 600 * time.Second
-	// DefaultAdaptiveMin is Adaptive's default lower bound (10 s, the
+	// maxDeadline is the longest ack deadline the API accepts (600 s).
+	maxDeadline = 600 * time.Second
+	// defaultAdaptiveMin is Adaptive's default lower bound (10 s, the
 	// service's minimum stream ack deadline).
-	DefaultAdaptiveMin = 10 * time.Second
-	// DefaultAdaptiveMax is Adaptive's default upper bound (600 s).
-	DefaultAdaptiveMax = MaxDeadline
-	// ExactlyOnceMinDeadline is the least deadline requested for a message
+	defaultAdaptiveMin = 10 * time.Second
+	// defaultAdaptiveMax is Adaptive's default upper bound (600 s).
+	defaultAdaptiveMax = maxDeadline
+	// exactlyOnceMinDeadline is the least deadline requested for a message
 	// of an exactly-once subscription (60 s, as Google's clients use).
-	ExactlyOnceMinDeadline = 60 * time.Second
+	exactlyOnceMinDeadline = 60 * time.Second
 )
 
 // Strategy chooses the ack deadline the extender requests and how often its
@@ -30,7 +30,7 @@ type Strategy interface {
 }
 
 // Check reports why s cannot work, or nil (nil s is the default).
-func Check(s Strategy) error {
+func checkStrategy(s Strategy) error {
 	if s == nil {
 		return nil
 	}
@@ -61,7 +61,7 @@ type fixed struct{ every, d time.Duration }
 
 func (f fixed) validate() error {
 	switch {
-	case f.d < time.Second || f.d > MaxDeadline:
+	case f.d < time.Second || f.d > maxDeadline:
 		return fmt.Errorf("lease: Fixed deadline %v must be within 1s–600s", f.d)
 	case f.every <= 0:
 		return fmt.Errorf("lease: Fixed interval %v must be positive", f.every)
@@ -80,7 +80,7 @@ func (p *fixedPolicy) interval() time.Duration { return p.f.every }
 func (p *fixedPolicy) record(time.Duration)    {}
 
 // AdaptiveConfig bounds the deadline Adaptive chooses. Zero fields mean
-// DefaultAdaptiveMin and DefaultAdaptiveMax.
+// defaultAdaptiveMin and defaultAdaptiveMax.
 type AdaptiveConfig struct {
 	// Min is the shortest deadline requested (default 10 s; at least 1 s).
 	Min time.Duration
@@ -96,10 +96,10 @@ type AdaptiveConfig struct {
 // recording and choosing cost O(1) and O(600) whatever the traffic.
 func Adaptive(cfg AdaptiveConfig) Strategy {
 	if cfg.Min == 0 {
-		cfg.Min = DefaultAdaptiveMin
+		cfg.Min = defaultAdaptiveMin
 	}
 	if cfg.Max == 0 {
-		cfg.Max = DefaultAdaptiveMax
+		cfg.Max = defaultAdaptiveMax
 	}
 	return adaptive{cfg}
 }
@@ -110,7 +110,7 @@ func (a adaptive) validate() error {
 	switch {
 	case a.cfg.Min < time.Second:
 		return fmt.Errorf("lease: Adaptive Min %v must be at least 1s", a.cfg.Min)
-	case a.cfg.Max > MaxDeadline:
+	case a.cfg.Max > maxDeadline:
 		return fmt.Errorf("lease: Adaptive Max %v must be at most 600s", a.cfg.Max)
 	case a.cfg.Min > a.cfg.Max:
 		return fmt.Errorf("lease: Adaptive Min %v exceeds Max %v", a.cfg.Min, a.cfg.Max)

@@ -76,7 +76,7 @@ func TestAdaptiveConvergesAndClamps(t *testing.T) {
 				e := newExt(t, cap, ExtenderConfig{
 					Strategy: Adaptive(c.bounds), StreamAckDeadline: c.stream, MaxExtension: -1,
 				})
-				if got := e.Deadline(); got != c.initial {
+				if got := e.currentDeadline(); got != c.initial {
 					t.Fatalf("initial Deadline %v, want %v", got, c.initial)
 				}
 				msgs := handMade(testSub, c.n, 5, false)
@@ -97,7 +97,7 @@ func TestAdaptiveConvergesAndClamps(t *testing.T) {
 					time.Sleep(time.Until(start.Add(a.lat)))
 					a.m.Ack() // no settle path: final at once
 				}
-				if got := e.Deadline(); got != c.want {
+				if got := e.currentDeadline(); got != c.want {
 					t.Fatalf("Deadline %v, want %v (p99 of the latencies %v)", got, c.want, p99(lat))
 				}
 				// New leases get the converged deadline.
@@ -120,10 +120,10 @@ func TestNackDoesNotTeachAdaptive(t *testing.T) {
 			e.track(one(m))
 			m.Nack()
 		}
-		if e.Len() != 0 {
-			t.Fatalf("Len %d after nacks, want 0", e.Len())
+		if e.leaseCount() != 0 {
+			t.Fatalf("Len %d after nacks, want 0", e.leaseCount())
 		}
-		if got := e.Deadline(); got != 45*time.Second {
+		if got := e.currentDeadline(); got != 45*time.Second {
 			t.Fatalf("Deadline %v after nacks, want the initial 45s", got)
 		}
 	})

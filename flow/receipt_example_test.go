@@ -66,6 +66,6 @@ func ExampleGate_Receive() {
 	_ = pipeline.FromContext(ctx, src).Via(process).To(ackAll)
 	_ = src.Close(context.Background()) // flushes the acks
 	fmt.Println("processed:", done, "never held more than 3:", most.Load() <= 3,
-		"still held:", fc.Outstanding(), "leases:", ext.Len())
+		"still held:", fc.Outstanding(), "leases:", ext.Stats().Leases)
 	// Output: processed: 5 never held more than 3: true still held: 0 leases: 0
 }

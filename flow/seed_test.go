@@ -151,8 +151,8 @@ func TestSeedTrackingCoversBufferedMessages(t *testing.T) {
 		time.Sleep(30 * time.Second) // three stream deadlines
 		synctest.Wait()
 		_, sent, modacked := client.snapshot()
-		if sent != 50 || ext.Len() != 50 || modacked != 50 {
-			t.Fatalf("the stub sent %d, %d are leased, %d had a modack; want all 50 the client holds", sent, ext.Len(), modacked)
+		if sent != 50 || ext.Stats().Leases != 50 || modacked != 50 {
+			t.Fatalf("the stub sent %d, %d are leased, %d had a modack; want all 50 the client holds", sent, ext.Stats().Leases, modacked)
 		}
 		if st := ext.Stats(); st.Extended == 0 || st.Expired != 0 {
 			t.Fatalf("extender %+v: want leases extended and none expired", st)

@@ -10,10 +10,10 @@ import (
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// DefaultTrackBuffer is the buffer bound of a standalone EagerTrack when
+// defaultTrackBuffer is the buffer bound of a standalone EagerTrack when
 // maxBuffer is 0: 1000 messages, the Pub/Sub clients' default outstanding
 // messages.
-const DefaultTrackBuffer = 1000
+const defaultTrackBuffer = 1000
 
 // errNilExtender fails a pipeline built with EagerTrack(nil, …).
 var errNilExtender = errors.New("flow: EagerTrack needs an Extender")
@@ -39,7 +39,7 @@ var errNilExtender = errors.New("flow: EagerTrack needs an Extender")
 // (its lease expired, say) is skipped.
 type Tracker struct {
 	// MaxBuffer bounds the messages a standalone tracker holds (0:
-	// DefaultTrackBuffer).
+	// defaultTrackBuffer).
 	MaxBuffer int
 	// Logger receives the one warning about a buffer before the stage
 	// (nil: slog.Default()).
@@ -50,7 +50,7 @@ type Tracker struct {
 }
 
 // EagerTrack returns the eager lease-tracking stage on ext with a buffer
-// of maxBuffer messages when it runs standalone (0: DefaultTrackBuffer).
+// of maxBuffer messages when it runs standalone (0: defaultTrackBuffer).
 // Like every stage it also runs inside a go-streams graph through
 // pipeline.NewStreamsFlow.
 func EagerTrack(ext *Extender, maxBuffer int) *Tracker {
@@ -77,7 +77,7 @@ func (t *Tracker) Ready(m *source.Message) <-chan struct{} {
 	if t.ext == nil {
 		return nil
 	}
-	return t.ext.Confirmed(m)
+	return t.ext.confirmed(m)
 }
 
 // AckDeadline is the deadline the extender's strategy yields now: a source
@@ -86,7 +86,7 @@ func (t *Tracker) AckDeadline() time.Duration {
 	if t.ext == nil {
 		return 0
 	}
-	return t.ext.Deadline()
+	return t.ext.currentDeadline()
 }
 
 // Run starts the standalone stage's goroutine under g and returns its
@@ -99,13 +99,13 @@ func (t *Tracker) Run(g *stage.Group, in <-chan *source.Message) <-chan *source.
 		return out
 	}
 	e := &stage.Eager[*source.Message]{
-		Bound: cmpOr(t.MaxBuffer, DefaultTrackBuffer),
+		Bound: cmpOr(t.MaxBuffer, defaultTrackBuffer),
 		OnReceive: func(_ context.Context, m *source.Message) error {
 			t.late.check(t.Logger, m, "flow.EagerTrack", "put EagerTrack right after source.Subscribe (pipeline.From(src).Via(flow.EagerTrack(ext, 0))) so it leases on receipt")
 			t.ext.track([]*source.Message{m})
 			return nil
 		},
-		Ready:  t.ext.Confirmed,
+		Ready:  t.ext.confirmed,
 		Skip:   (*source.Message).Settled,
 		OnDrop: func(m *source.Message) { m.Nack() },
 	}

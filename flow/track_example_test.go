@@ -61,7 +61,7 @@ func ExampleEagerTrack() {
 			return nil
 		}))
 	_ = src.Close(context.Background()) // flushes the acks: the leases end
-	fmt.Println("cancelled:", errors.Is(err, context.Canceled), "acked:", acked, "leases held:", ext.Len())
+	fmt.Println("cancelled:", errors.Is(err, context.Canceled), "acked:", acked, "leases held:", ext.Stats().Leases)
 	// Output: cancelled: true acked: 3 leases held: 0
 }
 
@@ -94,11 +94,11 @@ func ExampleTracker() {
 		n++
 		return nil
 	}))
-	fmt.Println(err, n, "messages through,", ext.Len(), "leases held")
+	fmt.Println(err, n, "messages through,", ext.Stats().Leases, "leases held")
 	for _, m := range msgs {
 		m.NoOp() // settling ends the lease
 	}
-	fmt.Println(ext.Len(), "leases held")
+	fmt.Println(ext.Stats().Leases, "leases held")
 	// Output:
 	// <nil> 3 messages through, 3 leases held
 	// 0 leases held

@@ -405,8 +405,8 @@ func TestEagerTrackSkipsSettledWhileBuffered(t *testing.T) {
 		}()
 		time.Sleep(time.Minute)
 		synctest.Wait()
-		if seen.Load() != 1 || ext.Len() != 0 {
-			t.Fatalf("handler saw %d, leases %d", seen.Load(), ext.Len())
+		if seen.Load() != 1 || ext.leaseCount() != 0 {
+			t.Fatalf("handler saw %d, leases %d", seen.Load(), ext.leaseCount())
 		}
 		close(release)
 		if e := <-err; e != nil {
@@ -459,15 +459,15 @@ func TestEagerTrackBound(t *testing.T) {
 		time.Sleep(time.Second)
 		synctest.Wait()
 		// 5 buffered + 1 in the blocked handler.
-		if sent.Load() != 6 || ext.Len() != 6 {
-			t.Fatalf("sent %d, tracked %d; want 6, 6", sent.Load(), ext.Len())
+		if sent.Load() != 6 || ext.leaseCount() != 6 {
+			t.Fatalf("sent %d, tracked %d; want 6, 6", sent.Load(), ext.leaseCount())
 		}
 		cancel()
 		<-done
 		nacked := a.withOutcome(message.Nack)
 		// The handler may take one more from the stage as it stops.
-		if n := len(nacked); n < 4 || n > 5 || ext.Len() != 6-n || a.settled() != n {
-			t.Fatalf("after cancel: %d nacked, %d settled, %d leases; want 4 or 5 nacked and the rest still leased", n, a.settled(), ext.Len())
+		if n := len(nacked); n < 4 || n > 5 || ext.leaseCount() != 6-n || a.settled() != n {
+			t.Fatalf("after cancel: %d nacked, %d settled, %d leases; want 4 or 5 nacked and the rest still leased", n, a.settled(), ext.leaseCount())
 		}
 		for _, m := range nacked {
 			if m == msgs[0] {
@@ -501,8 +501,8 @@ func TestEagerTrackInGoStreamsGraph(t *testing.T) {
 		}()
 		time.Sleep(800 * time.Millisecond)
 		synctest.Wait()
-		if ext.Len() != 10 {
-			t.Fatalf("tracked %d of 10 inside the go-streams graph", ext.Len())
+		if ext.leaseCount() != 10 {
+			t.Fatalf("tracked %d of 10 inside the go-streams graph", ext.leaseCount())
 		}
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {

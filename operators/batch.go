@@ -19,8 +19,8 @@ import (
 const (
 	DefaultBatchSize  = 100
 	DefaultBatchWait  = time.Second
-	DefaultMaxOpen    = 1000
-	DefaultMaxWaiting = 16
+	defaultMaxOpen    = 1000
+	defaultMaxWaiting = 16
 )
 
 // BatchOptions configure Batch. The zero value collects up to 100
@@ -57,14 +57,14 @@ type BatchOptions[T any] struct {
 	Key func(T) string
 	// MaxOpen bounds the open batches (distinct keys being collected);
 	// when a new key needs one and MaxOpen are open, the oldest is emitted
-	// first. Zero means DefaultMaxOpen.
+	// first. Zero means defaultMaxOpen.
 	MaxOpen int
 	// MaxWaiting bounds the closed batches waiting to be emitted (for
 	// downstream to take them, or, in Ordered mode, for their key's
 	// previous batch to be released): while that many wait the stage does
 	// not receive. One input chunk (RunBatches), and batches closed by
 	// Wait, Idle or MaxOpen, which hold no new elements, may take it past
-	// the bound until they are emitted. Zero means DefaultMaxWaiting.
+	// the bound until they are emitted. Zero means defaultMaxWaiting.
 	MaxWaiting int
 	// Ordered emits a key's next batch only after the previous one was
 	// released with Batcher.Release: at most one batch per key is in
@@ -95,10 +95,10 @@ func (o BatchOptions[T]) Validate() error {
 		bad("Wait", "%v: want > 0 (0 = default %v)", o.Wait, DefaultBatchWait)
 	}
 	if o.MaxOpen < 0 {
-		bad("MaxOpen", "%d: want ≥ 1 (0 = default %d)", o.MaxOpen, DefaultMaxOpen)
+		bad("MaxOpen", "%d: want ≥ 1 (0 = default %d)", o.MaxOpen, defaultMaxOpen)
 	}
 	if o.MaxWaiting < 0 {
-		bad("MaxWaiting", "%d: want ≥ 1 (0 = default %d)", o.MaxWaiting, DefaultMaxWaiting)
+		bad("MaxWaiting", "%d: want ≥ 1 (0 = default %d)", o.MaxWaiting, defaultMaxWaiting)
 	}
 	return errors.Join(errs...)
 }
@@ -111,10 +111,10 @@ func (o BatchOptions[T]) withDefaults() BatchOptions[T] {
 		o.Wait = DefaultBatchWait
 	}
 	if o.MaxOpen == 0 {
-		o.MaxOpen = DefaultMaxOpen
+		o.MaxOpen = defaultMaxOpen
 	}
 	if o.MaxWaiting == 0 {
-		o.MaxWaiting = DefaultMaxWaiting
+		o.MaxWaiting = defaultMaxWaiting
 	}
 	return o
 }

@@ -156,7 +156,7 @@ func TestExactlyOnceExpiredAck(t *testing.T) {
 		unknown.Ack()
 		err = unknown.Result().Wait(t.Context())
 		var ae *source.AckError
-		if !errors.As(err, &ae) || !errors.Is(err, source.ErrAckRefused) || ae.Reason != source.ReasonInvalidAckID {
+		if !errors.As(err, &ae) || !errors.Is(err, source.ErrAckRefused) || ae.Reason != ack.ReasonInvalidAckID {
 			t.Fatalf("expired ack: %v, want a refused invalid-ack-id failure", err)
 		}
 		// The three first deliveries gave their permits back (redelivered

@@ -12,8 +12,8 @@ import (
 // Default reconnect delays, as Google's clients: from 100 ms, doubling up
 // to 60 s, with full jitter.
 const (
-	DefaultBackoffMin = 100 * time.Millisecond
-	DefaultBackoffMax = 60 * time.Second
+	defaultBackoffMin = 100 * time.Millisecond
+	defaultBackoffMax = 60 * time.Second
 )
 
 // delays is one stream's sequence of reconnect delays: gax-go's backoff
@@ -27,10 +27,10 @@ type delays struct {
 
 func newDelays(cfg gax.Backoff) *delays {
 	if cfg.Initial <= 0 {
-		cfg.Initial = DefaultBackoffMin
+		cfg.Initial = defaultBackoffMin
 	}
 	if cfg.Max <= 0 {
-		cfg.Max = DefaultBackoffMax
+		cfg.Max = defaultBackoffMax
 	}
 	mult := cmp.Or(cfg.Multiplier, 2)
 	cfg = retry.Backoff(cfg.Initial, cfg.Max)

@@ -25,8 +25,8 @@ func TestDelaysBounds(t *testing.T) {
 	if v := d.next(); v != minD { // first draw is within (0, min], raised to min
 		t.Fatalf("first delay after reset = %v, want %v", v, minD)
 	}
-	if v := newDelays(gax.Backoff{}).next(); v != DefaultBackoffMin {
-		t.Fatalf("zero backoff: first delay %v, want the default minimum %v", v, DefaultBackoffMin)
+	if v := newDelays(gax.Backoff{}).next(); v != defaultBackoffMin {
+		t.Fatalf("zero backoff: first delay %v, want the default minimum %v", v, defaultBackoffMin)
 	}
 }
 

@@ -43,7 +43,7 @@ func BenchmarkReceiveTCP(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer cc.Close()
-			src, err := SubscribeConn(cc, Config{
+			src, err := Subscribe(pubsubpb.NewSubscriberClient(cc), Config{
 				Subscription:           sub,
 				StreamAckDeadline:      10 * time.Minute,
 				MaxOutstandingMessages: -1,

@@ -13,7 +13,7 @@ import (
 	"github.com/pubsubflow/pubsubflow/internal/retry"
 )
 
-// Failure describes why a stream ended, for a Classifier.
+// Failure describes why a stream ended, for a classifier.
 type Failure struct {
 	// Err is the error the stream ended with: a gRPC status error, or
 	// io.EOF for a stream the server closed without a status.
@@ -28,9 +28,9 @@ type Failure struct {
 	Previous error
 }
 
-// Classifier decides whether a failed stream is reopened (true) or ends
+// classifier decides whether a failed stream is reopened (true) or ends
 // the source (false). It is called on the failing stream's goroutine.
-type Classifier func(f Failure) bool
+type classifier func(f Failure) bool
 
 // DefaultClassifier is the documented restart policy. It reopens the
 // stream (true) for:
@@ -54,7 +54,7 @@ func DefaultClassifier(f Failure) bool {
 	switch {
 	case errors.Is(f.Err, io.EOF) || f.Code == codes.OK:
 		return true
-	case IsReceiveTooLarge(f.Err):
+	case isReceiveTooLarge(f.Err):
 		return false
 	case f.Code == codes.Unauthenticated:
 		return status.Code(f.Previous) != codes.Unauthenticated
@@ -88,10 +88,10 @@ func (e *ReceiveTooLargeError) Error() string {
 // Unwrap returns the gRPC error.
 func (e *ReceiveTooLargeError) Unwrap() error { return e.Err }
 
-// IsReceiveTooLarge reports whether err is gRPC's RESOURCE_EXHAUSTED for a
+// isReceiveTooLarge reports whether err is gRPC's RESOURCE_EXHAUSTED for a
 // received message over the client's receive limit (raised by the client
 // itself, not a quota of the service).
-func IsReceiveTooLarge(err error) bool {
+func isReceiveTooLarge(err error) bool {
 	var tl *ReceiveTooLargeError
 	if errors.As(err, &tl) {
 		return true
@@ -113,7 +113,7 @@ func IsReceiveTooLarge(err error) bool {
 func explain(err error) error {
 	var tl *ReceiveTooLargeError
 	switch {
-	case IsReceiveTooLarge(err) && !errors.As(err, &tl):
+	case isReceiveTooLarge(err) && !errors.As(err, &tl):
 		return &ReceiveTooLargeError{Err: err}
 	case errors.Is(err, io.EOF):
 		return status.Error(codes.Unavailable, "stream closed by the server without a status")

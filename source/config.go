@@ -18,7 +18,7 @@ const (
 	DefaultStreamAckDeadline      = 60 * time.Second
 	DefaultMaxOutstandingMessages = 1000
 	DefaultMaxOutstandingBytes    = 100 << 20 // 100 MiB
-	DefaultStreams                = 1
+	defaultStreams                = 1
 	DefaultHeartbeatInterval      = 30 * time.Second
 	DefaultHeartbeatTimeout       = 15 * time.Second
 
@@ -80,7 +80,7 @@ type Config struct {
 
 	// Classify decides whether a stream failure is retried; nil means
 	// DefaultClassifier.
-	Classify Classifier
+	Classify classifier
 
 	// ReconnectTimeout bounds how long a stream may keep failing (an
 	// endpoint that never answers, a network that is down) without one
@@ -147,7 +147,7 @@ func (c Config) withDefaults() Config {
 	c.StreamAckDeadline = cmp.Or(c.StreamAckDeadline, DefaultStreamAckDeadline)
 	c.MaxOutstandingMessages = cmp.Or(c.MaxOutstandingMessages, DefaultMaxOutstandingMessages)
 	c.MaxOutstandingBytes = cmp.Or(c.MaxOutstandingBytes, DefaultMaxOutstandingBytes)
-	c.Streams = cmp.Or(c.Streams, DefaultStreams)
+	c.Streams = cmp.Or(c.Streams, defaultStreams)
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
 	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, DefaultHeartbeatTimeout)
 	c.ReconnectTimeout = cmp.Or(c.ReconnectTimeout, DefaultReconnectTimeout)
@@ -195,7 +195,7 @@ type Budget interface {
 	// limits (0: unlimited). It returns the lane the stream's messages are
 	// counted on and the limits its initial request is to carry, or ok
 	// false when there is no room for a stream now: the source then waits
-	// for Wake (or BudgetRecheck) and asks again.
+	// for Wake (or budgetRecheck) and asks again.
 	Open(shareMessages, shareBytes int64) (lane int, maxMessages, maxBytes int64, ok bool)
 	// Closed tells that lane's stream has ended.
 	Closed(lane int)
@@ -205,6 +205,6 @@ type Budget interface {
 	Wake() <-chan struct{}
 }
 
-// BudgetRecheck bounds how long a stream waits on Budget.Wake before it
+// budgetRecheck bounds how long a stream waits on Budget.Wake before it
 // asks the Budget again.
-const BudgetRecheck = 100 * time.Millisecond
+const budgetRecheck = 100 * time.Millisecond

@@ -168,8 +168,8 @@ func TestReconnectsUnderKills(t *testing.T) {
 			t.Fatalf("%d reconnect events for %d kills", len(reconnects), kills)
 		}
 		for _, r := range reconnects {
-			if r.Delay < DefaultBackoffMin || status.Code(r.Err) != codes.Unavailable {
-				t.Fatalf("reconnect %+v: want a delay ≥ %v after UNAVAILABLE", r, DefaultBackoffMin)
+			if r.Delay < defaultBackoffMin || status.Code(r.Err) != codes.Unavailable {
+				t.Fatalf("reconnect %+v: want a delay ≥ %v after UNAVAILABLE", r, defaultBackoffMin)
 			}
 		}
 		// Each stream's reopening follows its disconnect by at least the
@@ -180,7 +180,7 @@ func TestReconnectsUnderKills(t *testing.T) {
 			case event.Disconnect:
 				last[e.Stream] = e.at
 			case event.Connect:
-				if d, ok := last[e.Stream]; ok && e.at.Sub(d) < DefaultBackoffMin {
+				if d, ok := last[e.Stream]; ok && e.at.Sub(d) < defaultBackoffMin {
 					t.Fatalf("stream %d reconnected %v after its disconnect", e.Stream, e.at.Sub(d))
 				}
 			}
@@ -431,7 +431,7 @@ func TestSubscriptionPropertiesReachMessages(t *testing.T) {
 			m.PublishTime.IsZero() || m.ReceiveTime.IsZero() || m.Size() == 0 || string(m.Data[:2]) != "m0" {
 			t.Fatalf("message = %+v", m)
 		}
-		if eo, ord := src.Properties(); !eo || !ord {
+		if eo, ord := src.properties(); !eo || !ord {
 			t.Fatalf("Properties = %v, %v", eo, ord)
 		}
 		g.Cancel()
@@ -451,7 +451,7 @@ func TestSetStreamAckDeadlineReachesServer(t *testing.T) {
 		g := stage.NewGroup(context.Background())
 		src.Run(g)
 		synctest.Wait()
-		src.SetStreamAckDeadline(2 * time.Minute)
+		src.setStreamAckDeadline(2 * time.Minute)
 		synctest.Wait()
 		st := h.srv.Streams(h.sub)[0]
 		if st.AckDeadline != 2*time.Minute || st.Rejected != 0 || !st.Open {

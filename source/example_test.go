@@ -75,7 +75,7 @@ func ExampleSubscribe() {
 		log.Fatal(err)
 	}
 	st := src.Stats()
-	fmt.Println(err, handled.Load(), st.Acked, budget.Outstanding(), ext.Len())
+	fmt.Println(err, handled.Load(), st.Acked, budget.Outstanding(), ext.Stats().Leases)
 	// Output: <nil> 30 30 0 0
 }
 

@@ -34,7 +34,7 @@ func TestWatchdogQuietOnServerThatNeverAnswers(t *testing.T) {
 		for range 500 {
 			<-out
 		}
-		src.SetStreamAckDeadline(2 * time.Minute) // a heartbeat right after the messages
+		src.setStreamAckDeadline(2 * time.Minute) // a heartbeat right after the messages
 		time.Sleep(10 * time.Minute)
 		synctest.Wait()
 

@@ -76,7 +76,7 @@ func TestDeadlineUpdateIsTheOnlyLaterField(t *testing.T) {
 		g := stage.NewGroup(context.Background())
 		src.Run(g)
 		synctest.Wait()
-		src.SetStreamAckDeadline(95 * time.Second)
+		src.setStreamAckDeadline(95 * time.Second)
 		synctest.Wait()
 		time.Sleep(DefaultHeartbeatInterval) // one ordinary heartbeat
 		synctest.Wait()

@@ -116,7 +116,7 @@ func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage) []*Message {
 	if s.follow != nil {
 		// The next response's messages get the deadline their leases use.
 		if d := s.follow(); d > 0 && d != s.StreamAckDeadline() {
-			s.SetStreamAckDeadline(d)
+			s.setStreamAckDeadline(d)
 		}
 	}
 	return ms

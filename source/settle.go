@@ -242,10 +242,14 @@ func (r *registry) close(f func(*Message)) {
 // ErrAckRetriesExhausted, ErrClosed); status.Code(err) is the RPC's status
 // code.
 type AckError struct {
-	AckID  string // the message's ack id
-	Reason string // the server's per-ack-id reason, if it gave one
-	Kind   error  // ErrAckRefused, ErrAckRetriesExhausted or ErrClosed
-	Err    error  // the RPC's error; nil when the source was closed first
+	AckID string // the message's ack id
+	// Reason is the server's per-ack-id reason, if it gave one:
+	// "PERMANENT_FAILURE_INVALID_ACK_ID" for an ack id that expired, was
+	// already settled or is malformed (the message will be, or was,
+	// redelivered).
+	Reason string
+	Kind   error // ErrAckRefused, ErrAckRetriesExhausted or ErrClosed
+	Err    error // the RPC's error; nil when the source was closed first
 }
 
 // Kinds of AckError.
@@ -261,11 +265,6 @@ var (
 	// confirmed, or it was made after Close.
 	ErrClosed = errors.New("pubsubflow: closed")
 )
-
-// ReasonInvalidAckID is the server's reason for an ack id that expired,
-// was already settled or is malformed: the message will be (or was)
-// redelivered.
-const ReasonInvalidAckID = ack.ReasonInvalidAckID
 
 // Error describes the failure: kind, ack id, reason and the RPC's error.
 func (e *AckError) Error() string {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/batch"
@@ -115,16 +114,6 @@ func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 	return s, nil
 }
 
-// SubscribeConn is Subscribe over a caller's connection (a
-// *grpc.ClientConn from connect.Dial or elsewhere). The caller keeps
-// owning the connection.
-func SubscribeConn(cc grpc.ClientConnInterface, cfg Config) (*Source, error) {
-	if cc == nil {
-		return nil, errors.New("pubsubflow/source: nil connection")
-	}
-	return Subscribe(pubsubpb.NewSubscriberClient(cc), cfg)
-}
-
 // Fuse returns a copy of s that runs f as one of its receipt steps, if f
 // is a Step (pipeline.Via calls it for the flow right after a source). The
 // copy shares everything else with s: client id, settle path, held
@@ -174,9 +163,6 @@ func (s *Source) With(steps ...Step) *Source {
 // ClientID is the client id every stream of this source sends.
 func (s *Source) ClientID() string { return s.clientID }
 
-// Subscription is the subscription's full name.
-func (s *Source) Subscription() string { return s.cfg.Subscription }
-
 // StreamAckDeadline is the stream ack deadline now in force.
 func (s *Source) StreamAckDeadline() time.Duration {
 	return time.Duration(s.deadline.Load()) * time.Second
@@ -186,7 +172,7 @@ func (s *Source) StreamAckDeadline() time.Duration {
 // 10–600 s, rounded up to whole seconds). Open streams announce it at
 // once in a request that carries nothing else (the API allows
 // stream_ack_deadline_seconds on any request); new streams start with it.
-func (s *Source) SetStreamAckDeadline(d time.Duration) {
+func (s *Source) setStreamAckDeadline(d time.Duration) {
 	sec := seconds(min(max(d, MinStreamAckDeadline), MaxStreamAckDeadline))
 	s.deadlineMu.Lock()
 	defer s.deadlineMu.Unlock()
@@ -205,7 +191,7 @@ func (c *core) deadlineChanged() <-chan struct{} {
 
 // Properties reports the subscription's properties as the server last sent
 // them (false, false before the first response).
-func (s *Source) Properties() (exactlyOnce, ordered bool) {
+func (s *Source) properties() (exactlyOnce, ordered bool) {
 	p := s.props.Load()
 	return p.GetExactlyOnceDeliveryEnabled(), p.GetMessageOrderingEnabled()
 }
@@ -246,10 +232,6 @@ func (s *Source) Close(ctx context.Context) error {
 	})
 	return s.closeErr
 }
-
-// Flush sends every ack and nack the source holds back, and waits until
-// the server has answered them (or ctx is done).
-func (s *Source) Flush(ctx context.Context) error { return s.acks.Flush(ctx) }
 
 // Stats returns the source's counters (each read atomically, not all at
 // one instant).

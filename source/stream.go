@@ -161,7 +161,7 @@ func (s *Source) openLane(ctx context.Context, shareMsgs, shareBytes int64) (lan
 		if lane, maxMsgs, maxBytes, ok = b.Open(shareMsgs, shareBytes); ok {
 			return lane, maxMsgs, maxBytes, true
 		}
-		if !waitOn(ctx, wake, BudgetRecheck) {
+		if !waitOn(ctx, wake, budgetRecheck) {
 			return 0, 0, 0, false
 		}
 	}
@@ -210,7 +210,7 @@ func (s *Source) waitRoom(ctx context.Context, h *handoff) bool {
 			if b.Room() {
 				return true
 			}
-			if !waitOn(ctx, wake, BudgetRecheck) {
+			if !waitOn(ctx, wake, budgetRecheck) {
 				return false
 			}
 			continue

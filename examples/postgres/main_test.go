@@ -62,18 +62,27 @@ func TestExactlyOnceInTheTable(t *testing.T) {
 		}
 	}
 
-	// Kill every stream every 200 ms until the run ends.
+	// Kill every stream every 200 ms until the run ends, and at least
+	// once for every 2,000 messages acked (a fast run takes under a
+	// second), so the kills happen however fast the machine is.
 	killing, stopKilling := context.WithCancel(ctx)
 	kills := make(chan int, 1)
 	go func() {
 		total := 0
 		defer func() { kills <- total }()
-		tick := time.NewTicker(200 * time.Millisecond)
+		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
+		last, next := time.Now(), int64(2000)
 		for {
 			select {
 			case <-tick.C:
-				total += srv.KillStreams(codes.Unavailable, "test: stream killed")
+				if acked := srv.SubscriptionStats(sub).Acked; acked >= next || time.Since(last) >= 200*time.Millisecond {
+					if k := srv.KillStreams(codes.Unavailable, "test: stream killed"); k > 0 {
+						total += k
+						last = time.Now()
+						next = acked + 2000
+					}
+				}
 			case <-killing.Done():
 				return
 			}

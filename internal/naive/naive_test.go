@@ -92,7 +92,7 @@ func TestStopSettlesLeased(t *testing.T) {
 		default:
 			t.Error("Done not closed after Stop")
 		}
-		if n := c.ext.Len(); n != 0 {
+		if n := c.ext.Stats().Leases; n != 0 {
 			t.Errorf("extender still holds %d leases after Stop", n)
 		}
 		if st := srv.SubscriptionStats(sub); st.Acked+st.Nacked < 2 {

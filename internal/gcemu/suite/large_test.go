@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/pubsubflow/pubsubflow/publisher"
 	"sync"
 	"testing"
 	"time"
@@ -27,20 +28,20 @@ func TestLargeMessageThroughDefaultDial(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	pub, err := pubsubflow.NewPublisher(conn, topic, pubsubflow.PublisherConfig{})
+	pub, err := publisher.New(conn, topic, publisher.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	big := bytes.Repeat([]byte("9"), 9<<20)
 	want := map[string]int{}
-	id, err := pub.Publish(ctx, &pubsubflow.OutgoingMessage{Data: big}).Get(ctx)
+	id, err := pub.Publish(ctx, &publisher.Message{Data: big}).Get(ctx)
 	if err != nil {
 		t.Fatalf("publish 9 MiB: %v", err)
 	}
 	want[id] = len(big)
 	for i := range 20 {
 		data := fmt.Appendf(nil, "small-%d", i)
-		id, err := pub.Publish(ctx, &pubsubflow.OutgoingMessage{Data: data}).Get(ctx)
+		id, err := pub.Publish(ctx, &publisher.Message{Data: data}).Get(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"fmt"
+	"github.com/pubsubflow/pubsubflow/publisher"
 	"maps"
 	"strconv"
 	"sync"
@@ -12,7 +13,6 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
-	"github.com/pubsubflow/pubsubflow"
 )
 
 const (
@@ -30,7 +30,7 @@ func TestOurPublisherToGoogleSubscriber(t *testing.T) {
 	topic := e.topic(t)
 	sub := e.subscription(t, topic, &pubsubpb.Subscription{EnableMessageOrdering: true})
 
-	p, err := pubsubflow.NewPublisher(e.conn, topic, pubsubflow.PublisherConfig{EnableOrdering: true})
+	p, err := publisher.New(e.conn, topic, publisher.Config{EnableOrdering: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestOurPublisherToGoogleSubscriber(t *testing.T) {
 	want := map[string]sent{} // by message id
 	ctx := bounded(t, time.Minute)
 	publish := func(key string, seq int) {
-		m := &pubsubflow.OutgoingMessage{
+		m := &publisher.Message{
 			Data:        append([]byte{0, 0xff, byte(seq)}, fmt.Sprintf("payload %s/%d", key, seq)...),
 			Attributes:  map[string]string{"seq": strconv.Itoa(seq), "key": key, "ünïcode": "välue"},
 			OrderingKey: key,
