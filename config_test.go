@@ -2,7 +2,6 @@ package pubsubflow
 
 import (
 	"context"
-	"github.com/pubsubflow/pubsubflow/flow"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +9,8 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	gax "github.com/googleapis/gax-go/v2"
 	"google.golang.org/grpc"
+
+	"github.com/pubsubflow/pubsubflow/flow"
 )
 
 // TestBadConfigs: each bad value is a clear error from the constructor that

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/pubsubflow/pubsubflow/publisher"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/pubsubflow/pubsubflow/publisher"
 )
 
 // TestLargeMessageThroughDefaultDial: a 9 MiB message and small ones

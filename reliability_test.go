@@ -3,7 +3,6 @@ package pubsubflow
 import (
 	"context"
 	"errors"
-	"github.com/pubsubflow/pubsubflow/flow"
 	"io"
 	"net"
 	"net/http"
@@ -26,6 +25,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"github.com/pubsubflow/pubsubflow/source"

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/pubsubflow/pubsubflow/publisher"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/pubsubflow/pubsubflow"
+	"github.com/pubsubflow/pubsubflow/publisher"
 )
 
 // TestLargeMessageThroughDefaultDial: a 9 MiB message and small ones

@@ -3,7 +3,6 @@ package suite
 import (
 	"context"
 	"fmt"
-	"github.com/pubsubflow/pubsubflow/publisher"
 	"maps"
 	"strconv"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
+	"github.com/pubsubflow/pubsubflow/publisher"
 )
 
 const (
