@@ -22,6 +22,36 @@ type batch struct {
 	err       error
 	msgErrs   []error      // per message, when single messages failed (then err is nil)
 	spans     []*tracedMsg // the messages' spans, when tracing
+
+	// The messages' wire messages and Results are taken from slabs, a
+	// chunk at a time, not allocated one by one: msgs points into pms
+	// (dropped with msgs once done), Results into rs (kept alive by the
+	// Results the caller holds, and holding only b).
+	pms []pubsubpb.PubsubMessage
+	rs  []Result
+}
+
+// minChunk is the smallest slab chunk a batch takes.
+const minChunk = 4
+
+// slot returns the next free wire message and Result of b, taking a new
+// chunk when the last one is full: as many as the key's previous batch
+// held (so a steady load takes one chunk per batch), at least minChunk and
+// at least what b already holds (so a growing one takes a few), and never
+// more than the batch may still take.
+func (b *batch) slot(maxMessages int) (*pubsubpb.PubsubMessage, *Result) {
+	if len(b.pms) == cap(b.pms) {
+		c := min(max(b.ks.lastN, minChunk, b.n), maxMessages-b.n)
+		b.pms = make([]pubsubpb.PubsubMessage, 0, c)
+		b.rs = make([]Result, 0, c)
+		if b.msgs == nil {
+			b.msgs = make([]*pubsubpb.PubsubMessage, 0, c)
+		}
+	}
+	i := len(b.pms)
+	b.pms = b.pms[:i+1] // extended in place: a proto message is not copied
+	b.rs = b.rs[:i+1]
+	return &b.pms[i], &b.rs[i]
 }
 
 // keyState is the batching state of one ordering key. The unordered
@@ -35,6 +65,7 @@ type keyState struct {
 	busy   bool
 	queue  []*batch
 	paused *Error // Kind ErrPaused
+	lastN  int    // messages in the key's last sealed batch: the next one's first chunk
 }
 
 func (ks *keyState) ordered() bool { return ks.key != "" }

@@ -141,6 +141,11 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
 }
 
 // add is Publish; tm holds the message's spans when tracing (else nil).
+//
+// An untraced message takes p.mu once: the closed and paused checks, the
+// flow-control permit when one is free and no Publish waits for one, and
+// the batching. Only a message that must wait for flow control (or is
+// traced: its spans start around the wait) takes the slow path.
 func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg) *Result {
 	index := p.stats.calls.Add(1) - 1
 	if m == nil {
@@ -155,16 +160,33 @@ func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg) *Result 
 	if tm != nil {
 		m = tm.inject(ctx, m) // after the check: the googclient_ keys are ours
 	}
-	pm, size, reqBytes := m.toProto()
+	size := m.encodedSize()
+	reqBytes := fieldBytes(size)
 	if n := p.topicBytes + reqBytes; n > limits.MaxRequestBytes {
 		return failed(invalid(m.OrderingKey, "message #%d: message: request size: %d bytes encoded in a request, the limit is %d",
 			index, n, limits.MaxRequestBytes))
 	}
-	// Fail fast on a paused key before waiting for flow control (which
-	// itself refuses a closed publisher); both are checked again once the
-	// permit is held.
-	if m.OrderingKey != "" {
-		if err := p.precheck(m.OrderingKey); err != nil {
+	if tm == nil {
+		p.mu.Lock()
+		ks, err := p.admitLocked(m.OrderingKey)
+		if err != nil {
+			p.mu.Unlock()
+			return failed(err)
+		}
+		if p.flow.tryAcquire(size) {
+			r := p.addLocked(p.keyStateLocked(m.OrderingKey, ks), m, size, reqBytes, nil)
+			p.mu.Unlock()
+			return r
+		}
+		p.mu.Unlock()
+	} else if m.OrderingKey != "" {
+		// Fail fast on a paused key before waiting for flow control
+		// (which itself refuses a closed publisher); both are checked
+		// again once the permit is held.
+		p.mu.Lock()
+		_, err := p.admitLocked(m.OrderingKey)
+		p.mu.Unlock()
+		if err != nil {
 			return failed(err)
 		}
 	}
@@ -179,32 +201,21 @@ func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg) *Result 
 		return failed(err)
 	}
 	p.mu.Lock()
-	ks, err := p.keyLocked(m.OrderingKey)
+	ks, err := p.admitLocked(m.OrderingKey)
 	if err != nil {
 		p.mu.Unlock()
 		p.flow.release(1, size)
 		return failed(err)
 	}
-	r := p.addLocked(ks, pm, size, reqBytes, tm)
+	r := p.addLocked(p.keyStateLocked(m.OrderingKey, ks), m, size, reqBytes, tm)
 	p.mu.Unlock()
 	return r
 }
 
-func (p *Publisher) precheck(key string) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closing {
-		return ErrClosed
-	}
-	if ks := p.keys[key]; ks != nil && ks.paused != nil {
-		return ks.paused
-	}
-	return nil
-}
-
-// keyLocked returns the batching state of key, creating it, or the error
-// that refuses a message for it.
-func (p *Publisher) keyLocked(key string) (*keyState, error) {
+// admitLocked returns the error that refuses a message for key now
+// (closed, or the key paused), or the key's batching state if it has one
+// (nil: none yet; the unordered messages' for key "").
+func (p *Publisher) admitLocked(key string) (*keyState, error) {
 	if p.closing {
 		return nil, ErrClosed
 	}
@@ -212,19 +223,25 @@ func (p *Publisher) keyLocked(key string) (*keyState, error) {
 		return &p.free, nil
 	}
 	ks := p.keys[key]
-	if ks == nil {
-		ks = &keyState{key: key}
-		p.keys[key] = ks
-	}
-	if ks.paused != nil {
+	if ks != nil && ks.paused != nil {
 		return nil, ks.paused
 	}
 	return ks, nil
 }
 
+// keyStateLocked returns ks, or the new batching state of key when ks is
+// nil (admitLocked found none).
+func (p *Publisher) keyStateLocked(key string, ks *keyState) *keyState {
+	if ks == nil {
+		ks = &keyState{key: key}
+		p.keys[key] = ks
+	}
+	return ks
+}
+
 // addLocked appends a message to the open batch of ks, closing batches on
 // the count and byte thresholds.
-func (p *Publisher) addLocked(ks *keyState, pm *pubsubpb.PubsubMessage, size, reqBytes int, tm *tracedMsg) *Result {
+func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *tracedMsg) *Result {
 	b := ks.open
 	if b != nil && b.bytes+reqBytes > p.batchLimit {
 		p.sealLocked(b) // m would take it over the limit: m opens the next one
@@ -233,7 +250,9 @@ func (p *Publisher) addLocked(ks *keyState, pm *pubsubpb.PubsubMessage, size, re
 	if b == nil {
 		b = p.openLocked(ks)
 	}
-	r := &Result{done: b.done, b: b, i: len(b.msgs)}
+	pm, r := b.slot(p.cfg.MaxMessages)
+	m.fill(pm)
+	r.done, r.b, r.i = b.done, b, len(b.msgs)
 	b.msgs = append(b.msgs, pm)
 	if tm != nil {
 		b.spans = append(b.spans, tm)
@@ -267,6 +286,7 @@ func (p *Publisher) openLocked(ks *keyState) *batch {
 // for unordered messages, behind the key's batch in flight otherwise.
 func (p *Publisher) sealLocked(b *batch) {
 	ks := b.ks
+	ks.lastN = b.n
 	p.closeLocked(b)
 	// Drop closed batches from the front of the timer list now, so a long
 	// Delay does not keep them listed after they were sent.

@@ -136,7 +136,7 @@ func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error)
 	if msgErrs != nil {
 		b.err = nil
 	}
-	b.msgs = nil // the ids are all a Result needs; let the data go
+	b.msgs, b.pms = nil, nil // the ids are all a Result needs; let the data go
 	delete(p.live, b)
 	if ks := b.ks; ks.ordered() {
 		switch {
@@ -152,7 +152,7 @@ func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error)
 			ks.busy = false
 			for _, q := range paused {
 				q.err = perr
-				q.msgs = nil
+				q.msgs, q.pms = nil, nil
 				delete(p.live, q)
 			}
 		case len(ks.queue) > 0:
