@@ -30,16 +30,24 @@ type Publisher struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// mu guards the batching: what Publish touches.
 	mu        sync.Mutex
 	closing   bool
 	free      keyState // unordered messages
 	keys      map[string]*keyState
-	ready     *ring.Ring[*batch]  // closed batches waiting for a sender
-	timers    *ring.Ring[*batch]  // batches in opening order (deadline order); closed ones are skipped
-	openCount int                 // open batches (the rest of timers is stale)
-	live      map[*batch]struct{} // every batch not yet done, for Flush
-	senders   int
-	timerWake chan struct{} // the timer list went from empty to non-empty
+	timers    *ring.Ring[*batch] // batches in opening order (deadline order); closed ones are skipped
+	openCount int                // open batches (the rest of timers is stale)
+	timerIdle bool               // the timer goroutine waits for timerWake, not for a deadline
+
+	// sendMu guards the hand-off to the senders, so that a sender of
+	// unordered batches never waits for (or holds up) Publish. Taken after
+	// mu when both are held.
+	sendMu  sync.Mutex
+	ready   *ring.Ring[*batch]  // closed batches waiting for a sender
+	live    map[*batch]struct{} // every sealed batch not yet done, for Flush
+	senders int
+
+	timerWake chan struct{} // a batch opened while the timer goroutine was idle
 	stop      chan struct{} // closed by Close to stop the timer goroutine
 	wg        sync.WaitGroup
 
@@ -102,6 +110,7 @@ func NewFromClient(client pubsubpb.PublisherClient, topic string, cfg Config) (*
 		ready:      ring.New[*batch](cfg.MaxInFlightBatches),
 		timers:     ring.New[*batch](64),
 		live:       make(map[*batch]struct{}),
+		timerIdle:  true,
 		timerWake:  make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 	}
@@ -269,11 +278,13 @@ func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *
 func (p *Publisher) openLocked(ks *keyState) *batch {
 	b := &batch{ks: ks, open: true, deadline: time.Now().Add(p.cfg.Delay), done: make(chan struct{})}
 	ks.open = b
-	p.live[b] = struct{}{}
 	p.openCount++
 	p.timers.Push(b)
 	p.compactTimersLocked()
-	if p.timers.Len() == 1 {
+	// Every batch waits the same Delay, so a timer already armed fires
+	// no later than b's deadline: only an idle timer goroutine is woken.
+	if p.timerIdle {
+		p.timerIdle = false
 		select {
 		case p.timerWake <- struct{}{}:
 		default:
@@ -293,15 +304,18 @@ func (p *Publisher) sealLocked(b *batch) {
 	for p.timers.Len() > 0 && !p.timers.Front().open {
 		p.timers.Pop()
 	}
-	if ks.ordered() {
-		if ks.busy {
-			ks.queue = append(ks.queue, b)
-			return
-		}
-		ks.busy = true
+	p.sendMu.Lock()
+	p.live[b] = struct{}{}
+	queued := ks.ordered() && ks.busy
+	if !queued {
+		ks.busy = ks.ordered()
+		p.ready.Push(b)
+		p.dispatchSendLocked()
 	}
-	p.ready.Push(b)
-	p.dispatchLocked()
+	p.sendMu.Unlock()
+	if queued {
+		ks.queue = append(ks.queue, b)
+	}
 }
 
 // closeLocked marks b closed to new messages.
@@ -326,10 +340,10 @@ func (p *Publisher) compactTimersLocked() {
 	}
 }
 
-// dispatchLocked starts a sender when batches wait and fewer than
+// dispatchSendLocked starts a sender when batches wait and fewer than
 // MaxInFlightBatches senders run. Senders exit when nothing waits, so an
-// idle Publisher holds only its timer goroutine.
-func (p *Publisher) dispatchLocked() {
+// idle Publisher holds only its timer goroutine. The caller holds sendMu.
+func (p *Publisher) dispatchSendLocked() {
 	if p.ready.Len() > 0 && p.senders < p.cfg.MaxInFlightBatches {
 		p.senders++
 		p.wg.Add(1)
@@ -365,10 +379,12 @@ func (p *Publisher) Flush(ctx context.Context) error {
 			p.sealLocked(ks.open)
 		}
 	}
+	p.sendMu.Lock()
 	waits := make([]<-chan struct{}, 0, len(p.live))
 	for b := range p.live {
 		waits = append(waits, b.done)
 	}
+	p.sendMu.Unlock()
 	p.mu.Unlock()
 	for _, w := range waits {
 		select {
