@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/api/option"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/pubsubflow/pubsubflow/publisher"
@@ -37,19 +40,28 @@ type pubLoad struct {
 	n, payload, keys int
 }
 
+// pubTarget is the server a publisher publishes to: in this process
+// (pubEnv) or in a child process (pubChild).
+type pubTarget interface {
+	dial(tb testing.TB) *grpc.ClientConn
+	topicName() string
+	project() string
+	publishCalls(tb testing.TB) int64 // Publish RPCs the server has served
+}
+
 // pubClient publishes load to the topic of e and returns once every
 // message's publish has settled (the first error, if any).
 type pubClient struct {
 	name string
-	run  func(ctx context.Context, tb testing.TB, e *env, l pubLoad) error
+	run  func(ctx context.Context, tb testing.TB, e pubTarget, l pubLoad) error
 }
 
 var pubClients = []pubClient{
-	{"ours", func(ctx context.Context, tb testing.TB, e *env, l pubLoad) error {
+	{"ours", func(ctx context.Context, tb testing.TB, e pubTarget, l pubLoad) error {
 		return publishOurs(ctx, tb, e, l, nil)
 	}},
 	{"raw", publishRaw},
-	{"google", func(ctx context.Context, tb testing.TB, e *env, l pubLoad) error {
+	{"google", func(ctx context.Context, tb testing.TB, e pubTarget, l pubLoad) error {
 		return publishGoogle(ctx, tb, e, l, false)
 	}},
 }
@@ -87,7 +99,7 @@ func BenchmarkPublish(b *testing.B) {
 					ordering = fmt.Sprintf("keys%d", keys)
 				}
 				b.Run(fmt.Sprintf("payload=%dB/ordering=%s/client=%s", payload, ordering, c.name), func(b *testing.B) {
-					benchPublish(b, c, payload, keys)
+					benchPublish(b, newPubEnv(b), c, payload, keys)
 				})
 			}
 		}
@@ -101,68 +113,171 @@ func BenchmarkPublish(b *testing.B) {
 // reads the global provider, gets it through otel.SetTracerProvider and
 // ClientConfig.EnableOpenTelemetryTracing.
 //
+// server=inproc runs the server in this process, as BenchmarkPublish
+// does; server=child in a child process (this test binary, re-run), so
+// that CPU and allocations per message are the client's alone: a traced
+// message carries its trace context as an attribute, which the server
+// then decodes (a map entry: about 15 allocations in Go's protobuf), a
+// cost of the wire format and not of the client.
+//
 //	go test -run '^$' -bench 'PublishTraced' -benchtime 100000x -count 1 ./bench/
 func BenchmarkPublishTraced(b *testing.B) {
-	for _, payload := range []int{64, 1024} {
-		for _, mode := range []string{"off", "unsampled", "sampled"} {
-			for _, name := range []string{"ours", "google"} {
-				b.Run(fmt.Sprintf("payload=%dB/tracing=%s/client=%s", payload, mode, name), func(b *testing.B) {
-					var tp trace.TracerProvider
-					if mode != "off" {
-						sampler := sdktrace.AlwaysSample()
-						if mode == "unsampled" {
-							sampler = sdktrace.NeverSample()
+	for _, server := range []string{"inproc", "child"} {
+		for _, payload := range []int{64, 1024} {
+			for _, mode := range []string{"off", "unsampled", "sampled"} {
+				for _, name := range []string{"ours", "google"} {
+					b.Run(fmt.Sprintf("server=%s/payload=%dB/tracing=%s/client=%s", server, payload, mode, name), func(b *testing.B) {
+						c, done := tracedPubClient(name, mode)
+						defer done()
+						var e pubTarget
+						if server == "child" {
+							e = startPubChild(b)
+						} else {
+							e = newPubEnv(b)
 						}
-						stp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithBatcher(dropSpans{}))
-						defer stp.Shutdown(context.Background())
-						tp = stp
-					}
-					c := pubClient{name: name}
-					if name == "ours" {
-						c.run = func(ctx context.Context, tb testing.TB, e *env, l pubLoad) error {
-							return publishOurs(ctx, tb, e, l, tp)
-						}
-					} else {
-						if tp != nil {
-							otel.SetTracerProvider(tp)
-							defer otel.SetTracerProvider(noop.NewTracerProvider())
-						}
-						c.run = func(ctx context.Context, tb testing.TB, e *env, l pubLoad) error {
-							return publishGoogle(ctx, tb, e, l, tp != nil)
-						}
-					}
-					benchPublish(b, c, payload, 0)
-				})
+						benchPublish(b, e, c, payload, 0)
+					})
+				}
 			}
 		}
 	}
 }
 
-// newPubEnv starts a pubsubtest server with topic "topic" and no
-// subscription: the server assigns ids and keeps nothing, so its heap does
-// not grow with the run.
-func newPubEnv(tb testing.TB) *env {
-	tb.Helper()
+// tracedPubClient returns the publisher name with tracing mode ("off",
+// "unsampled", "sampled") and a function that ends its tracer provider.
+func tracedPubClient(name, mode string) (pubClient, func()) {
+	var tp trace.TracerProvider
+	done := func() {}
+	if mode != "off" {
+		sampler := sdktrace.AlwaysSample()
+		if mode == "unsampled" {
+			sampler = sdktrace.NeverSample()
+		}
+		stp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithBatcher(dropSpans{}))
+		tp = stp
+		done = func() { _ = stp.Shutdown(context.Background()) }
+	}
+	c := pubClient{name: name}
+	if name == "ours" {
+		c.run = func(ctx context.Context, tb testing.TB, e pubTarget, l pubLoad) error {
+			return publishOurs(ctx, tb, e, l, tp)
+		}
+		return c, done
+	}
+	if tp != nil {
+		otel.SetTracerProvider(tp)
+		end := done
+		done = func() {
+			otel.SetTracerProvider(noop.NewTracerProvider())
+			end()
+		}
+	}
+	c.run = func(ctx context.Context, tb testing.TB, e pubTarget, l pubLoad) error {
+		return publishGoogle(ctx, tb, e, l, tp != nil)
+	}
+	return c, done
+}
+
+// pubServer is a pubsubtest server with topic "topic" and no
+// subscription: it assigns ids and keeps nothing, so its heap does not
+// grow with the run.
+type pubServer struct {
+	*pubsubtest.Server
+	topic string
+}
+
+func newPubServer() (*pubServer, error) {
 	srv, err := pubsubtest.NewServer(pubsubtest.WithMessageStatsLimit(1000))
+	if err != nil {
+		return nil, err
+	}
+	topic, err := srv.CreateTopic(context.Background(), "topic")
+	if err != nil {
+		_ = srv.Close()
+		return nil, err
+	}
+	return &pubServer{Server: srv, topic: topic}, nil
+}
+
+// pubEnv is a pubTarget in this process.
+type pubEnv struct{ srv *pubServer }
+
+func newPubEnv(tb testing.TB) *pubEnv {
+	tb.Helper()
+	srv, err := newPubServer()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = srv.Close() })
-	topic, err := srv.CreateTopic(context.Background(), "topic")
+	return &pubEnv{srv: srv}
+}
+
+func (e *pubEnv) dial(tb testing.TB) *grpc.ClientConn {
+	tb.Helper()
+	cc, err := e.srv.Dial(context.Background())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &env{srv: srv, topic: topic}
+	return cc
 }
 
-func benchPublish(b *testing.B, c pubClient, payload, keys int) {
-	e := newPubEnv(b)
+func (e *pubEnv) topicName() string             { return e.srv.topic }
+func (e *pubEnv) project() string               { return e.srv.Project() }
+func (e *pubEnv) publishCalls(testing.TB) int64 { return e.srv.MethodStats("Publish").Calls }
+
+// pubServerEnv, when set, makes the test binary serve a topic for
+// BenchmarkPublishTraced's server=child (see servePublish).
+const pubServerEnv = "PUBSUBFLOW_BENCH_PUBSERVER"
+
+// servePublish is the child process of server=child: a pubServer. It
+// prints "ADDR <address> <topic> <project>" once ready, answers "CALLS"
+// with "CALLS <Publish RPCs served>", and exits when its input closes.
+func servePublish() int {
+	srv, err := newPubServer()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench publish server:", err)
+		return 1
+	}
+	defer srv.Close()
+	fmt.Printf("ADDR %s %s %s\n", srv.Addr(), srv.topic, srv.Project())
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		if in.Text() == "CALLS" {
+			fmt.Printf("CALLS %d\n", srv.MethodStats("Publish").Calls)
+		}
+	}
+	return 0
+}
+
+// pubChild is a pubTarget in a child process.
+type pubChild struct{ *childServer }
+
+func startPubChild(tb testing.TB) pubChild {
+	return pubChild{startChild(tb, pubServerEnv+"=1")}
+}
+
+func (c pubChild) topicName() string { return c.sub }
+
+func (c pubChild) publishCalls(tb testing.TB) int64 {
+	c.send(tb, "CALLS")
+	for c.out.Scan() {
+		var n int64
+		if _, err := fmt.Sscanf(c.out.Text(), "CALLS %d", &n); err == nil {
+			return n
+		}
+	}
+	tb.Fatalf("bench publish server: no CALLS: %v", c.out.Err())
+	return 0
+}
+
+func benchPublish(b *testing.B, e pubTarget, c pubClient, payload, keys int) {
 	ctx := context.Background()
 	// Warm up outside the clock: connections, pools, the server's maps.
 	if err := c.run(ctx, b, e, pubLoad{n: 2 * pubBatchMessages * pubInFlight, payload: payload, keys: keys}); err != nil {
 		b.Fatal(err)
 	}
 	runtime.GC()
+	calls := e.publishCalls(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	m := StartMeter(0)
@@ -175,6 +290,7 @@ func benchPublish(b *testing.B, c pubClient, payload, keys int) {
 	n := float64(b.N)
 	b.ReportMetric(n/r.Elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(float64(r.CPU.Nanoseconds())/n, "cpu-ns/msg")
+	b.ReportMetric(n/float64(e.publishCalls(b)-calls), "msgs/rpc")
 }
 
 // pubData returns a payload of n bytes.
@@ -197,10 +313,10 @@ func pubKeyNames(n int) []string {
 
 // publishOurs publishes l with a publisher.Publisher of default batching
 // (tp: its tracer provider, nil for none) and waits for every Result.
-func publishOurs(ctx context.Context, tb testing.TB, e *env, l pubLoad, tp trace.TracerProvider) error {
+func publishOurs(ctx context.Context, tb testing.TB, e pubTarget, l pubLoad, tp trace.TracerProvider) error {
 	cc := e.dial(tb)
 	defer cc.Close()
-	p, err := publisher.New(cc, e.topic, publisher.Config{
+	p, err := publisher.New(cc, e.topicName(), publisher.Config{
 		MaxMessages:        pubBatchMessages,
 		MaxBytes:           pubBatchBytes,
 		Delay:              pubDelay,
@@ -273,14 +389,14 @@ func (w *window[R]) drain(ctx context.Context) error {
 
 // publishGoogle publishes l with Google's Publisher, batching as ours
 // does, and waits for every PublishResult.
-func publishGoogle(ctx context.Context, tb testing.TB, e *env, l pubLoad, tracing bool) error {
-	c, err := pubsub.NewClientWithConfig(context.Background(), e.srv.Project(),
+func publishGoogle(ctx context.Context, tb testing.TB, e pubTarget, l pubLoad, tracing bool) error {
+	c, err := pubsub.NewClientWithConfig(context.Background(), e.project(),
 		&pubsub.ClientConfig{EnableOpenTelemetryTracing: tracing}, option.WithGRPCConn(e.dial(tb)))
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	p := c.Publisher(e.topic)
+	p := c.Publisher(e.topicName())
 	defer p.Stop()
 	p.PublishSettings.CountThreshold = pubBatchMessages
 	p.PublishSettings.ByteThreshold = pubBatchBytes
@@ -305,7 +421,7 @@ func publishGoogle(ctx context.Context, tb testing.TB, e *env, l pubLoad, tracin
 // cut at the same message and byte bounds, sent by pubInFlight goroutines
 // with the generated client. No flow control, no ordering, no Result per
 // message: a request's ids are counted and dropped.
-func publishRaw(ctx context.Context, tb testing.TB, e *env, l pubLoad) error {
+func publishRaw(ctx context.Context, tb testing.TB, e pubTarget, l pubLoad) error {
 	cc := e.dial(tb)
 	defer cc.Close()
 	client := pubsubpb.NewPublisherClient(cc)
@@ -318,7 +434,7 @@ func publishRaw(ctx context.Context, tb testing.TB, e *env, l pubLoad) error {
 				if errs[i] != nil {
 					continue
 				}
-				resp, err := client.Publish(ctx, &pubsubpb.PublishRequest{Topic: e.topic, Messages: msgs})
+				resp, err := client.Publish(ctx, &pubsubpb.PublishRequest{Topic: e.topicName(), Messages: msgs})
 				if err == nil && len(resp.MessageIds) != len(msgs) {
 					err = fmt.Errorf("raw publish: %d ids for %d messages", len(resp.MessageIds), len(msgs))
 				}

@@ -4,6 +4,10 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/pubsubflow/pubsubflow/internal/carrier"
 )
 
 // batch is one future PublishRequest: messages of one ordering key ("" for
@@ -29,6 +33,9 @@ type batch struct {
 	// Results the caller holds, and holding only b).
 	pms []pubsubpb.PubsubMessage
 	rs  []Result
+	// wire holds the trace contexts the messages carry, as attribute
+	// entries in wire format (their unknown fields), a chunk at a time.
+	wire []byte
 }
 
 // minChunk is the smallest slab chunk a batch takes.
@@ -52,6 +59,21 @@ func (b *batch) slot(maxMessages int) (*pubsubpb.PubsubMessage, *Result) {
 	b.pms = b.pms[:i+1] // extended in place: a proto message is not copied
 	b.rs = b.rs[:i+1]
 	return &b.pms[i], &b.rs[i]
+}
+
+// carry makes pm carry the trace context sc (valid) on the wire: encoded
+// attribute entries set as its unknown fields, so no map of attributes is
+// copied or built for it. The bytes come from b.wire, which takes a new
+// chunk, for as many messages as the key's last batch held, when the last
+// one is full.
+func (b *batch) carry(pm *pubsubpb.PubsubMessage, sc trace.SpanContext) {
+	n := carrier.WireSize(sc)
+	if cap(b.wire)-len(b.wire) < n {
+		b.wire = make([]byte, 0, n*max(b.ks.lastN, minChunk))
+	}
+	start := len(b.wire)
+	b.wire = carrier.AppendWire(b.wire, sc)
+	pm.ProtoReflect().SetUnknown(protoreflect.RawFields(b.wire[start:len(b.wire):len(b.wire)]))
 }
 
 // keyState is the batching state of one ordering key. The unordered

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
+	"github.com/pubsubflow/pubsubflow/internal/carrier"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/internal/ring"
 )
@@ -146,16 +148,18 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
 	if p.tracing != nil {
 		return p.publishTraced(ctx, m)
 	}
-	return p.add(ctx, m, nil)
+	return p.add(ctx, m, nil, trace.SpanContext{})
 }
 
-// add is Publish; tm holds the message's spans when tracing (else nil).
+// add is Publish; tm holds the message's spans when they are recorded
+// (else nil), and sc, when valid, is the trace context the message
+// carries (see carrier.AppendWire).
 //
 // An untraced message takes p.mu once: the closed and paused checks, the
 // flow-control permit when one is free and no Publish waits for one, and
 // the batching. Only a message that must wait for flow control (or is
 // traced: its spans start around the wait) takes the slow path.
-func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg) *Result {
+func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg, sc trace.SpanContext) *Result {
 	index := p.stats.calls.Add(1) - 1
 	if m == nil {
 		return failed(invalid("", "message #%d: nil", index))
@@ -166,10 +170,9 @@ func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg) *Result 
 	if v := limits.CheckMessage(m.Data, m.Attributes, m.OrderingKey); v != nil {
 		return failed(invalid(m.OrderingKey, "message #%d: %v", index, v))
 	}
-	if tm != nil {
-		m = tm.inject(ctx, m) // after the check: the googclient_ keys are ours
-	}
-	size := m.encodedSize()
+	// The check above refused the caller's googclient_ keys: the trace
+	// context's are ours.
+	size := m.encodedSize() + carrier.WireSize(sc)
 	reqBytes := fieldBytes(size)
 	if n := p.topicBytes + reqBytes; n > limits.MaxRequestBytes {
 		return failed(invalid(m.OrderingKey, "message #%d: message: request size: %d bytes encoded in a request, the limit is %d",
@@ -183,7 +186,7 @@ func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg) *Result 
 			return failed(err)
 		}
 		if p.flow.tryAcquire(size) {
-			r := p.addLocked(p.keyStateLocked(m.OrderingKey, ks), m, size, reqBytes, nil)
+			r := p.addLocked(p.keyStateLocked(m.OrderingKey, ks), m, size, reqBytes, nil, sc)
 			p.mu.Unlock()
 			return r
 		}
@@ -216,7 +219,7 @@ func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg) *Result 
 		p.flow.release(1, size)
 		return failed(err)
 	}
-	r := p.addLocked(p.keyStateLocked(m.OrderingKey, ks), m, size, reqBytes, tm)
+	r := p.addLocked(p.keyStateLocked(m.OrderingKey, ks), m, size, reqBytes, tm, sc)
 	p.mu.Unlock()
 	return r
 }
@@ -250,7 +253,7 @@ func (p *Publisher) keyStateLocked(key string, ks *keyState) *keyState {
 
 // addLocked appends a message to the open batch of ks, closing batches on
 // the count and byte thresholds.
-func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *tracedMsg) *Result {
+func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *tracedMsg, sc trace.SpanContext) *Result {
 	b := ks.open
 	if b != nil && b.bytes+reqBytes > p.batchLimit {
 		p.sealLocked(b) // m would take it over the limit: m opens the next one
@@ -261,11 +264,15 @@ func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *
 	}
 	pm, r := b.slot(p.cfg.MaxMessages)
 	m.fill(pm)
+	if sc.IsValid() {
+		b.carry(pm, sc)
+	}
 	r.done, r.b, r.i = b.done, b, len(b.msgs)
-	b.msgs = append(b.msgs, pm)
 	if tm != nil {
+		tm.i = len(b.msgs)
 		b.spans = append(b.spans, tm)
 	}
+	b.msgs = append(b.msgs, pm)
 	b.n++
 	b.bytes += reqBytes
 	b.flowBytes += size
