@@ -309,3 +309,30 @@ func TestTraceMixedBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceContextReplacesCallers: a googclient_traceparent the caller
+// set itself is replaced on the wire by the create span's, as an
+// injection into a copy of the attributes did, and the caller's map keeps
+// its own.
+func TestTraceContextReplacesCallers(t *testing.T) {
+	srv, conn, topic := pstestTopic(t)
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	p, err := New(conn, topic, Config{TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stale = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	attrs := map[string]string{"googclient_traceparent": stale}
+	mustGet(t, p.Publish(context.Background(), &Message{Data: []byte("x"), Attributes: attrs}))
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if attrs["googclient_traceparent"] != stale {
+		t.Fatalf("the caller's attributes were modified: %v", attrs)
+	}
+	got := srv.Messages()[0].Attributes
+	if tp := got["googclient_traceparent"]; tp == stale || len(tp) != 55 || len(got) != 1 {
+		t.Fatalf("server got attributes %v, want one traceparent, not the caller's", got)
+	}
+}

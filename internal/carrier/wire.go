@@ -54,8 +54,10 @@ func WireSize(sc trace.SpanContext) int {
 // has a trace state, "googclient_tracestate"): bytes that, set as a wire
 // message's unknown fields, reach the server as those attributes, without
 // a map of attributes being copied or built for them. It appends nothing
-// when sc is not valid. The caller's attributes must not hold those keys
-// (the service reserves the "goog" prefix, and the Publisher refuses it).
+// when sc is not valid. Unknown fields are encoded after the message's
+// known ones and a parser keeps the last entry of a duplicated map key, so
+// these entries win over the same keys in the message's own attributes,
+// as an injection into a copy of them would.
 func AppendWire(dst []byte, sc trace.SpanContext) []byte {
 	if !sc.IsValid() {
 		return dst
