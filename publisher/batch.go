@@ -62,12 +62,11 @@ func (b *batch) slot(maxMessages int) (*pubsubpb.PubsubMessage, *Result) {
 }
 
 // carry makes pm carry the trace context sc (valid) on the wire: encoded
-// attribute entries set as its unknown fields, so no map of attributes is
-// copied or built for it. The bytes come from b.wire, which takes a new
-// chunk, for as many messages as the key's last batch held, when the last
-// one is full.
-func (b *batch) carry(pm *pubsubpb.PubsubMessage, sc trace.SpanContext) {
-	n := carrier.WireSize(sc)
+// attribute entries (n bytes: carrier.WireSize) set as its unknown fields,
+// so no map of attributes is copied or built for it. The bytes come from
+// b.wire, which takes a new chunk, for as many messages as the key's last
+// batch held, when the last one is full.
+func (b *batch) carry(pm *pubsubpb.PubsubMessage, sc trace.SpanContext, n int) {
 	if cap(b.wire)-len(b.wire) < n {
 		b.wire = make([]byte, 0, n*max(b.ks.lastN, minChunk))
 	}

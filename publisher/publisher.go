@@ -172,7 +172,8 @@ func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg, sc trace
 	}
 	// The check above refused the caller's googclient_ keys: the trace
 	// context's are ours.
-	size := m.encodedSize() + carrier.WireSize(sc)
+	wire := carrier.WireSize(sc)
+	size := m.encodedSize() + wire
 	reqBytes := fieldBytes(size)
 	if n := p.topicBytes + reqBytes; n > limits.MaxRequestBytes {
 		return failed(invalid(m.OrderingKey, "message #%d: message: request size: %d bytes encoded in a request, the limit is %d",
@@ -186,7 +187,7 @@ func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg, sc trace
 			return failed(err)
 		}
 		if p.flow.tryAcquire(size) {
-			r := p.addLocked(p.keyStateLocked(m.OrderingKey, ks), m, size, reqBytes, nil, sc)
+			r := p.addLocked(p.keyStateLocked(m.OrderingKey, ks), m, size, reqBytes, nil, sc, wire)
 			p.mu.Unlock()
 			return r
 		}
@@ -219,7 +220,7 @@ func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg, sc trace
 		p.flow.release(1, size)
 		return failed(err)
 	}
-	r := p.addLocked(p.keyStateLocked(m.OrderingKey, ks), m, size, reqBytes, tm, sc)
+	r := p.addLocked(p.keyStateLocked(m.OrderingKey, ks), m, size, reqBytes, tm, sc, wire)
 	p.mu.Unlock()
 	return r
 }
@@ -253,7 +254,7 @@ func (p *Publisher) keyStateLocked(key string, ks *keyState) *keyState {
 
 // addLocked appends a message to the open batch of ks, closing batches on
 // the count and byte thresholds.
-func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *tracedMsg, sc trace.SpanContext) *Result {
+func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *tracedMsg, sc trace.SpanContext, wire int) *Result {
 	b := ks.open
 	if b != nil && b.bytes+reqBytes > p.batchLimit {
 		p.sealLocked(b) // m would take it over the limit: m opens the next one
@@ -264,8 +265,8 @@ func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *
 	}
 	pm, r := b.slot(p.cfg.MaxMessages)
 	m.fill(pm)
-	if sc.IsValid() {
-		b.carry(pm, sc)
+	if wire > 0 {
+		b.carry(pm, sc, wire)
 	}
 	r.done, r.b, r.i = b.done, b, len(b.msgs)
 	if tm != nil {
