@@ -66,9 +66,13 @@ func AppendWire(dst []byte, sc trace.SpanContext) []byte {
 		dst = appendEntryHeader(dst, TraceStateKey, len(ts.String()))
 		dst = append(dst, ts.String()...)
 	}
-	dst = appendEntryHeader(dst, TraceParentKey, traceParentLen)
+	dst = append(dst, traceParentHeader...)
 	return AppendTraceParent(dst, sc)
 }
+
+// traceParentHeader is the constant start of the traceparent entry: its
+// tag and length, the key field, the value's tag and length.
+var traceParentHeader = appendEntryHeader(nil, TraceParentKey, traceParentLen)
 
 // entrySize is the encoded size of one map entry with a key and value of
 // these lengths, tag included.

@@ -72,3 +72,11 @@ func TestAppendWireAllocs(t *testing.T) {
 		t.Fatalf("%v allocations", n)
 	}
 }
+
+func BenchmarkAppendWire(b *testing.B) {
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+	buf := make([]byte, 0, 256)
+	for b.Loop() {
+		buf = AppendWire(buf[:0], sc)
+	}
+}
