@@ -4,33 +4,11 @@ package publisher
 
 import (
 	"context"
-	"strconv"
 	"testing"
 
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc"
 )
-
-// idClient is a PublisherClient that answers every Publish at once with
-// ids from a fixed list, allocating nothing per request.
-type idClient struct {
-	pubsubpb.PublisherClient
-	resp *pubsubpb.PublishResponse
-}
-
-func newIDClient(max int) *idClient {
-	ids := make([]string, max)
-	for i := range ids {
-		ids[i] = strconv.Itoa(i)
-	}
-	return &idClient{resp: &pubsubpb.PublishResponse{MessageIds: ids}}
-}
-
-func (c *idClient) Publish(_ context.Context, req *pubsubpb.PublishRequest, _ ...grpc.CallOption) (*pubsubpb.PublishResponse, error) {
-	return &pubsubpb.PublishResponse{MessageIds: c.resp.MessageIds[:len(req.Messages)]}, nil
-}
 
 // TestPublishAllocs: an untraced Publish allocates nothing of its own per
 // message: its wire message and Result come from per-batch slabs, so what
