@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"sync"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -30,9 +31,11 @@ type batch struct {
 	// The messages' wire messages and Results are taken from slabs, a
 	// chunk at a time, not allocated one by one: msgs points into pms
 	// (dropped with msgs once done), Results into rs (kept alive by the
-	// Results the caller holds, and holding only b).
-	pms []pubsubpb.PubsubMessage
-	rs  []Result
+	// Results the caller holds, and holding only b). A batch that takes
+	// MaxMessages at once takes them from slab, a recycled wire side.
+	pms  []pubsubpb.PubsubMessage
+	rs   []Result
+	slab *wireSlab
 	// wire holds the trace contexts the messages carry, as attribute
 	// entries in wire format (their unknown fields), a chunk at a time.
 	wire []byte
@@ -41,24 +44,56 @@ type batch struct {
 // minChunk is the smallest slab chunk a batch takes.
 const minChunk = 4
 
+// wireSlab is the wire side of a batch of MaxMessages: its wire messages
+// and the request's list of them. Neither is referenced once the batch's
+// Publish returned (gRPC encodes the request before it returns; a Result
+// reads only ids and errors), so a completed batch hands its slab back to
+// Publisher.slabs, cleared, for a later batch: a steady load allocates
+// and collects no wire messages.
+type wireSlab struct {
+	pms  []pubsubpb.PubsubMessage
+	msgs []*pubsubpb.PubsubMessage
+}
+
 // slot returns the next free wire message and Result of b, taking a new
 // chunk when the last one is full: as many as the key's previous batch
 // held (so a steady load takes one chunk per batch), at least minChunk and
 // at least what b already holds (so a growing one takes a few), and never
-// more than the batch may still take.
-func (b *batch) slot(maxMessages int) (*pubsubpb.PubsubMessage, *Result) {
+// more than the batch may still take. A first chunk of maxMessages comes
+// from slabs.
+func (b *batch) slot(maxMessages int, slabs *sync.Pool) (*pubsubpb.PubsubMessage, *Result) {
 	if len(b.pms) == cap(b.pms) {
 		c := min(max(b.ks.lastN, minChunk, b.n), maxMessages-b.n)
-		b.pms = make([]pubsubpb.PubsubMessage, 0, c)
-		b.rs = make([]Result, 0, c)
-		if b.msgs == nil {
-			b.msgs = make([]*pubsubpb.PubsubMessage, 0, c)
+		if b.n == 0 && c == maxMessages {
+			s, _ := slabs.Get().(*wireSlab)
+			if s == nil {
+				s = &wireSlab{pms: make([]pubsubpb.PubsubMessage, maxMessages), msgs: make([]*pubsubpb.PubsubMessage, 0, maxMessages)}
+			}
+			b.slab, b.pms, b.msgs = s, s.pms[:0], s.msgs
+		} else {
+			b.pms = make([]pubsubpb.PubsubMessage, 0, c)
+			if b.msgs == nil {
+				b.msgs = make([]*pubsubpb.PubsubMessage, 0, c)
+			}
 		}
+		b.rs = make([]Result, 0, c)
 	}
 	i := len(b.pms)
 	b.pms = b.pms[:i+1] // extended in place: a proto message is not copied
 	b.rs = b.rs[:i+1]
 	return &b.pms[i], &b.rs[i]
+}
+
+// dropWire lets go of b's wire messages once they are no longer used
+// (its Publish returned, or it will never be sent), recycling its slab.
+func (b *batch) dropWire(slabs *sync.Pool) {
+	if s := b.slab; s != nil {
+		clear(s.pms[:len(b.pms)]) // no data, attributes or trace context kept alive
+		clear(b.msgs)
+		s.msgs = b.msgs[:0]
+		slabs.Put(s)
+	}
+	b.slab, b.msgs, b.pms, b.wire = nil, nil, nil, nil
 }
 
 // carry makes pm carry the trace context sc (valid) on the wire: encoded

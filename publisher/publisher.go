@@ -49,6 +49,8 @@ type Publisher struct {
 	live    map[*batch]struct{} // every sealed batch not yet done, for Flush
 	senders int
 
+	slabs sync.Pool // of *wireSlab: the wire side of completed full-size batches
+
 	timerWake chan struct{} // a batch opened while the timer goroutine was idle
 	stop      chan struct{} // closed by Close to stop the timer goroutine
 	wg        sync.WaitGroup
@@ -263,7 +265,7 @@ func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *
 	if b == nil {
 		b = p.openLocked(ks)
 	}
-	pm, r := b.slot(p.cfg.MaxMessages)
+	pm, r := b.slot(p.cfg.MaxMessages, &p.slabs)
 	m.fill(pm)
 	if wire > 0 {
 		b.carry(pm, sc, wire)

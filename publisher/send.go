@@ -146,7 +146,7 @@ func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error)
 	if msgErrs != nil {
 		b.err = nil
 	}
-	b.msgs, b.pms, b.wire = nil, nil, nil // the ids are all a Result needs; let the data go
+	b.dropWire(&p.slabs) // the ids are all a Result needs; let the data go
 	if ks := b.ks; ks.ordered() {
 		p.mu.Lock()
 		switch {
@@ -162,7 +162,7 @@ func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error)
 			ks.busy = false
 			for _, q := range paused {
 				q.err = perr
-				q.msgs, q.pms, q.wire = nil, nil, nil
+				q.dropWire(&p.slabs)
 			}
 		case len(ks.queue) > 0:
 			next := ks.queue[0]
