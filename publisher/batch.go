@@ -15,23 +15,20 @@ import (
 // unordered messages). Its fields are guarded by Publisher.mu until done is
 // closed; after that ids and err are read-only.
 type batch struct {
+	outcome   // done, and once it is closed ids, err and msgErrs
 	ks        *keyState
 	msgs      []*pubsubpb.PubsubMessage
 	n         int // messages added (msgs is dropped once done)
 	bytes     int // encoded size of the messages in a request
 	flowBytes int // sum of message sizes, as flow control counted them
 	open      bool
-	deadline  time.Time // when Delay closes it
-	done      chan struct{}
-	ids       []string
-	err       error
-	msgErrs   []error      // per message, when single messages failed (then err is nil)
+	deadline  time.Time    // when Delay closes it
 	spans     []*tracedMsg // the messages' spans, when tracing
 
 	// The messages' wire messages and Results are taken from slabs, a
 	// chunk at a time, not allocated one by one: msgs points into pms
 	// (dropped with msgs once done), Results into rs (kept alive by the
-	// Results the caller holds, and holding only b). A batch that takes
+	// Results the caller holds, and holding only b, through its outcome). A batch that takes
 	// MaxMessages at once takes them from slab, a recycled wire side.
 	pms  []pubsubpb.PubsubMessage
 	rs   []Result

@@ -270,7 +270,7 @@ func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *
 	if wire > 0 {
 		b.carry(pm, sc, wire)
 	}
-	r.done, r.b, r.i = b.done, b, len(b.msgs)
+	r.o, r.i = &b.outcome, len(b.msgs)
 	if tm != nil {
 		tm.i = len(b.msgs)
 		b.spans = append(b.spans, tm)
@@ -286,7 +286,7 @@ func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *
 }
 
 func (p *Publisher) openLocked(ks *keyState) *batch {
-	b := &batch{ks: ks, open: true, deadline: time.Now().Add(p.cfg.Delay), done: make(chan struct{})}
+	b := &batch{ks: ks, open: true, deadline: time.Now().Add(p.cfg.Delay), outcome: outcome{done: make(chan struct{})}}
 	ks.open = b
 	p.openCount++
 	p.timers.Push(b)

@@ -100,12 +100,12 @@ func (p *Publisher) publishTraced(ctx context.Context, m *Message) *Result {
 	}
 	tm := &tracedMsg{create: span, t: t}
 	r := p.add(ctx, m, tm, span.SpanContext())
-	if r.err != nil {
+	if err := r.refused(); err != nil {
 		if tm.batching != nil {
 			tm.batching.End()
 		}
-		span.RecordError(r.err)
-		span.SetStatus(codes.Error, r.err.Error())
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
 		span.End()
 	}
 	return r
