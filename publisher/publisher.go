@@ -172,8 +172,9 @@ func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg, sc trace
 	if v := limits.CheckMessage(m.Data, m.Attributes, m.OrderingKey); v != nil {
 		return failed(invalid(m.OrderingKey, "message #%d: %v", index, v))
 	}
-	// The check above refused the caller's googclient_ keys: the trace
-	// context's are ours.
+	// The trace context's googclient_ entries follow the caller's
+	// attributes on the wire and so win over the caller's own googclient_
+	// keys, which the service allows (see carrier.AppendWire).
 	wire := carrier.WireSize(sc)
 	size := m.encodedSize() + wire
 	reqBytes := fieldBytes(size)
