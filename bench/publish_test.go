@@ -106,6 +106,22 @@ func BenchmarkPublish(b *testing.B) {
 	}
 }
 
+// BenchmarkPublishClient is BenchmarkPublish (unordered) with the server
+// in a child process (this test binary, re-run), so that cpu-ns/msg,
+// allocs/op and B/op are the publisher's alone: what each publisher costs
+// on top of the gRPC client it shares with the others.
+//
+//	go test -run '^$' -bench 'PublishClient' -benchtime 200000x -count 1 ./bench/
+func BenchmarkPublishClient(b *testing.B) {
+	for _, payload := range []int{64, 1024} {
+		for _, c := range pubClients {
+			b.Run(fmt.Sprintf("payload=%dB/client=%s", payload, c.name), func(b *testing.B) {
+				benchPublish(b, startPubChild(b), c, payload, 0)
+			})
+		}
+	}
+}
+
 // BenchmarkPublishTraced is BenchmarkPublish (unordered) with tracing:
 // "off" (no tracer), "unsampled" (sdktrace.NeverSample) and "sampled"
 // (every span recorded and batched to an exporter that drops them). Ours
