@@ -17,6 +17,7 @@ import (
 type batch struct {
 	outcome   // done, and once it is closed ids, err and msgErrs
 	ks        *keyState
+	ordered   bool // ks.ordered(), kept here so that a sender of unordered batches reads nothing of the Publisher's
 	msgs      []*pubsubpb.PubsubMessage
 	n         int // messages added (msgs is dropped once done)
 	bytes     int // encoded size of the messages in a request

@@ -287,7 +287,7 @@ func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *
 }
 
 func (p *Publisher) openLocked(ks *keyState) *batch {
-	b := &batch{ks: ks, open: true, deadline: time.Now().Add(p.cfg.Delay), outcome: outcome{done: make(chan struct{})}}
+	b := &batch{ks: ks, ordered: ks.ordered(), open: true, deadline: time.Now().Add(p.cfg.Delay), outcome: outcome{done: make(chan struct{})}}
 	ks.open = b
 	p.openCount++
 	p.timers.Push(b)

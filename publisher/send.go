@@ -135,7 +135,7 @@ func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error)
 	for _, e := range msgErrs {
 		if e != nil {
 			nfailed++
-			if err == nil && b.ks.ordered() {
+			if err == nil && b.ordered {
 				err = e // pauses the key below; b.msgErrs still decides each Result
 			}
 		}
@@ -147,7 +147,8 @@ func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error)
 		b.err = nil
 	}
 	b.dropWire(&p.slabs) // the ids are all a Result needs; let the data go
-	if ks := b.ks; ks.ordered() {
+	if b.ordered {
+		ks := b.ks
 		p.mu.Lock()
 		switch {
 		case err != nil:
