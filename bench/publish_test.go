@@ -72,13 +72,12 @@ var pubClients = []pubClient{
 //
 //   - ours: publisher.Publisher, batching as configured by default (100
 //     messages, 1 MB, 10 ms, 16 RPCs in flight) and its default flow
-//     control; every Result is waited for.
-//   - raw: the physical reference: the publishing goroutine encodes
-//     nothing but sizes each message (its data field) for the same byte
-//     bound, cuts
-//     requests of 100 messages (or 1 MB), and 16 goroutines send them with
-//     the generated client; no flow control, no ordering, no per-message
-//     result. Unordered only.
+//     control; every Result is waited for (in a window of pubWindow).
+//   - raw: the physical reference: the publishing goroutine makes each
+//     wire message and sizes it (its data field) for the same byte bound,
+//     cuts requests of 100 messages (or 1 MB), and 16 goroutines send
+//     them with the generated client; no flow control, no ordering, no
+//     per-message result. Unordered only.
 //   - google: Google's Publisher (cloud.google.com/go/pubsub/v2) with the
 //     same thresholds and NumGoroutines 16; every PublishResult is waited
 //     for.
