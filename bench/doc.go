@@ -2,7 +2,9 @@
 // official Go client (cloud.google.com/go/pubsub/v2) and with a raw
 // StreamingPull loop, all against a pubsubtest server (in a child process
 // for the throughput and memory benchmarks, so only the client is
-// measured), and
+// measured); its Publisher against Google's publisher and a raw batched
+// Publish loop (BenchmarkPublish, BenchmarkPublishClient,
+// BenchmarkPublishTraced); and
 // holds the helpers those benchmarks share (Meter: wall time, process CPU
 // time and peak heap of a run).
 //
@@ -12,6 +14,9 @@
 //	go test -run '^$' -bench 'Throughput$' -benchtime 100000x -count 6 ./bench/
 //	go test -run '^$' -bench SlowConsumer -benchtime 1x ./bench/
 //	go test -run '^$' -bench MemoryBacklog -benchtime 1000000x -timeout 30m ./bench/
+//	go test -run '^$' -bench 'Publish$' -benchtime 200000x -count 1 ./bench/
+//	go test -run '^$' -bench 'PublishClient' -benchtime 200000x -count 1 ./bench/
+//	go test -run '^$' -bench 'PublishTraced' -benchtime 100000x -count 1 ./bench/
 //
 // The slow-consumer benchmark also runs the demand-driven tracker of
 // internal/naive, which leases a message only when a handler pulls it, to

@@ -17,6 +17,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(feedEnv) != "" {
 		os.Exit(serveFeed())
 	}
+	// And the traced publish benchmark's server=child (see publish_test.go).
+	if os.Getenv(pubServerEnv) != "" {
+		os.Exit(servePublish())
+	}
 	// Google's client starts OpenCensus's stats worker in a package init,
 	// and its stream keep-alive goroutine outlives Receive until the next
 	// tick of a 10 s ticker: neither is ours to stop.

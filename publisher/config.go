@@ -74,8 +74,13 @@ type Config struct {
 	// do, with the tracer "github.com/pubsubflow/pubsubflow/publisher": a
 	// "<topic> create" span per message, whose W3C trace context is sent
 	// in the message's attributes ("googclient_traceparent") when it is
-	// valid, and a "<topic> publish" span per Publish RPC linked to the
-	// messages it carries. Nil (the default): nothing is traced or
+	// valid, with "publisher flow control" and "publisher batching" spans
+	// under it, and a "<topic> publish" span per Publish RPC linked to the
+	// messages it carries. Tracing costs what it records: a message whose
+	// create span the sampler does not record costs that span's Start and
+	// its trace context on the wire (so a subscriber honours the
+	// decision), and nothing else; an RPC carrying no recorded message
+	// gets no publish span. Nil (the default): nothing is traced or
 	// allocated for tracing.
 	TracerProvider trace.TracerProvider
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pubsubflow/pubsubflow/flow"
 )
@@ -20,6 +21,7 @@ type flowQueue struct {
 	mu      sync.Mutex
 	waiters []*flowWaiter // FIFO; only the head may be granted
 	closed  bool
+	queued  atomic.Int32 // len(waiters), for tryAcquire without mu
 }
 
 type flowWaiter struct {
@@ -30,6 +32,18 @@ type flowWaiter struct {
 
 func newFlowQueue(c FlowConfig) *flowQueue {
 	return &flowQueue{fc: flow.NewFlowControl(int64(c.MaxMessages), int64(c.MaxBytes)), failFast: c.FailFast}
+}
+
+// tryAcquire takes a permit for one message of size bytes if one is free
+// now and no Publish waits for one (they go first), without taking q.mu:
+// the Publisher's fast path, which has checked under its own lock that it
+// is not closed. It reports whether it took the permit.
+//
+// A waiter that queues concurrently is not overtaken unfairly: this call
+// read the queue empty before the waiter was in it, and the waiter is
+// granted by the next release, which grants under q.mu.
+func (q *flowQueue) tryAcquire(size int) bool {
+	return q.queued.Load() == 0 && q.fc.TryAcquire(size)
 }
 
 // acquire takes a permit for one message of size bytes, waiting for room
@@ -51,6 +65,7 @@ func (q *flowQueue) acquire(ctx context.Context, size int) error {
 	}
 	w := &flowWaiter{size: size, ready: make(chan struct{})}
 	q.waiters = append(q.waiters, w)
+	q.queued.Store(int32(len(q.waiters)))
 	q.mu.Unlock()
 
 	select {
@@ -69,6 +84,7 @@ func (q *flowQueue) acquire(ctx context.Context, size int) error {
 		for i, x := range q.waiters {
 			if x == w {
 				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+				q.queued.Store(int32(len(q.waiters)))
 				break
 			}
 		}
@@ -93,6 +109,7 @@ func (q *flowQueue) grantLocked() {
 		w := q.waiters[0]
 		q.waiters[0] = nil
 		q.waiters = q.waiters[1:]
+		q.queued.Store(int32(len(q.waiters)))
 		close(w.ready)
 	}
 }
@@ -107,6 +124,7 @@ func (q *flowQueue) close() {
 		close(w.ready)
 	}
 	q.waiters = nil
+	q.queued.Store(0)
 }
 
 // outstanding returns the messages and bytes held now.

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
+	"github.com/pubsubflow/pubsubflow/internal/carrier"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/internal/ring"
 )
@@ -30,16 +32,26 @@ type Publisher struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// mu guards the batching: what Publish touches.
 	mu        sync.Mutex
 	closing   bool
 	free      keyState // unordered messages
 	keys      map[string]*keyState
-	ready     *ring.Ring[*batch]  // closed batches waiting for a sender
-	timers    *ring.Ring[*batch]  // batches in opening order (deadline order); closed ones are skipped
-	openCount int                 // open batches (the rest of timers is stale)
-	live      map[*batch]struct{} // every batch not yet done, for Flush
-	senders   int
-	timerWake chan struct{} // the timer list went from empty to non-empty
+	timers    *ring.Ring[*batch] // batches in opening order (deadline order); closed ones are skipped
+	openCount int                // open batches (the rest of timers is stale)
+	timerIdle bool               // the timer goroutine waits for timerWake, not for a deadline
+
+	// sendMu guards the hand-off to the senders, so that a sender of
+	// unordered batches never waits for (or holds up) Publish. Taken after
+	// mu when both are held.
+	sendMu  sync.Mutex
+	ready   *ring.Ring[*batch]  // closed batches waiting for a sender
+	live    map[*batch]struct{} // every sealed batch not yet done, for Flush
+	senders int
+
+	slabs sync.Pool // of *wireSlab: the wire side of completed full-size batches
+
+	timerWake chan struct{} // a batch opened while the timer goroutine was idle
 	stop      chan struct{} // closed by Close to stop the timer goroutine
 	wg        sync.WaitGroup
 
@@ -102,6 +114,7 @@ func NewFromClient(client pubsubpb.PublisherClient, topic string, cfg Config) (*
 		ready:      ring.New[*batch](cfg.MaxInFlightBatches),
 		timers:     ring.New[*batch](64),
 		live:       make(map[*batch]struct{}),
+		timerIdle:  true,
 		timerWake:  make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 	}
@@ -137,11 +150,18 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
 	if p.tracing != nil {
 		return p.publishTraced(ctx, m)
 	}
-	return p.add(ctx, m, nil)
+	return p.add(ctx, m, nil, trace.SpanContext{})
 }
 
-// add is Publish; tm holds the message's spans when tracing (else nil).
-func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg) *Result {
+// add is Publish; tm holds the message's spans when they are recorded
+// (else nil), and sc, when valid, is the trace context the message
+// carries (see carrier.AppendWire).
+//
+// An untraced message takes p.mu once: the closed and paused checks, the
+// flow-control permit when one is free and no Publish waits for one, and
+// the batching. Only a message that must wait for flow control (or is
+// traced: its spans start around the wait) takes the slow path.
+func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg, sc trace.SpanContext) *Result {
 	index := p.stats.calls.Add(1) - 1
 	if m == nil {
 		return failed(invalid("", "message #%d: nil", index))
@@ -152,19 +172,37 @@ func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg) *Result 
 	if v := limits.CheckMessage(m.Data, m.Attributes, m.OrderingKey); v != nil {
 		return failed(invalid(m.OrderingKey, "message #%d: %v", index, v))
 	}
-	if tm != nil {
-		m = tm.inject(ctx, m) // after the check: the googclient_ keys are ours
-	}
-	pm, size, reqBytes := m.toProto()
+	// The trace context's googclient_ entries follow the caller's
+	// attributes on the wire and so win over the caller's own googclient_
+	// keys, which the service allows (see carrier.AppendWire).
+	wire := carrier.WireSize(sc)
+	size := m.encodedSize() + wire
+	reqBytes := fieldBytes(size)
 	if n := p.topicBytes + reqBytes; n > limits.MaxRequestBytes {
 		return failed(invalid(m.OrderingKey, "message #%d: message: request size: %d bytes encoded in a request, the limit is %d",
 			index, n, limits.MaxRequestBytes))
 	}
-	// Fail fast on a paused key before waiting for flow control (which
-	// itself refuses a closed publisher); both are checked again once the
-	// permit is held.
-	if m.OrderingKey != "" {
-		if err := p.precheck(m.OrderingKey); err != nil {
+	if tm == nil {
+		p.mu.Lock()
+		ks, err := p.admitLocked(m.OrderingKey)
+		if err != nil {
+			p.mu.Unlock()
+			return failed(err)
+		}
+		if p.flow.tryAcquire(size) {
+			r := p.addLocked(p.keyStateLocked(m.OrderingKey, ks), m, size, reqBytes, nil, sc, wire)
+			p.mu.Unlock()
+			return r
+		}
+		p.mu.Unlock()
+	} else if m.OrderingKey != "" {
+		// Fail fast on a paused key before waiting for flow control
+		// (which itself refuses a closed publisher); both are checked
+		// again once the permit is held.
+		p.mu.Lock()
+		_, err := p.admitLocked(m.OrderingKey)
+		p.mu.Unlock()
+		if err != nil {
 			return failed(err)
 		}
 	}
@@ -179,32 +217,21 @@ func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg) *Result 
 		return failed(err)
 	}
 	p.mu.Lock()
-	ks, err := p.keyLocked(m.OrderingKey)
+	ks, err := p.admitLocked(m.OrderingKey)
 	if err != nil {
 		p.mu.Unlock()
 		p.flow.release(1, size)
 		return failed(err)
 	}
-	r := p.addLocked(ks, pm, size, reqBytes, tm)
+	r := p.addLocked(p.keyStateLocked(m.OrderingKey, ks), m, size, reqBytes, tm, sc, wire)
 	p.mu.Unlock()
 	return r
 }
 
-func (p *Publisher) precheck(key string) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closing {
-		return ErrClosed
-	}
-	if ks := p.keys[key]; ks != nil && ks.paused != nil {
-		return ks.paused
-	}
-	return nil
-}
-
-// keyLocked returns the batching state of key, creating it, or the error
-// that refuses a message for it.
-func (p *Publisher) keyLocked(key string) (*keyState, error) {
+// admitLocked returns the error that refuses a message for key now
+// (closed, or the key paused), or the key's batching state if it has one
+// (nil: none yet; the unordered messages' for key "").
+func (p *Publisher) admitLocked(key string) (*keyState, error) {
 	if p.closing {
 		return nil, ErrClosed
 	}
@@ -212,19 +239,25 @@ func (p *Publisher) keyLocked(key string) (*keyState, error) {
 		return &p.free, nil
 	}
 	ks := p.keys[key]
-	if ks == nil {
-		ks = &keyState{key: key}
-		p.keys[key] = ks
-	}
-	if ks.paused != nil {
+	if ks != nil && ks.paused != nil {
 		return nil, ks.paused
 	}
 	return ks, nil
 }
 
+// keyStateLocked returns ks, or the new batching state of key when ks is
+// nil (admitLocked found none).
+func (p *Publisher) keyStateLocked(key string, ks *keyState) *keyState {
+	if ks == nil {
+		ks = &keyState{key: key}
+		p.keys[key] = ks
+	}
+	return ks
+}
+
 // addLocked appends a message to the open batch of ks, closing batches on
 // the count and byte thresholds.
-func (p *Publisher) addLocked(ks *keyState, pm *pubsubpb.PubsubMessage, size, reqBytes int, tm *tracedMsg) *Result {
+func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *tracedMsg, sc trace.SpanContext, wire int) *Result {
 	b := ks.open
 	if b != nil && b.bytes+reqBytes > p.batchLimit {
 		p.sealLocked(b) // m would take it over the limit: m opens the next one
@@ -233,11 +266,17 @@ func (p *Publisher) addLocked(ks *keyState, pm *pubsubpb.PubsubMessage, size, re
 	if b == nil {
 		b = p.openLocked(ks)
 	}
-	r := &Result{done: b.done, b: b, i: len(b.msgs)}
-	b.msgs = append(b.msgs, pm)
+	pm, r := b.slot(p.cfg.MaxMessages, &p.slabs)
+	m.fill(pm)
+	if wire > 0 {
+		b.carry(pm, sc, wire)
+	}
+	r.o, r.i = &b.outcome, len(b.msgs)
 	if tm != nil {
+		tm.i = len(b.msgs)
 		b.spans = append(b.spans, tm)
 	}
+	b.msgs = append(b.msgs, pm)
 	b.n++
 	b.bytes += reqBytes
 	b.flowBytes += size
@@ -248,13 +287,15 @@ func (p *Publisher) addLocked(ks *keyState, pm *pubsubpb.PubsubMessage, size, re
 }
 
 func (p *Publisher) openLocked(ks *keyState) *batch {
-	b := &batch{ks: ks, open: true, deadline: time.Now().Add(p.cfg.Delay), done: make(chan struct{})}
+	b := &batch{ks: ks, ordered: ks.ordered(), open: true, deadline: time.Now().Add(p.cfg.Delay), outcome: outcome{done: make(chan struct{})}}
 	ks.open = b
-	p.live[b] = struct{}{}
 	p.openCount++
 	p.timers.Push(b)
 	p.compactTimersLocked()
-	if p.timers.Len() == 1 {
+	// Every batch waits the same Delay, so a timer already armed fires
+	// no later than b's deadline: only an idle timer goroutine is woken.
+	if p.timerIdle {
+		p.timerIdle = false
 		select {
 		case p.timerWake <- struct{}{}:
 		default:
@@ -267,21 +308,25 @@ func (p *Publisher) openLocked(ks *keyState) *batch {
 // for unordered messages, behind the key's batch in flight otherwise.
 func (p *Publisher) sealLocked(b *batch) {
 	ks := b.ks
+	ks.lastN = b.n
 	p.closeLocked(b)
 	// Drop closed batches from the front of the timer list now, so a long
 	// Delay does not keep them listed after they were sent.
 	for p.timers.Len() > 0 && !p.timers.Front().open {
 		p.timers.Pop()
 	}
-	if ks.ordered() {
-		if ks.busy {
-			ks.queue = append(ks.queue, b)
-			return
-		}
-		ks.busy = true
+	p.sendMu.Lock()
+	p.live[b] = struct{}{}
+	queued := ks.ordered() && ks.busy
+	if !queued {
+		ks.busy = ks.ordered()
+		p.ready.Push(b)
+		p.dispatchSendLocked()
 	}
-	p.ready.Push(b)
-	p.dispatchLocked()
+	p.sendMu.Unlock()
+	if queued {
+		ks.queue = append(ks.queue, b)
+	}
 }
 
 // closeLocked marks b closed to new messages.
@@ -306,10 +351,10 @@ func (p *Publisher) compactTimersLocked() {
 	}
 }
 
-// dispatchLocked starts a sender when batches wait and fewer than
+// dispatchSendLocked starts a sender when batches wait and fewer than
 // MaxInFlightBatches senders run. Senders exit when nothing waits, so an
-// idle Publisher holds only its timer goroutine.
-func (p *Publisher) dispatchLocked() {
+// idle Publisher holds only its timer goroutine. The caller holds sendMu.
+func (p *Publisher) dispatchSendLocked() {
 	if p.ready.Len() > 0 && p.senders < p.cfg.MaxInFlightBatches {
 		p.senders++
 		p.wg.Add(1)
@@ -345,10 +390,12 @@ func (p *Publisher) Flush(ctx context.Context) error {
 			p.sealLocked(ks.open)
 		}
 	}
+	p.sendMu.Lock()
 	waits := make([]<-chan struct{}, 0, len(p.live))
 	for b := range p.live {
 		waits = append(waits, b.done)
 	}
+	p.sendMu.Unlock()
 	p.mu.Unlock()
 	for _, w := range waits {
 		select {

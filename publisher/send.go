@@ -13,18 +13,24 @@ import (
 	"github.com/pubsubflow/pubsubflow/internal/retry"
 )
 
-// sendLoop sends ready batches until none waits.
+// sendLoop sends ready batches until none waits. It takes only sendMu
+// (and mu after a batch of an ordering key): a batch leaves live, for
+// Flush, only once its Results have settled.
 func (p *Publisher) sendLoop() {
 	defer p.wg.Done()
+	var sent *batch
 	for {
-		p.mu.Lock()
+		p.sendMu.Lock()
+		if sent != nil {
+			delete(p.live, sent)
+		}
 		if p.ready.Len() == 0 {
 			p.senders--
-			p.mu.Unlock()
+			p.sendMu.Unlock()
 			return
 		}
 		b := p.ready.Pop()
-		p.mu.Unlock()
+		p.sendMu.Unlock()
 		var span trace.Span
 		if b.spans != nil {
 			span = p.tracing.startPublish(b)
@@ -34,6 +40,7 @@ func (p *Publisher) sendLoop() {
 			p.tracing.endPublish(span, b, ids, msgErrs, err)
 		}
 		p.complete(b, ids, msgErrs, err)
+		sent = b
 	}
 }
 
@@ -119,6 +126,8 @@ func (p *Publisher) send(msgs []*pubsubpb.PubsubMessage) ([]string, error) {
 // batches fail. msgErrs, when set, holds the failures of single messages
 // (the others were published); for an ordering key the first of them
 // pauses the key, since the messages behind it would be out of order.
+// Only a batch of an ordering key takes mu. The caller drops b from live
+// afterwards.
 func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error) {
 	var paused []*batch
 	var perr *Error
@@ -126,19 +135,21 @@ func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error)
 	for _, e := range msgErrs {
 		if e != nil {
 			nfailed++
-			if err == nil && b.ks.ordered() {
+			if err == nil && b.ordered {
 				err = e // pauses the key below; b.msgErrs still decides each Result
 			}
 		}
 	}
-	p.mu.Lock()
+	// b is no longer shared: no Publish adds to a sealed batch, and its
+	// Results read these fields only once done is closed.
 	b.ids, b.err, b.msgErrs = ids, err, msgErrs
 	if msgErrs != nil {
 		b.err = nil
 	}
-	b.msgs = nil // the ids are all a Result needs; let the data go
-	delete(p.live, b)
-	if ks := b.ks; ks.ordered() {
+	b.dropWire(&p.slabs) // the ids are all a Result needs; let the data go
+	if b.ordered {
+		ks := b.ks
+		p.mu.Lock()
 		switch {
 		case err != nil:
 			perr = &Error{Kind: ErrPaused, OrderingKey: ks.key, Err: err}
@@ -152,25 +163,26 @@ func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error)
 			ks.busy = false
 			for _, q := range paused {
 				q.err = perr
-				q.msgs = nil
-				delete(p.live, q)
+				q.dropWire(&p.slabs)
 			}
 		case len(ks.queue) > 0:
 			next := ks.queue[0]
 			ks.queue[0] = nil
 			ks.queue = ks.queue[1:]
+			p.sendMu.Lock()
 			p.ready.Push(next)
-			p.dispatchLocked()
+			p.dispatchSendLocked()
+			p.sendMu.Unlock()
 		default:
 			ks.busy = false
 			if ks.idle() {
 				delete(p.keys, ks.key)
 			}
 		}
+		p.mu.Unlock()
 	}
-	p.mu.Unlock()
 
-	// Settle outside the lock: release flow control, count, then wake
+	// Settle outside the locks: release flow control, count, then wake
 	// Results (counted first, so Stats agrees with a Result just read).
 	n := b.n
 	p.flow.release(n, b.flowBytes)
@@ -202,6 +214,11 @@ func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error)
 				endCreates(q, nil, nil, perr)
 			}
 		}
+		p.sendMu.Lock()
+		for _, q := range paused {
+			delete(p.live, q) // after its done closed, for Flush
+		}
+		p.sendMu.Unlock()
 		p.cfg.Logger.Warn("publisher: ordering key paused", "topic", p.topic, "key", perr.OrderingKey, "failed_behind", count, "err", err)
 	}
 }

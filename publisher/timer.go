@@ -45,5 +45,6 @@ func (p *Publisher) expire(now time.Time) time.Duration {
 		p.timers.Pop()
 		p.sealLocked(b)
 	}
+	p.timerIdle = true // the next batch opened wakes the loop
 	return 0
 }

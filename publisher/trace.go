@@ -2,66 +2,53 @@ package publisher
 
 import (
 	"context"
-	"maps"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/pubsubflow/pubsubflow/internal/carrier"
 )
 
 // tracerName is the instrumentation name of the Publisher's tracer.
 const tracerName = "github.com/pubsubflow/pubsubflow/publisher"
 
 // pubTracer is a Publisher's tracing; the Publisher holds nil when
-// Config.TracerProvider is unset.
+// Config.TracerProvider is unset. What every span shares is built once
+// here, so that a message whose span is not recorded costs one Start.
 type pubTracer struct {
-	tr     trace.Tracer
-	prefix string // "<topic id> "
-	common []attribute.KeyValue
+	tr          trace.Tracer
+	createName  string // "<topic id> create"
+	publishName string // "<topic id> publish"
+	common      []attribute.KeyValue
+	createOpts  []trace.SpanStartOption // the producer kind: no attributes (see publishTraced)
+	createAttrs []attribute.KeyValue    // common attributes and the create operation
 }
 
 func newPubTracer(tp trace.TracerProvider, topic string) *pubTracer {
 	parts := strings.Split(topic, "/") // checked: projects/P/topics/T
+	common := []attribute.KeyValue{
+		attribute.String("gcp.project_id", parts[1]),
+		attribute.String("gcp.resource.name", topic),
+		semconv.MessagingSystemGCPPubsub,
+		semconv.MessagingDestinationName(parts[3]),
+	}
 	return &pubTracer{
-		tr:     tp.Tracer(tracerName),
-		prefix: parts[3] + " ",
-		common: []attribute.KeyValue{
-			attribute.String("gcp.project_id", parts[1]),
-			attribute.String("gcp.resource.name", topic),
-			semconv.MessagingSystemGCPPubsub,
-			semconv.MessagingDestinationName(parts[3]),
-		},
+		tr:          tp.Tracer(tracerName),
+		createName:  parts[3] + " create",
+		publishName: parts[3] + " publish",
+		common:      common,
+		createOpts:  []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)},
+		createAttrs: append(common[:len(common):len(common)], semconv.MessagingOperationTypeCreate),
 	}
 }
 
-// tracedMsg is the span state of one message being published, when
-// tracing: its create span, and the flow-control and batching spans
-// under it.
+// tracedMsg is the span state of one message whose create span is
+// recorded: that span, and the flow-control and batching spans under it.
 type tracedMsg struct {
 	create, flow, batching trace.Span
 	t                      *pubTracer
-}
-
-// inject returns m with the create span's context in a copy of its
-// attributes, when that context is valid (else m). Publish calls it after
-// checking the message against the service's limits: the googclient_ keys
-// are the client's own, not the caller's.
-func (tm *tracedMsg) inject(ctx context.Context, m *Message) *Message {
-	if !tm.create.SpanContext().IsValid() {
-		return m
-	}
-	mc := *m
-	mc.Attributes = maps.Clone(m.Attributes)
-	if mc.Attributes == nil {
-		mc.Attributes = make(map[string]string, 1)
-	}
-	propagation.TraceContext{}.Inject(ctx, carrier.Carrier(mc.Attributes))
-	return &mc
+	i                      int // the message's index in its batch
 }
 
 // flowControl starts the span of the wait for flow control.
@@ -83,39 +70,50 @@ func (tm *tracedMsg) admitted(ctx context.Context, err error) {
 }
 
 // publishTraced is Publish with a "<topic> create" span for the message,
-// whose context travels in a copy of its attributes when it is valid (the
-// caller's m is not modified; see inject). The span ends when the message's batch
-// settles, or at once if Publish refuses the message.
+// whose context travels in the message's attributes on the wire when it
+// is valid (the caller's m and its map are not modified; see
+// carrier.AppendWire).
+//
+// Tracing costs what it records: when the sampler does not record the
+// create span, it ends at once and the message takes the untraced path,
+// carrying only its (unsampled) trace context, so that a subscriber
+// honours the decision; it gets no flow-control or batching span, and a
+// batch of such messages no publish span. The create span's attributes
+// are set once it is known to record (a sampler sees its name, kind and
+// parent, not its attributes): given to Start, the SDK would copy them
+// for every message, recorded or not. A recorded create span ends when
+// the message's batch settles, or at once if Publish refuses the message.
 func (p *Publisher) publishTraced(ctx context.Context, m *Message) *Result {
 	if m == nil {
-		return p.add(ctx, m, nil)
+		return p.add(ctx, m, nil, trace.SpanContext{})
 	}
 	t := p.tracing
-	attrs := make([]attribute.KeyValue, 0, len(t.common)+4)
-	attrs = append(attrs, t.common...)
-	attrs = append(attrs,
-		semconv.MessagingMessageBodySize(len(m.Data)),
-		semconv.MessagingOperationTypeCreate)
-	if m.OrderingKey != "" {
-		attrs = append(attrs, semconv.MessagingGCPPubsubMessageOrderingKey(m.OrderingKey))
+	ctx, span := t.tr.Start(ctx, t.createName, t.createOpts...)
+	if !span.IsRecording() {
+		span.End()
+		return p.add(ctx, m, nil, span.SpanContext())
 	}
-	ctx, span := t.tr.Start(ctx, t.prefix+"create",
-		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	span.SetAttributes(t.createAttrs...)
+	span.SetAttributes(semconv.MessagingMessageBodySize(len(m.Data)))
+	if m.OrderingKey != "" {
+		span.SetAttributes(semconv.MessagingGCPPubsubMessageOrderingKey(m.OrderingKey))
+	}
 	tm := &tracedMsg{create: span, t: t}
-	r := p.add(ctx, m, tm)
-	if r.err != nil {
+	r := p.add(ctx, m, tm, span.SpanContext())
+	if err := r.refused(); err != nil {
 		if tm.batching != nil {
 			tm.batching.End()
 		}
-		span.RecordError(r.err)
-		span.SetStatus(codes.Error, r.err.Error())
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
 		span.End()
 	}
 	return r
 }
 
 // startPublish starts the "<topic> publish" span of a batch, linked both
-// ways to its messages' create spans, and ends their batching spans.
+// ways to its recorded messages' create spans, and ends their batching
+// spans. The caller calls it only for a batch with such messages.
 func (t *pubTracer) startPublish(b *batch) trace.Span {
 	links := make([]trace.Link, 0, len(b.spans))
 	for _, tm := range b.spans {
@@ -124,18 +122,19 @@ func (t *pubTracer) startPublish(b *batch) trace.Span {
 			links = append(links, trace.Link{SpanContext: sc})
 		}
 	}
-	attrs := append(append([]attribute.KeyValue{}, t.common...),
-		semconv.MessagingBatchMessageCount(len(b.spans)),
-		semconv.MessagingOperationTypePublish)
-	_, span := t.tr.Start(context.Background(), t.prefix+"publish",
+	n := semconv.MessagingBatchMessageCount(b.n)
+	attrs := append(append(make([]attribute.KeyValue, 0, len(t.common)+2), t.common...),
+		n, semconv.MessagingOperationTypePublish)
+	_, span := t.tr.Start(context.Background(), t.publishName,
 		trace.WithSpanKind(trace.SpanKindClient), trace.WithLinks(links...), trace.WithAttributes(attrs...))
 	sampled := span.SpanContext().IsSampled()
 	back := trace.Link{SpanContext: span.SpanContext(), Attributes: []attribute.KeyValue{semconv.MessagingOperationName("publish")}}
+	start := trace.WithAttributes(n)
 	for _, tm := range b.spans {
 		if sampled {
 			tm.create.AddLink(back)
 		}
-		tm.create.AddEvent("publish start", trace.WithAttributes(semconv.MessagingBatchMessageCount(len(b.spans))))
+		tm.create.AddEvent("publish start", start)
 	}
 	return span
 }
@@ -150,23 +149,23 @@ func (t *pubTracer) endPublish(span trace.Span, b *batch, ids []string, msgErrs 
 	endCreates(b, ids, msgErrs, err)
 }
 
-// endCreates ends the spans of b's messages: create spans with their
-// ids, or with err, or with their own error in msgErrs (a batch that was
-// never sent also ends its batching spans).
+// endCreates ends the spans of b's recorded messages: create spans with
+// their ids, or with err, or with their own error in msgErrs (a batch that
+// was never sent also ends its batching spans).
 func endCreates(b *batch, ids []string, msgErrs []error, err error) {
-	for i, tm := range b.spans {
+	for _, tm := range b.spans {
 		tm.batching.End() // no-op when startPublish ended it
 		s := tm.create
 		s.AddEvent("publish end")
 		merr := err
-		if merr == nil && i < len(msgErrs) {
-			merr = msgErrs[i]
+		if merr == nil && tm.i < len(msgErrs) {
+			merr = msgErrs[tm.i]
 		}
 		if merr != nil {
 			s.RecordError(merr)
 			s.SetStatus(codes.Error, merr.Error())
-		} else if i < len(ids) {
-			s.SetAttributes(semconv.MessagingMessageID(ids[i]))
+		} else if tm.i < len(ids) {
+			s.SetAttributes(semconv.MessagingMessageID(ids[tm.i]))
 		}
 		s.End()
 	}

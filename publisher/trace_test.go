@@ -3,7 +3,10 @@ package publisher
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
@@ -185,5 +188,151 @@ func TestTraceRefusedMessage(t *testing.T) {
 	cs := spansNamed(exp, "topic create")
 	if len(cs) != 1 || cs[0].Status.Code != codes.Error {
 		t.Fatalf("create spans %+v, want one with an error status", cs)
+	}
+}
+
+// TestTraceUnsampled: a message whose create span the sampler drops gets
+// no other span, its batch no publish span, and it still carries its
+// (unsampled) trace context, so that a subscriber honours the decision;
+// the caller's attributes are left alone.
+func TestTraceUnsampled(t *testing.T) {
+	srv, conn, topic := pstestTopic(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()), sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	p, err := New(conn, topic, Config{TracerProvider: tp, MaxMessages: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs := map[string]string{"k": "v"}
+	var rs []*Result
+	for range 3 {
+		rs = append(rs, p.Publish(context.Background(), &Message{Data: []byte("x"), Attributes: attrs}))
+	}
+	for _, r := range rs {
+		mustGet(t, r)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rec.Started()); n != 0 {
+		t.Errorf("%d spans recorded, want none", n)
+	}
+	if len(attrs) != 1 {
+		t.Fatalf("the caller's attributes were modified: %v", attrs)
+	}
+	msgs := srv.Messages()
+	if len(msgs) != 3 {
+		t.Fatalf("%d messages on the server, want 3", len(msgs))
+	}
+	for _, m := range msgs {
+		tp := m.Attributes["googclient_traceparent"]
+		if len(tp) != 55 || !strings.HasPrefix(tp, "00-") || !strings.HasSuffix(tp, "-00") || m.Attributes["k"] != "v" {
+			t.Errorf("message attributes %v: want k and an unsampled traceparent", m.Attributes)
+		}
+	}
+}
+
+// everyOtherCreate samples every other "create" span (in Start order) and
+// every other span.
+type everyOtherCreate struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (s *everyOtherCreate) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	decision := sdktrace.RecordAndSample
+	if strings.HasSuffix(p.Name, " create") {
+		s.mu.Lock()
+		s.n++
+		if s.n%2 == 0 {
+			decision = sdktrace.Drop
+		}
+		s.mu.Unlock()
+	}
+	return sdktrace.SamplingResult{Decision: decision, Tracestate: trace.SpanContextFromContext(p.ParentContext).TraceState()}
+}
+
+func (s *everyOtherCreate) Description() string { return "every other create" }
+
+// TestTraceMixedBatch: in a batch of recorded and unrecorded messages, the
+// publish span links the recorded ones, counts every message, and each
+// recorded create span gets its own message's id.
+func TestTraceMixedBatch(t *testing.T) {
+	srv, conn, topic := pstestTopic(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(&everyOtherCreate{}), sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	p, err := New(conn, topic, Config{TracerProvider: tp, MaxMessages: 4, Delay: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []*Result
+	for i := range 4 {
+		rs = append(rs, p.Publish(context.Background(), msg(i)))
+	}
+	ids := map[string]string{} // message id → data
+	for i, r := range rs {
+		ids[mustGet(t, r)] = string(msg(i).Data)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	creates := spansNamed(exp, "topic create")
+	if len(creates) != 2 {
+		t.Fatalf("%d create spans recorded, want 2", len(creates))
+	}
+	// The server's copy of each message names its create span.
+	bySpan := map[string]string{} // span id → data
+	for _, m := range srv.Messages() {
+		tp := m.Attributes["googclient_traceparent"]
+		bySpan[tp[36:52]] = string(m.Data)
+	}
+	for _, s := range creates {
+		var id string
+		for _, kv := range s.Attributes {
+			if kv.Key == semconv.MessagingMessageIDKey {
+				id = kv.Value.AsString()
+			}
+		}
+		if data := bySpan[s.SpanContext.SpanID().String()]; data == "" || ids[id] != data {
+			t.Errorf("create span %s has message id %q (%q), but carried message %q", s.SpanContext.SpanID(), id, ids[id], data)
+		}
+	}
+	pubs := spansNamed(exp, "topic publish")
+	if len(pubs) != 1 || len(pubs[0].Links) != 2 {
+		t.Fatalf("publish spans %d (links %v), want one linking 2 messages", len(pubs), pubs)
+	}
+	for _, kv := range pubs[0].Attributes {
+		if kv.Key == semconv.MessagingBatchMessageCountKey && kv.Value.AsInt64() != 4 {
+			t.Errorf("publish span counts %d messages, want 4", kv.Value.AsInt64())
+		}
+	}
+}
+
+// TestTraceContextReplacesCallers: a googclient_traceparent the caller
+// set itself is replaced on the wire by the create span's, as an
+// injection into a copy of the attributes did, and the caller's map keeps
+// its own.
+func TestTraceContextReplacesCallers(t *testing.T) {
+	srv, conn, topic := pstestTopic(t)
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	p, err := New(conn, topic, Config{TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stale = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	attrs := map[string]string{"googclient_traceparent": stale}
+	mustGet(t, p.Publish(context.Background(), &Message{Data: []byte("x"), Attributes: attrs}))
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if attrs["googclient_traceparent"] != stale {
+		t.Fatalf("the caller's attributes were modified: %v", attrs)
+	}
+	got := srv.Messages()[0].Attributes
+	if tp := got["googclient_traceparent"]; tp == stale || len(tp) != 55 || len(got) != 1 {
+		t.Fatalf("server got attributes %v, want one traceparent, not the caller's", got)
 	}
 }
