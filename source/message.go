@@ -2,11 +2,11 @@ package source
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
+	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
@@ -108,35 +108,24 @@ func (m *Message) Result() *AckResult { return m.result }
 
 // AckResult is the server's confirmation of an ack or nack on an
 // exactly-once subscription (Message.Result). It settles once.
-type AckResult struct {
-	once sync.Once
-	done chan struct{}
-	err  error
+type AckResult struct{ r ack.Result }
+
+func newAckResult() *AckResult {
+	r := new(AckResult)
+	r.r.Init()
+	return r
 }
 
-func newAckResult() *AckResult { return &AckResult{done: make(chan struct{})} }
-
-func (r *AckResult) resolve(err error) {
-	r.once.Do(func() {
-		r.err = err
-		close(r.done)
-	})
-}
+func (r *AckResult) resolve(err error) { r.r.AckDone(err) }
 
 // Done is closed when the result has settled.
-func (r *AckResult) Done() <-chan struct{} { return r.done }
+func (r *AckResult) Done() <-chan struct{} { return r.r.Done() }
 
 // Wait blocks until the result settles or ctx is done. It returns nil once
 // the server confirmed the ack or nack, or why it failed: an *AckError
-// (for example an ack id that expired before the ack reached the server).
-func (r *AckResult) Wait(ctx context.Context) error {
-	select {
-	case <-r.done:
-		return r.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// (for example an ack id that expired before the ack reached the server),
+// or ErrLeaseExpired.
+func (r *AckResult) Wait(ctx context.Context) error { return r.r.Wait(ctx) }
 
 // decodeResponse decodes a StreamingPull response's messages into one
 // allocation, slab (a response's messages live and die together closely

@@ -22,7 +22,14 @@ type Result struct {
 }
 
 // NewResult returns an unsettled Result.
-func NewResult() *Result { return &Result{done: make(chan struct{})} }
+func NewResult() *Result {
+	r := new(Result)
+	r.Init()
+	return r
+}
+
+// Init makes a zero Result (one embedded in another type) unsettled.
+func (r *Result) Init() { r.done = make(chan struct{}) }
 
 // AckDone settles the result with err (nil: confirmed); only the first
 // call counts.
