@@ -38,7 +38,9 @@ const ackerChecks = 300
 //     failed calls included (invariant 3);
 //   - requests are full: per kind and deadline, at most twice the lower
 //     bound ceil(ids/1000) + ceil(bytes/512 KiB), plus one partial request
-//     per flush (explicit or the 100 ms tick).
+//     per explicit flush and per moment the kind had no request in flight
+//     (the acknowledger sends at once when idle, and otherwise coalesces
+//     behind the request in flight: no timer cuts requests short).
 func TestAcknowledgerSplitting(t *testing.T) {
 	check(t, ackerChecks, func(rt *rapid.T) {
 		rapid.SyncTest(rt, func(rt *rapid.T) { runAcker(rt) })
@@ -64,9 +66,23 @@ type ackStub struct {
 	sent                      map[string][]op // ack id → what succeeded for it
 	requests                  map[string]int  // "ack" or "modack N" → successful requests
 	violations                []string
+	// inFlight counts the calls of each method now; idle counts the
+	// moments a call started with none of its method in flight.
+	inFlight, idle map[bool]int
 }
 
 func (s *ackStub) record(kind string, ids []string, size int, o op) error {
+	s.mu.Lock()
+	if s.inFlight[o.ack] == 0 {
+		s.idle[o.ack]++
+	}
+	s.inFlight[o.ack]++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight[o.ack]--
+		s.mu.Unlock()
+	}()
 	// A slow server fills the acknowledger's in-flight slots, so that ack
 	// ids pile up into fuller batches. The sleep is virtual (synctest), so a
 	// call stays in flight for as long as the test adds ack ids: the piling
@@ -136,6 +152,8 @@ func runAckerCase(t *rapid.T, c ackerCase) {
 		latency:  c.Latency,
 		sent:     map[string][]op{},
 		requests: map[string]int{},
+		inFlight: map[bool]int{},
+		idle:     map[bool]int{},
 	}
 	cfg := ack.Config{MaxInFlight: c.MaxInFlight}
 	a, err := ack.New(stub, "projects/p/subscriptions/s", cfg)
@@ -151,7 +169,6 @@ func runAckerCase(t *rapid.T, c ackerCase) {
 	want := make([]op, n)
 	need := map[string]int{}  // kind → ack ids
 	bytes := map[string]int{} // kind → encoded bytes
-	start := time.Now()
 	for i := range want {
 		id := fmt.Sprintf("%d-", i) + strings.Repeat("x", rng.IntN(maxLen))
 		o := op{id: id}
@@ -186,7 +203,6 @@ func runAckerCase(t *rapid.T, c ackerCase) {
 	if err := a.Close(context.Background()); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	ticks := int(time.Since(start)/ack.DefaultFlushInterval) + 1
 
 	stub.mu.Lock()
 	defer stub.mu.Unlock()
@@ -201,9 +217,10 @@ func runAckerCase(t *rapid.T, c ackerCase) {
 	}
 	for kind, ids := range need {
 		lower := (ids+ackids.MaxIDs-1)/ackids.MaxIDs + (bytes[kind]+ackids.MaxBytes-1)/ackids.MaxBytes
-		if got, most := stub.requests[kind], 2*lower+flushes+ticks; got > most {
-			t.Fatalf("splitting: %d %q requests for %d ack ids of %d bytes (at most %d: lower bound %d, %d flushes, %d ticks)",
-				got, kind, ids, bytes[kind], most, lower, flushes, ticks)
+		idle := stub.idle[kind == "ack"]
+		if got, most := stub.requests[kind], 2*lower+flushes+idle; got > most {
+			t.Fatalf("splitting: %d %q requests for %d ack ids of %d bytes (at most %d: lower bound %d, %d flushes, %d idle moments)",
+				got, kind, ids, bytes[kind], most, lower, flushes, idle)
 		}
 	}
 }

@@ -1,44 +1,74 @@
-// Package proptest holds the rapid property and state-machine tests of
-// seven invariants of the Subscriber. The tests and their failure messages
-// refer to them by these numbers:
+// Package proptest checks a topology — your stages between a
+// subscription's source and its acks — against pubsubflow's invariants
+// and the properties you declare, with a rapid state machine in virtual
+// time. Call it from your own tests:
+//
+//	func TestTopology(t *testing.T) {
+//		proptest.CheckTopology(t, func(ctx context.Context, env *proptest.Env) error {
+//			return env.From(ctx).Via(myStages()).To(env.Acknowledge())
+//		}, proptest.Options{Ordered: true, MaxLatency: time.Minute})
+//	}
+//
+// Each case runs the topology on a consumer — a Subscriber, or the same
+// chain built from the public operators (source.Subscribe →
+// flow.EagerTrack → flow.FlowGate, fused) — against a pubsubtest server
+// over bufconn inside a testing/synctest bubble, and drives it with random
+// actions: publishes, stalls of the topology's input, failing and slow
+// acks and modacks, lease extensions failing for a while, streams killed
+// or stalled, time passing, the topology's pipeline stopped and started
+// again; then, in most cases, a quiet phase; then Close, and a drain of
+// the subscription. After every action the machine checks a model of the
+// wire (every delivery, modack, ack and nack the client sent or received)
+// and the consumer's own counters, exactly:
 //
 //  1. Every message the client holds is leased from the moment it is
-//     received, so no lease lapses at the server while the message waits in
-//     a buffer or a handler.
-//  2. Flow control counts exactly the messages the client holds, and stays
-//     within MaxOutstandingMessages and MaxOutstandingBytes.
+//     received: no lease lapses at the server while the message waits in a
+//     buffer or a handler, and every held message has a lease.
+//  2. Flow control counts exactly the messages the client holds — no
+//     tolerance — and stays within its limits.
 //  3. Every message received is settled exactly once (acked, nacked or
-//     expired), and after Close nothing is left leased or counted.
-//  4. Buffers are bounded: the client holds no more messages than its
-//     flow-control budget.
-//  5. Stream requests are valid: the fields the service accepts only on a
-//     stream's first request appear only there.
-//  6. Reconnects lose nothing: every stream keeps the subscriber's client
-//     id and its share of the budget, and leases outlive a stream restart.
-//  7. Close returns within its budget and leaves no goroutine of the
-//     subscriber behind.
+//     expired); after Close nothing is left held, leased or counted, and a
+//     drain of the subscription finds every published message.
+//  4. Buffers are bounded: the client holds no more than its budget.
+//  5. Stream requests are valid: initial-only fields only on a stream's
+//     first request.
+//  6. Reconnects lose nothing: every stream keeps the client id and its
+//     share of the budget, and leases outlive a stream restart.
+//  7. Close returns within its budget (the drain timeout) and leaves no
+//     goroutine of the library behind; once the topology's run has ended,
+//     none of its goroutines is left either.
+//  8. The client's view of a lease is the server's: the topology is never
+//     handed a copy the server has released or given out again, and an
+//     ack of such a copy is never counted as an ack (Stats' acks equal the
+//     server's).
 //
-// The package has no API: everything is in its tests.
+// And what the topology itself must do:
 //
-//   - TestSubscriberMachine drives a real Subscriber against a pubsubtest
-//     server over bufconn, inside a testing/synctest bubble (virtual time),
-//     with random actions — publish batches of random sizes and payload
-//     lengths, stall and release the handler, fail or delay Acknowledge and
-//     ModifyAckDeadline, kill or stall the streams, let time pass, stop the
-//     run and start the next one with another parallelism, close — and
-//     checks the invariants after every step against a model: the ledger,
-//     a wrapped SubscriberClient that sees every delivery, modack, ack and
-//     nack on the client's side of the wire, plus Subscriber.Stats and the
-//     server's counters.
-//   - Cheaper unit-level properties cover one stage each: the eager stage
-//     (stage.Eager), FlowControl and FlowGate, the lease extender's batching
-//     and timing, and the acknowledger's request splitting.
+//   - settle every message it was handed: in the quiet phase, a message
+//     it holds unsettled while it waits for more input was dropped (a
+//     filter that neither acks nor nacks); one it cannot take because a
+//     stage stopped reading (a branch that never drains) stops
+//     everything;
+//   - with Options.Ordered, ack the messages of an ordering key in the
+//     order it received them;
+//   - with Options.SideEffect, ack a message only once its side effect is
+//     recorded;
+//   - with Options.MaxLatency, ack within that time of the publish.
 //
-// Case counts: each property has a CI default small enough that the whole
-// package runs in well under 90 s with -race on two cores. Long runs raise
-// it for every property at once with -rapid.checks=N, or with the
-// PUBSUBFLOW_RAPID_CHECKS (or rapid's own RAPID_CHECKS) environment
-// variable; -rapid.steps=N (RAPID_STEPS) lengthens the state machine's
-// action sequences. Minimised failing cases that rapid wrote to
-// testdata/rapid/ are replayed first on every run, as regression tests.
+// A failure names the invariant or property broken, and rapid prints the
+// smallest case it found: the consumer's configuration, the actions, and
+// the message ids involved.
+//
+// The number of cases is Options.Checks (DefaultChecks, sized to run in
+// well under 30 s with -race on two cores); ChecksEnv
+// (PUBSUBFLOW_RAPID_CHECKS=N) or an explicit -rapid.checks=N raises it
+// for a long run, and -rapid.steps=N lengthens each case's sequence of
+// actions. Cases rapid found failing are saved under testdata/rapid and
+// replayed first on the next run.
+//
+// This package's own tests run the same machine on the library's
+// topologies (a Subscriber's Process and Run, and the hand-built chain),
+// replay the faults it found as regression tests, and check single stages
+// (stage.Eager, FlowGate, the lease extender, the acknowledger) with
+// cheaper unit properties.
 package proptest

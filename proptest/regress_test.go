@@ -21,56 +21,72 @@ import (
 //	config streams=1 limit=1 bytes=-1 buffer=1 deadline=10s heartbeat=1s drain=1s parallelism=1 perResponse=100 payload=0
 //	Stall
 //	Publish ack 0 0 0
+//	Close quiet abrupt
 //
 // with the machine's actions and their arguments (Publish OUTCOME SIZES…,
 // Advance D, FailAcks N, FailModacks N, DelayAcks D, DelayModacks D,
-// StallStreams BOOL, Rerun P, KillStreams, Stall, Release), replayed with
-// the same checks after every step and the same finish (Close, drain).
+// ExtendFail D, StallStreams BOOL, Rerun P, KillStreams, Stall (the
+// handlers and the topology's input), Release), replayed with the same
+// checks after every step and the same finish: Close (by default at once,
+// as things are, and gracefully; a last line "Close [quiet] [abrupt]" asks
+// for the quiet phase first, or a shutdown with a done context), and the
+// drain, on a Subscriber and on the hand-built chain.
 
 // TestRegressionScripts replays testdata/regressions/*.txt.
 func TestRegressionScripts(t *testing.T) {
-	logFirstFailure(t)
 	files, err := filepath.Glob(filepath.Join("testdata", "regressions", "*.txt"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no regression scripts: %v", err)
 	}
 	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
-			text, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg, steps, err := parseScript(string(text))
-			if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			// Each replay is one case; a long run replays each several
-			// times, since scheduling varies.
-			check(t, 1, func(rt *rapid.T) {
-				rapid.SyncTest(rt, func(rt *rapid.T) {
-					m := newMachine(rt, cfg)
-					defer m.teardown()
-					m.check(rt)
-					for _, s := range steps {
-						rt.Logf("step: %s", s.line)
-						s.do(rt, m)
-						m.check(rt)
-					}
-					m.finish(rt)
-				})
+		for _, consumer := range []string{"subscriber", "chain"} {
+			t.Run(strings.TrimSuffix(filepath.Base(f), ".txt")+"/"+consumer, func(t *testing.T) {
+				replay(t, f, consumer)
 			})
-		})
+		}
 	}
 }
+
+// replay runs one script on consumer.
+func replay(t *testing.T, f, consumer string) {
+	text, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, steps, fin, err := parseScript(string(text))
+	if err != nil {
+		t.Fatalf("%s: %v", f, err)
+	}
+	cfg.Chain = consumer == "chain"
+	// Each replay is one case; a long run replays each several times,
+	// since scheduling varies.
+	check(t, 1, func(rt *rapid.T) {
+		rapid.SyncTest(rt, func(rt *rapid.T) {
+			m := newMachine(rt, cfg, libProcess, libOptions(consumer))
+			defer m.teardown()
+			m.check(rt)
+			for _, s := range steps {
+				rt.Logf("step: %s", s.line)
+				s.do(rt, m)
+				m.check(rt)
+			}
+			m.finishWith(rt, fin.quiet, fin.abrupt)
+		})
+	})
+}
+
+// ending is how a script's case ends.
+type ending struct{ quiet, abrupt bool }
 
 type step struct {
 	line string
 	do   func(*rapid.T, *machine)
 }
 
-func parseScript(text string) (machineConfig, []step, error) {
+func parseScript(text string) (machineConfig, []step, ending, error) {
 	var cfg machineConfig
 	var steps []step
+	var fin ending
 	sawConfig := false
 	for _, line := range strings.Split(text, "\n") {
 		line = strings.TrimSpace(line)
@@ -81,22 +97,35 @@ func parseScript(text string) (machineConfig, []step, error) {
 		if f[0] == "config" {
 			c, err := parseConfig(f[1:])
 			if err != nil {
-				return cfg, nil, err
+				return cfg, nil, fin, err
 			}
 			cfg, sawConfig = c, true
 			continue
 		}
+		if f[0] == "Close" {
+			for _, w := range f[1:] {
+				switch w {
+				case "quiet":
+					fin.quiet = true
+				case "abrupt":
+					fin.abrupt = true
+				default:
+					return cfg, nil, fin, fmt.Errorf("Close %q: want quiet or abrupt", w)
+				}
+			}
+			continue
+		}
 		s, err := parseStep(f)
 		if err != nil {
-			return cfg, nil, err
+			return cfg, nil, fin, err
 		}
 		s.line = line
 		steps = append(steps, s)
 	}
 	if !sawConfig {
-		return cfg, nil, fmt.Errorf("no config line")
+		return cfg, nil, fin, fmt.Errorf("no config line")
 	}
-	return cfg, steps, nil
+	return cfg, steps, fin, nil
 }
 
 func parseConfig(fields []string) (machineConfig, error) {
@@ -148,7 +177,7 @@ func parseStep(f []string) (step, error) {
 	}
 	switch f[0] {
 	case "Stall":
-		return step{do: func(t *rapid.T, m *machine) { m.stall(t) }}, nil
+		return step{do: func(_ *rapid.T, m *machine) { m.doStall(true); m.doStall(false) }}, nil
 	case "Release":
 		return step{do: func(t *rapid.T, m *machine) { m.release(t) }}, nil
 	case "KillStreams":
@@ -166,8 +195,8 @@ func parseStep(f []string) (step, error) {
 		if len(sizes) == 0 {
 			return step{}, fmt.Errorf("Publish: no sizes")
 		}
-		return step{do: func(t *rapid.T, m *machine) { m.doPublish(t, sizes, outcome) }}, nil
-	case "Advance", "DelayAcks", "DelayModacks":
+		return step{do: func(t *rapid.T, m *machine) { m.doPublish(t, sizes, outcome, "", false) }}, nil
+	case "Advance", "DelayAcks", "DelayModacks", "ExtendFail":
 		d, err := time.ParseDuration(arg(1))
 		if err != nil {
 			return step{}, fmt.Errorf("%s: %v", f[0], err)
@@ -177,6 +206,8 @@ func parseStep(f []string) (step, error) {
 			return step{do: func(_ *rapid.T, m *machine) { m.doAdvance(d) }}, nil
 		case "DelayAcks":
 			return step{do: func(_ *rapid.T, m *machine) { m.doDelay("Acknowledge", d) }}, nil
+		case "ExtendFail":
+			return step{do: func(_ *rapid.T, m *machine) { m.doExtendFail(d) }}, nil
 		default:
 			return step{do: func(_ *rapid.T, m *machine) { m.doDelay("ModifyAckDeadline", d) }}, nil
 		}
