@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // handoff is the queue between the streams and the consumer. Streams push
@@ -104,14 +106,56 @@ func (s *Source) pump(ctx context.Context, r *run, h *handoff, out chan<- []*Mes
 			for _, m := range b {
 				m.st.SetOwner(r.id)
 			}
-			select {
-			case out <- b:
-			case <-ctx.Done():
-				r.unsent(b)
-			}
+			s.send(ctx, r, out, b)
 		}
 		h.emptied()
 	}
+}
+
+// send hands b on. While downstream does not take it, its messages keep
+// lapsing: at the earliest one's deadline (less SettleMargin) the lapsed
+// ones are expired and the rest offered again, so no copy the server may
+// have given out again is handed on.
+func (s *Source) send(ctx context.Context, r *run, out chan<- []*Message, b []*Message) {
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for len(b) > 0 {
+		var lapse <-chan time.Time
+		if d := earliestDeadline(b); !d.IsZero() {
+			wait := time.Until(d.Add(-message.SettleMargin))
+			if t == nil {
+				t = time.NewTimer(wait)
+			} else {
+				t.Reset(wait)
+			}
+			lapse = t.C
+		}
+		select {
+		case out <- b:
+			return
+		case <-lapse:
+			b = s.dropSettled(b)
+		case <-ctx.Done():
+			r.unsent(b)
+			return
+		}
+	}
+}
+
+// earliestDeadline is the earliest server deadline in b (zero if none is
+// known).
+func earliestDeadline(b []*Message) time.Time {
+	var first time.Time
+	for _, m := range b {
+		if d := m.st.Deadline(); !d.IsZero() && (first.IsZero() || d.Before(first)) {
+			first = d
+		}
+	}
+	return first
 }
 
 // dropSettled removes messages settled while queued, and expires those

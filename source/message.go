@@ -93,8 +93,12 @@ func (m *Message) NoOp() bool { return m.st.Settle(m, message.NoOp, 0) }
 // Outcome returns the outcome set so far (Pending if none).
 func (m *Message) Outcome() Outcome { return Outcome(m.st.Outcome()) }
 
-// Settled reports whether an outcome has been set.
-func (m *Message) Settled() bool { return m.st.Outcome() != message.Pending }
+// Settled reports whether the message is done with: an outcome was set,
+// or its server deadline is less than a second away (or past), in which
+// case it is expired now — the server may give it out again, so a stage
+// must not work on this copy. A stage that checks Settled before handing
+// a message to its work never works on a lapsed copy.
+func (m *Message) Settled() bool { return m.st.ExpireIfLate(m, time.Now()) }
 
 // Size is the message's size in bytes as flow control counts it: the
 // encoded Pub/Sub message (data, attributes, ids, publish time), as the

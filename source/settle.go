@@ -65,13 +65,23 @@ var ErrLeaseExpired = errors.New("pubsubflow: the message's lease expired before
 // message's ack or nack is final.
 type ackTag Message
 
+// Lapsed tells the acknowledger, as it sends the ack, that the message's
+// deadline is too close (or past) for the ack to count: it is left out.
+func (t *ackTag) Lapsed(now time.Time) bool { return t.st.Lapsed(now) }
+
 func (t *ackTag) AckDone(err error) {
 	m := (*Message)(t)
 	c := m.st.Path.(*path).c
 	if m.Outcome() == Ack {
 		c.c.acking.Add(-1)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, ack.ErrLapsed):
+		// Acked in time, but the ack could not leave before the deadline
+		// (behind a slow request): an expiry, not an ack.
+		c.c.ackLapsed.Add(1)
+		err = ErrLeaseExpired
+	case err != nil:
 		c.c.ackFailures.Add(1)
 		err = ackError(err)
 	}
@@ -91,7 +101,8 @@ type Stats struct {
 	// attempt above 1.
 	Received    uint64
 	Redelivered uint64
-	// Settled messages by outcome.
+	// Settled messages by outcome. An ack that could not be sent before
+	// the message's deadline counts as an expiry.
 	Acked, Nacked, NoOps, Expired uint64
 	// Unsettled is received − settled: what the source's messages hold
 	// now, wherever they are.
@@ -116,6 +127,7 @@ type counters struct {
 	received, redelivered         atomic.Uint64
 	acked, nacked, noops, expired atomic.Uint64
 	ackFailures, reconnects       atomic.Uint64
+	ackLapsed                     atomic.Uint64 // acks left out: their lease lapsed first
 	emptyAckIDs, duplicateAckIDs  atomic.Uint64
 	missingMessages               atomic.Uint64
 	settledN                      atomic.Int64
@@ -157,10 +169,10 @@ func (c *counters) stats(*ack.Acknowledger) Stats {
 	return Stats{
 		Received:        received,
 		Redelivered:     c.redelivered.Load(),
-		Acked:           c.acked.Load(),
+		Acked:           c.acked.Load() - c.ackLapsed.Load(),
 		Nacked:          c.nacked.Load(),
 		NoOps:           c.noops.Load(),
-		Expired:         c.expired.Load(),
+		Expired:         c.expired.Load() + c.ackLapsed.Load(),
 		Unsettled:       int64(received) - c.settledN.Load(),
 		Acking:          c.acking.Load(),
 		AckFailures:     c.ackFailures.Load(),

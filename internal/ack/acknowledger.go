@@ -380,17 +380,21 @@ var closedChan = func() chan struct{} {
 }()
 
 // armRetryLocked arms the timer for the earliest retry.
+//
+// Only retries whose kind has a free slot count: one waiting for a slot
+// goes when a request of its kind completes (complete dispatches), and
+// arming for it would fire at once, again and again, while the slot is
+// busy.
 func (a *Acknowledger) armRetryLocked() {
-	if len(a.retries) == 0 {
-		return
-	}
-	due := a.retries[0].due
-	for _, r := range a.retries[1:] {
-		if r.due.Before(due) {
+	var due time.Time
+	for _, r := range a.retries {
+		if a.inflight[r.key.kind] < a.cfg.MaxInFlight && (due.IsZero() || r.due.Before(due)) {
 			due = r.due
 		}
 	}
-	a.armLocked(due)
+	if !due.IsZero() {
+		a.armLocked(due)
+	}
 }
 
 // armLocked makes the timer fire no later than at: it then dispatches

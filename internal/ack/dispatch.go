@@ -3,6 +3,7 @@ package ack
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -112,11 +113,48 @@ func (a *Acknowledger) startLocked(r *request) {
 // run makes one attempt and settles its outcome.
 func (a *Acknowledger) run(r *request) {
 	defer a.wg.Done()
+	if r.key.kind == kindAck {
+		a.dropLapsed(r)
+		if len(r.ids) == 0 {
+			a.complete(r, nil)
+			return
+		}
+	}
 	r.attempt++
 	if a.cfg.Tracer != nil {
 		r.trace = a.cfg.Tracer.StartRPC(r.key.op(), r.key.seconds, r.ids, r.tags)
 	}
 	a.complete(r, a.call(r))
+}
+
+// dropLapsed leaves out of r the acks whose message has lapsed (Lapser):
+// their tags hear ErrLapsed, and the server never sees them.
+func (a *Acknowledger) dropLapsed(r *request) {
+	now := time.Now()
+	lapsed := func(t Tag) bool {
+		l, ok := t.(Lapser)
+		return ok && l.Lapsed(now)
+	}
+	if !slices.ContainsFunc(r.tags, lapsed) {
+		return // the common case: nothing lapsed, nothing copied
+	}
+	var ids []string
+	var tags []Tag
+	var gone []int
+	for i, t := range r.tags {
+		if lapsed(t) {
+			gone = append(gone, i)
+			continue
+		}
+		ids, tags = append(ids, r.ids[i]), append(tags, t)
+	}
+	for _, i := range gone {
+		r.tags[i].AckDone(&IDError{AckID: r.ids[i], Kind: ErrLapsed})
+	}
+	r.ids, r.tags = ids, tags
+	a.mu.Lock()
+	a.unacked -= int64(len(gone))
+	a.mu.Unlock()
 }
 
 func (a *Acknowledger) call(r *request) error {
@@ -258,6 +296,7 @@ func (a *Acknowledger) complete(r *request, err error) {
 	}
 	a.reporting++
 	a.dispatchLocked()
+	a.armRetryLocked()
 	a.mu.Unlock()
 
 	a.acked(r.key, final)

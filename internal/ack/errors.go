@@ -18,6 +18,10 @@ var (
 	// ErrClosed: the acknowledger was closed before the ack id was
 	// confirmed (or the ack id was given after Close).
 	ErrClosed = errors.New("ack: acknowledger closed")
+	// ErrLapsed: the ack id's message had reached (or come within a
+	// margin of) its server deadline by the time the ack could be sent, so
+	// it was not: the server may have given the message out again (Lapser).
+	ErrLapsed = errors.New("ack: the message's lease lapsed before the ack could be sent")
 )
 
 // Per-ack-id reasons in the ErrorInfo metadata of exactly-once failures.

@@ -3,6 +3,7 @@ package ack
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Tag hears the fate of one ack id: AckDone(nil) once the server accepted
@@ -11,6 +12,14 @@ import (
 // not block.
 type Tag interface {
 	AckDone(err error)
+}
+
+// Lapser is a Tag that knows its message's server deadline: an ack whose
+// Lapsed reports true when its request is about to be sent is left out
+// and its Tag hears ErrLapsed, so no ack reaches the server after the
+// message may have been given out again.
+type Lapser interface {
+	Lapsed(now time.Time) bool
 }
 
 // Result is a Tag that can be waited on: what Ack and Nack return for

@@ -177,6 +177,14 @@ func (st *State) Deadline() time.Time {
 // confirmed extension.
 func (st *State) SetDeadline(t time.Time) { st.deadline.Store(t.UnixNano()) }
 
+// Lapsed reports whether m's server deadline is less than SettleMargin
+// away (or past) at now: too late for an ack or nack to reach the server
+// in time.
+func (st *State) Lapsed(now time.Time) bool {
+	d := st.deadline.Load()
+	return d != 0 && now.UnixNano() >= d-int64(SettleMargin)
+}
+
 // ExpireIfLate settles m as Expired when its server deadline is less than
 // SettleMargin away (or past) at now: the server may give it out again
 // before a handler could settle it, so it must not reach one. It reports whether m is settled (now or
@@ -185,7 +193,7 @@ func (st *State) ExpireIfLate(m any, now time.Time) bool {
 	if st.Outcome() != Pending {
 		return true
 	}
-	if d := st.deadline.Load(); d != 0 && now.UnixNano() >= d-int64(SettleMargin) {
+	if st.Lapsed(now) {
 		st.Settle(m, Expired, 0)
 		return true
 	}
