@@ -39,7 +39,7 @@ func (b *book) Receive(_ int, ms []*Message) {
 func (b *book) Settled(mi any, o uint32) {
 	m := mi.(*Message)
 	s := b.s
-	if o == message.Ack {
+	if o == message.Ack && s.tel.ackLatency != nil {
 		s.tel.observeAck(time.Since(m.ReceiveTime))
 	}
 	if !message.Of(m).MarkHandedOff(settledFirst) {
@@ -47,7 +47,7 @@ func (b *book) Settled(mi any, o uint32) {
 	}
 }
 
-func (b *book) Done(any) {}
+func (b *book) Done(any, time.Time) {}
 
 // HandOff sees each batch as it leaves the source: while draining, the
 // messages get the OnShutdown outcome instead of going on; otherwise a

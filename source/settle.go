@@ -85,6 +85,39 @@ func (t *ackTag) AckDone(err error) {
 	m.st.Done(m)
 }
 
+// confirmed is the acknowledger's Confirmed: the acks and nacks of one
+// request the server accepted whole, answered at now. It does for each
+// what AckDone(nil) does, with one clock read and one counter update for
+// the batch.
+func (c *core) confirmed(tags []ack.Tag, now time.Time) {
+	var acks int64
+	for _, t := range tags {
+		at, ok := t.(*ackTag)
+		if !ok {
+			if t != nil {
+				t.AckDone(nil)
+			}
+			continue
+		}
+		m := (*Message)(at)
+		o := m.Outcome()
+		if o == Ack {
+			acks++
+		}
+		if m.result != nil {
+			m.result.resolve(nil)
+		}
+		if o == NackAfter {
+			c.later.done(m, m.st.Deadline())
+			continue
+		}
+		m.st.DoneAt(m, now)
+	}
+	if acks > 0 {
+		c.c.acking.Add(-acks)
+	}
+}
+
 // Stats is a snapshot of a Source's counters.
 type Stats struct {
 	// Received counts messages decoded; Redelivered those with a delivery

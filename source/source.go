@@ -98,8 +98,9 @@ func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 	c.path.c = c
 	s := &Source{core: c}
 	acfg := ack.Config{
-		Events: c.emit,
-		Logger: cfg.Logger,
+		Events:    c.emit,
+		Logger:    cfg.Logger,
+		Confirmed: c.confirmed,
 	}
 	if cfg.TracerProvider != nil {
 		c.trace = newTracer(cfg.TracerProvider, cfg.Subscription)

@@ -31,11 +31,12 @@ type Path interface {
 // Holder is a stage that took something for a message (a lease, a flow
 // permit) and gives it back when the message settles: Settled once the
 // outcome is set, Done once the server no longer counts the message (its
-// ack or nack is final, or its deadline passed). Both are called exactly
-// once, in that order, and must not block.
+// ack or nack is final, or its deadline passed), with the time that
+// became known (the caller reads the clock once for a whole batch). Both
+// are called exactly once, in that order, and must not block.
 type Holder interface {
 	Settled(m any, o uint32)
-	Done(m any)
+	Done(m any, now time.Time)
 }
 
 // HoldNode is one Holder on a message's list; the holder provides it (one
@@ -120,14 +121,17 @@ func (st *State) Settle(m any, o uint32, delay time.Duration) bool {
 	return true
 }
 
-// Done tells every Holder that the server no longer counts m. It runs
-// once, after Settle; later calls do nothing.
-func (st *State) Done(m any) {
+// Done tells every Holder that the server no longer counts m, as of now.
+// It runs once, after Settle; later calls do nothing.
+func (st *State) Done(m any) { st.DoneAt(m, time.Now()) }
+
+// DoneAt is Done at a time the caller read (once for a batch).
+func (st *State) DoneAt(m any, now time.Time) {
 	if !st.doneRun.CompareAndSwap(false, true) {
 		return
 	}
 	for n := st.done; n != nil; n = n.next {
-		n.h.Done(m)
+		n.h.Done(m, now)
 	}
 	st.done = nil
 }
@@ -141,7 +145,7 @@ func (st *State) Hold(m any, n *HoldNode, h Holder) bool {
 		head := st.holds.Load()
 		if head == sealed {
 			h.Settled(m, st.outcome.Load())
-			h.Done(m)
+			h.Done(m, time.Now())
 			return false
 		}
 		n.next = head
@@ -149,6 +153,32 @@ func (st *State) Hold(m any, n *HoldNode, h Holder) bool {
 			return true
 		}
 	}
+}
+
+// Holders calls f for each Holder on m's list, newest first, until f
+// returns false. A settled message has none (its holders were told).
+func (st *State) Holders(f func(Holder) bool) {
+	head := st.holds.Load()
+	if head == sealed {
+		return
+	}
+	for n := head; n != nil; n = n.next {
+		if !f(n.h) {
+			return
+		}
+	}
+}
+
+// HeldBefore reports whether a Holder for which f is true was put on m's
+// list before n (a node Hold put there): the nodes older than n never
+// change, so this is safe whatever else happens to m.
+func (st *State) HeldBefore(n *HoldNode, f func(Holder) bool) bool {
+	for p := n.next; p != nil; p = p.next {
+		if p != sealed && f(p.h) {
+			return true
+		}
+	}
+	return false
 }
 
 // MarkHandedOff records that m left its source for processing, naming
@@ -172,6 +202,9 @@ func (st *State) Deadline() time.Time {
 	}
 	return time.Time{}
 }
+
+// DeadlineNanos is Deadline in unix nanoseconds (0: unknown).
+func (st *State) DeadlineNanos() int64 { return st.deadline.Load() }
 
 // SetDeadline records a new server deadline: at receipt, and after each
 // confirmed extension.
