@@ -106,7 +106,6 @@ type Extender struct {
 	pending [][]lease // batches whose receipt modacks are not sent yet
 	closed  bool
 
-	count    atomic.Int64 // leases not gone
 	deadline atomic.Int64 // the policy's deadline, for readers without mu
 	// learned is set when an ack taught the policy a latency since the
 	// deadline was last read from it.
@@ -204,7 +203,6 @@ func (e *Extender) track(ms []*source.Message) {
 	}
 	e.addSlabLocked(slab)
 	e.pending = append(e.pending, slab)
-	e.count.Add(int64(added))
 	e.mu.Unlock()
 	// Outside mu: a message settled meanwhile ends its lease at once.
 	for i := range slab {
@@ -306,7 +304,6 @@ func (e *Extender) release(l *lease, ack bool, now time.Time) {
 	if !l.gone.CompareAndSwap(false, true) {
 		return
 	}
-	e.count.Add(-1)
 	if l.confirm != nil {
 		e.mu.Lock()
 		l.endConfirm()
@@ -333,8 +330,21 @@ func (e *Extender) currentDeadline() time.Duration {
 	return time.Duration(e.deadline.Load())
 }
 
-// Len is the number of leases held.
-func (e *Extender) leaseCount() int { return int(e.count.Load()) }
+// Len is the number of leases held, counted (no counter is kept on the
+// hot path): O(leases), for Stats.
+func (e *Extender) leaseCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, s := range e.slabs {
+		for i := range s {
+			if l := &s[i]; l.e != nil && !l.gone.Load() {
+				n++
+			}
+		}
+	}
+	return n
+}
 
 // Close stops the loop and the workers: no new RPC starts, retries stop,
 // and RPCs in flight get up to CloseTimeout to finish before they are
@@ -398,9 +408,7 @@ func (e *Extender) emitEvent(ev event.Event) {
 
 // removeLocked ends l if it has not ended: it leaves the tick's scan.
 func (e *Extender) removeLocked(l *lease) {
-	if l.gone.CompareAndSwap(false, true) {
-		e.count.Add(-1)
-	}
+	l.gone.Store(true)
 	l.endConfirm()
 }
 

@@ -132,11 +132,10 @@ const histBuckets = 601
 
 type adaptivePolicy struct {
 	min, max time.Duration
-	// counts, total and stale are written by record without the
-	// extender's mutex; the percentile read under it sees each bucket
-	// atomically (a record racing the read lands in the next one).
+	// counts and stale are written by record without the extender's
+	// mutex; the percentile read under it sees each bucket atomically (a
+	// record racing the read lands in the next one).
 	counts  [histBuckets]atomic.Int64
-	total   atomic.Int64
 	stale   atomic.Bool // records since current was computed (computed when asked: record is per ack)
 	current time.Duration
 }
@@ -157,7 +156,6 @@ func (p *adaptivePolicy) interval() time.Duration { return p.deadline() / 4 }
 func (p *adaptivePolicy) record(latency time.Duration) {
 	b := min(int64(ceilSeconds(max(latency, 0))/time.Second), histBuckets-1)
 	p.counts[b].Add(1)
-	p.total.Add(1)
 	if !p.stale.Load() {
 		p.stale.Store(true)
 	}
@@ -166,11 +164,17 @@ func (p *adaptivePolicy) record(latency time.Duration) {
 // percentile returns the smallest bucket (seconds) at or below which at
 // least q of the recorded latencies lie.
 func (p *adaptivePolicy) percentile(q float64) int {
-	target := int64(q*float64(p.total.Load()) + 0.999999) // ceil without float surprises at exact multiples
+	var counts [histBuckets]int64
+	var total int64
+	for b := range p.counts {
+		counts[b] = p.counts[b].Load()
+		total += counts[b]
+	}
+	target := int64(q*float64(total) + 0.999999) // ceil without float surprises at exact multiples
 	target = max(target, 1)
 	var seen int64
-	for b := range p.counts {
-		seen += p.counts[b].Load()
+	for b, c := range counts {
+		seen += c
 		if seen >= target {
 			return b
 		}

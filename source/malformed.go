@@ -19,19 +19,33 @@ var malformedNames = map[malformed]string{
 	missingMessage: "an ack_id without a message (nacked)",
 }
 
+// screen is one stream's state for refuseMalformed: the kinds already
+// logged on it, and the set of ack ids of the response being screened
+// (kept and cleared, not made anew for every response).
+type screen struct {
+	warned malformed
+	seen   map[string]struct{}
+}
+
 // refuseMalformed drops the elements of a response that a handler must
 // never see, before any bookkeeping: an empty ack id (nothing could settle
 // it), an ack id already in this response (settling one copy would settle
 // both), and an ack id without a message (nacked, so the server delivers
 // it again, whole). Valid messages go on. Each kind is counted (Stats) and
-// logged once per stream (warned). The common case, nothing wrong, costs
-// one pass and no allocation unless a response has more than one element.
-func (s *Source) refuseMalformed(stream int, rms []*pubsubpb.ReceivedMessage, warned *malformed) []*pubsubpb.ReceivedMessage {
+// logged once per stream (sc.warned). The common case, nothing wrong,
+// costs one pass and no allocation (the stream's set of ack ids is
+// reused).
+func (s *Source) refuseMalformed(stream int, rms []*pubsubpb.ReceivedMessage, sc *screen) []*pubsubpb.ReceivedMessage {
 	var bad malformed
-	var seen map[string]struct{}
+	if len(rms) > 1 {
+		if sc.seen == nil {
+			sc.seen = make(map[string]struct{}, len(rms))
+		}
+		defer clear(sc.seen)
+	}
 	keep := rms[:0:0]
 	for i, rm := range rms {
-		kind := s.check(rm, &seen, len(rms))
+		kind := s.check(rm, sc.seen, len(rms))
 		if kind == 0 {
 			if bad != 0 {
 				keep = append(keep, rm)
@@ -56,8 +70,8 @@ func (s *Source) refuseMalformed(stream int, rms []*pubsubpb.ReceivedMessage, wa
 		return rms
 	}
 	for k, what := range malformedNames {
-		if bad&k != 0 && *warned&k == 0 {
-			*warned |= k
+		if bad&k != 0 && sc.warned&k == 0 {
+			sc.warned |= k
 			s.log.Warn("pubsubflow: the server sent "+what, "subscription", s.cfg.Subscription, "stream", stream)
 		}
 	}
@@ -65,19 +79,16 @@ func (s *Source) refuseMalformed(stream int, rms []*pubsubpb.ReceivedMessage, wa
 }
 
 // check says what is wrong with rm, if anything.
-func (s *Source) check(rm *pubsubpb.ReceivedMessage, seen *map[string]struct{}, n int) malformed {
+func (s *Source) check(rm *pubsubpb.ReceivedMessage, seen map[string]struct{}, n int) malformed {
 	id := rm.GetAckId()
 	if id == "" {
 		return emptyAckID
 	}
 	if n > 1 {
-		if *seen == nil {
-			*seen = make(map[string]struct{}, n)
-		}
-		if _, dup := (*seen)[id]; dup {
+		if _, dup := seen[id]; dup {
 			return duplicateAckID
 		}
-		(*seen)[id] = struct{}{}
+		seen[id] = struct{}{}
 	}
 	if rm.GetMessage() == nil {
 		return missingMessage

@@ -30,7 +30,6 @@ func (p *path) Settle(mi any, o uint32, delay time.Duration) {
 		if m.ExactlyOnce {
 			m.result = newAckResult()
 		}
-		c.c.acking.Add(1)
 		c.acks.AckTag(m.AckID, m.ExactlyOnce, (*ackTag)(m))
 	case message.Nack, message.NackAfter:
 		if o == message.Nack {
@@ -69,7 +68,7 @@ func (t *ackTag) AckDone(err error) {
 	m := (*Message)(t)
 	c := m.st.Path.(*path).c
 	if m.Outcome() == Ack {
-		c.c.acking.Add(-1)
+		c.c.ackFinal.Add(1)
 	}
 	if err != nil {
 		c.c.ackFailures.Add(1)
@@ -114,7 +113,7 @@ func (c *core) confirmed(tags []ack.Tag, now time.Time) {
 		m.st.DoneAt(m, now)
 	}
 	if acks > 0 {
-		c.c.acking.Add(-acks)
+		c.c.ackFinal.Add(acks)
 	}
 }
 
@@ -151,8 +150,7 @@ type counters struct {
 	ackFailures, reconnects       atomic.Uint64
 	emptyAckIDs, duplicateAckIDs  atomic.Uint64
 	missingMessages               atomic.Uint64
-	settledN                      atomic.Int64
-	acking                        atomic.Int64
+	ackFinal                      atomic.Int64 // acks whose fate is final: Acking is acked − ackFinal
 	mu                            sync.Mutex
 	lastErr                       error
 }
@@ -168,7 +166,6 @@ func (c *counters) settled(o uint32) {
 	case message.Expired:
 		c.expired.Add(1)
 	}
-	c.settledN.Add(1)
 }
 
 func (c *counters) event(e event.Event) {
@@ -186,16 +183,21 @@ func (c *counters) stats(*ack.Acknowledger) Stats {
 	c.mu.Lock()
 	last := c.lastErr
 	c.mu.Unlock()
+	// The settled counts before received, and the final acks before the
+	// acks: a message counted in between shows up in the larger figure
+	// only, so Unsettled and Acking are never negative.
+	ackFinal := c.ackFinal.Load()
+	acked, nacked, noops, expired := c.acked.Load(), c.nacked.Load(), c.noops.Load(), c.expired.Load()
 	received := c.received.Load()
 	return Stats{
 		Received:        received,
 		Redelivered:     c.redelivered.Load(),
-		Acked:           c.acked.Load(),
-		Nacked:          c.nacked.Load(),
-		NoOps:           c.noops.Load(),
-		Expired:         c.expired.Load(),
-		Unsettled:       int64(received) - c.settledN.Load(),
-		Acking:          c.acking.Load(),
+		Acked:           acked,
+		Nacked:          nacked,
+		NoOps:           noops,
+		Expired:         expired,
+		Unsettled:       int64(received - acked - nacked - noops - expired),
+		Acking:          int64(acked) - ackFinal,
 		AckFailures:     c.ackFailures.Load(),
 		EmptyAckIDs:     c.emptyAckIDs.Load(),
 		DuplicateAckIDs: c.duplicateAckIDs.Load(),
