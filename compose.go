@@ -112,7 +112,7 @@ func unsettled(m *Message) bool { return !m.Settled() }
 func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Message) bool) stage.Flow[*Message, *Message] {
 	var hc handlerCtx
 	call := func(ctx context.Context, m *Message) (*Message, error) {
-		if message.Of(m).ExpireIfLate(m, time.Now()) {
+		if message.Of(m).ExpireIfLateNow(m) {
 			return m, nil // settled, or its lease lapsed while it waited
 		}
 		if message.Of(m).HandedOffBy() == 0 {

@@ -144,7 +144,7 @@ func (r *AckResult) Wait(ctx context.Context) error {
 // message), binds each to path, and returns pointers to them.
 // Each message's server deadline starts as receipt plus the stream's ack
 // deadline.
-func decodeResponse(rms []*pubsubpb.ReceivedMessage, subscription string, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time, deadline time.Duration, path message.Path) (slab []Message, ms []*Message) {
+func decodeResponse(rms []*pubsubpb.ReceivedMessage, subscription string, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time, deadline time.Duration, path message.Path, clock *message.Clock) (slab []Message, ms []*Message) {
 	slab = make([]Message, len(rms))
 	ms = make([]*Message, len(rms))
 	due := now.Add(deadline)
@@ -152,6 +152,7 @@ func decodeResponse(rms []*pubsubpb.ReceivedMessage, subscription string, props 
 		m := &slab[i]
 		m.decode(rm, subscription, props, now)
 		m.st.Path = path
+		m.st.Clock = clock
 		m.st.SetDeadline(due)
 		ms[i] = m
 	}

@@ -93,7 +93,7 @@ func (r *run) unsentOne(m *Message) { r.unsent([]*Message{m}) }
 // each is bound to the settle path and recorded as held, and the steps
 // run on them, on the stream's goroutine, before any of them is queued.
 func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage) []*Message {
-	slab, ms := decodeResponse(rms, s.cfg.Subscription, s.props.Load(), time.Now(), s.StreamAckDeadline(), &s.path)
+	slab, ms := decodeResponse(rms, s.cfg.Subscription, s.props.Load(), time.Now(), s.StreamAckDeadline(), &s.path, s.clock)
 	s.c.received.Add(uint64(len(ms)))
 	for _, m := range ms {
 		if m.DeliveryAttempt > 1 {

@@ -56,10 +56,14 @@ type State struct {
 	// Path is set once, when the source decodes the message, before any
 	// other goroutine can see it; nil for a message built by hand.
 	Path Path
+	// Clock is the clock of the source that decoded the message (set with
+	// Path), which the deadline checks read; nil: time.Now.
+	Clock *Clock
 	// Trace is the span state of a traced message (nil otherwise).
 	Trace *Trace
 
 	outcome atomic.Uint32
+	doneRun atomic.Bool // Done ran
 	// deadline is when the server releases the message as far as the
 	// client knows (unix nanoseconds): receipt plus the stream ack
 	// deadline, then each confirmed extension's send time plus its
@@ -67,7 +71,6 @@ type State struct {
 	deadline atomic.Int64
 	holds    atomic.Pointer[HoldNode]
 	done     *HoldNode     // the hold list, kept for Done once sealed
-	doneRun  atomic.Bool   // Done ran
 	handed   atomic.Uint64 // 0: not handed off; else the hand-off's owner
 	owner    atomic.Uint64 // the source run that handed it on (0: none yet)
 }
@@ -100,7 +103,7 @@ func (st *State) Settle(m any, o uint32, delay time.Duration) bool {
 		return false
 	}
 	if o != Expired {
-		if d := st.deadline.Load(); d != 0 && time.Now().UnixNano() >= d-int64(SettleMargin) {
+		if d := st.deadline.Load(); d != 0 && st.Clock.Now() >= d-int64(SettleMargin) {
 			st.Settle(m, Expired, 0)
 			return false
 		}
@@ -219,6 +222,19 @@ func (st *State) ExpireIfLate(m any, now time.Time) bool {
 		return true
 	}
 	if d := st.deadline.Load(); d != 0 && now.UnixNano() >= d-int64(SettleMargin) {
+		st.Settle(m, Expired, 0)
+		return true
+	}
+	return false
+}
+
+// ExpireIfLateNow is ExpireIfLate at the time m's Clock reads now (read
+// only if m has a deadline and no outcome).
+func (st *State) ExpireIfLateNow(m any) bool {
+	if st.Outcome() != Pending {
+		return true
+	}
+	if d := st.deadline.Load(); d != 0 && st.Clock.Now() >= d-int64(SettleMargin) {
 		st.Settle(m, Expired, 0)
 		return true
 	}
