@@ -42,7 +42,8 @@ func (b *book) Settled(mi any, o uint32) {
 	if o == message.Ack && s.tel.ackLatency != nil {
 		s.tel.observeAck(time.Since(m.ReceiveTime))
 	}
-	if !message.Of(m).MarkHandedOff(settledFirst) {
+	// Nearly always handed off already: a load, not a failing CAS.
+	if st := message.Of(m); st.HandedOffBy() != 0 || !st.MarkHandedOff(settledFirst) {
 		s.c.settledHanded.Add(1)
 	}
 }

@@ -29,14 +29,22 @@ type FlowControl struct {
 	maxMessages int64 // 0: unlimited
 	maxBytes    int64 // 0: unlimited
 
+	// The counters a message's settling moves, those its ack's
+	// finality moves and the one only receipt moves sit on cache lines
+	// of their own: different goroutines (handlers, the acknowledger, the
+	// streams) write them, per message, at once.
+	_                [64]byte
 	outstanding      atomic.Int64
 	outstandingBytes atomic.Int64
+	_                [48]byte
 	// serverHeld counts messages received whose release the server has not
 	// seen yet: outstanding ones, and settled ones whose ack or nack is
 	// not final.
 	serverHeld      atomic.Int64
 	serverHeldBytes atomic.Int64
+	_               [48]byte
 	acquired        atomic.Int64 // Released is acquired − outstanding
+	_               [56]byte
 
 	mu    sync.Mutex // guards lane opening and closing
 	lanes [maxLanes]lane
