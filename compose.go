@@ -122,14 +122,10 @@ func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Messag
 			}
 			s.runBook.markHanded(m)
 		}
+		ctx = hc.of(ctx, s) // the worker's ctx: the same for every message
 		var span trace.Span
 		if s.tracing != nil {
 			ctx, span = s.tracing.startProcess(ctx, m)
-		}
-		if span == nil {
-			ctx = hc.of(ctx, s) // the worker's ctx: the same for every message
-		} else {
-			ctx = withHandler(ctx, s)
 		}
 		s.c.inHandler.Add(1)
 		err := s.safeHandle(ctx, handler, m)
