@@ -314,7 +314,9 @@ func (e *Extender) release(l *lease, ack bool, now time.Time) {
 			now = time.Now()
 		}
 		e.policy.record(time.Duration(now.UnixNano() - l.received))
-		e.learned.Store(true)
+		if !e.learned.Load() {
+			e.learned.Store(true)
+		}
 	}
 }
 

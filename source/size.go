@@ -1,8 +1,13 @@
 package source
 
 import (
+	"reflect"
+	"unsafe"
+
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // protoSize is the size flow control counts: the encoded PubsubMessage
@@ -23,7 +28,7 @@ func protoSize(rm *pubsubpb.ReceivedMessage) int {
 		n += 1 + protowire.SizeBytes(1+protowire.SizeBytes(len(k))+1+protowire.SizeBytes(len(v)))
 	}
 	if ts := pm.PublishTime; ts != nil {
-		t := len(ts.ProtoReflect().GetUnknown())
+		t := unknownTS.size(unsafe.Pointer(ts), ts)
 		if ts.Seconds != 0 {
 			t += 1 + protowire.SizeVarint(uint64(ts.Seconds))
 		}
@@ -32,7 +37,38 @@ func protoSize(rm *pubsubpb.ReceivedMessage) int {
 		}
 		n += 1 + protowire.SizeBytes(t)
 	}
-	return n + len(pm.ProtoReflect().GetUnknown())
+	return n + unknownPM.size(unsafe.Pointer(pm), pm)
+}
+
+// unknownAt reads a generated message's unknown fields straight from its
+// unknownFields field (found once, by reflection, at init), which costs a
+// load where ProtoReflect().GetUnknown() costs a walk through the
+// message's reflection state; ok false (that field not found: generated
+// code of another shape) falls back to GetUnknown.
+type unknownAt struct {
+	off uintptr
+	ok  bool
+}
+
+var (
+	unknownPM = unknownOffset(reflect.TypeFor[pubsubpb.PubsubMessage]())
+	unknownTS = unknownOffset(reflect.TypeFor[timestamppb.Timestamp]())
+)
+
+func unknownOffset(t reflect.Type) unknownAt {
+	f, ok := t.FieldByName("unknownFields")
+	if !ok || f.Type.Kind() != reflect.Slice || f.Type.Elem().Kind() != reflect.Uint8 {
+		return unknownAt{}
+	}
+	return unknownAt{off: f.Offset, ok: true}
+}
+
+// size is len(m.ProtoReflect().GetUnknown()) for the message at p.
+func (u unknownAt) size(p unsafe.Pointer, m proto.Message) int {
+	if !u.ok {
+		return len(m.ProtoReflect().GetUnknown())
+	}
+	return len(*(*[]byte)(unsafe.Add(p, u.off)))
 }
 
 // bytesField is the encoded size of a proto3 string or bytes field of

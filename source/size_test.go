@@ -53,3 +53,38 @@ func TestProtoSize(t *testing.T) {
 		}
 	})
 }
+
+func BenchmarkProtoSize(b *testing.B) {
+	rms := make([]*pubsubpb.ReceivedMessage, 1000)
+	for i := range rms {
+		rms[i] = &pubsubpb.ReceivedMessage{AckId: "ack", Message: &pubsubpb.PubsubMessage{MessageId: "123456", Data: make([]byte, 64), PublishTime: timestamppb.Now()}}
+	}
+	b.Run("hand", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			_ = protoSize(rms[i%1000])
+		}
+	})
+	b.Run("proto", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			_ = proto.Size(rms[i%1000].Message)
+		}
+	})
+	b.Run("nounknown", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			pm := rms[i%1000].Message
+			n := bytesField(len(pm.Data)) + bytesField(len(pm.MessageId)) + bytesField(len(pm.OrderingKey))
+			if ts := pm.PublishTime; ts != nil {
+				n += 2 + 1 + protowire.SizeVarint(uint64(ts.Seconds)) + 1 + protowire.SizeVarint(uint64(ts.Nanos))
+			}
+			_ = n
+		}
+	})
+}
+
+// TestUnknownFieldsFound: the unknown fields of both message types are read
+// straight from their field (not through the slower fallback).
+func TestUnknownFieldsFound(t *testing.T) {
+	if !unknownPM.ok || !unknownTS.ok {
+		t.Fatalf("unknownFields not found: PubsubMessage %v, Timestamp %v", unknownPM.ok, unknownTS.ok)
+	}
+}
