@@ -154,6 +154,7 @@ func decodeResponse(rms []*pubsubpb.ReceivedMessage, subscription string, props 
 		m.st.Path = path
 		m.st.Clock = clock
 		m.st.SetDeadline(due)
+		m.st.BeginReceipt() // the receipt steps attach without atomics; receipt ends it
 		ms[i] = m
 	}
 	return slab, ms

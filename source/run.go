@@ -103,6 +103,7 @@ func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage) []*Message {
 	s.emit(event.Event{Kind: event.Received, Count: len(ms)})
 	if !s.held.add(slab) { // closed meanwhile
 		for _, m := range ms {
+			m.st.EndReceipt(m)
 			m.Nack()
 		}
 		return nil
@@ -112,6 +113,11 @@ func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage) []*Message {
 	}
 	for _, st := range s.steps {
 		st.Receive(lane, ms)
+	}
+	// What the steps attached joins each message's hold list now, before
+	// the batch leaves this goroutine.
+	for _, m := range ms {
+		m.st.EndReceipt(m)
 	}
 	if s.follow != nil {
 		// The next response's messages get the deadline their leases use.

@@ -49,6 +49,10 @@ type HoldNode struct {
 // sealed ends a settled message's hold list: nothing attaches after it.
 var sealed = new(HoldNode)
 
+// receiving ends the list of holders staged while the message is in its
+// source's receipt (BeginReceipt … EndReceipt).
+var receiving = new(HoldNode)
+
 // State is the plumbing part of a message.
 type State struct {
 	// Size is the encoded size flow control counts.
@@ -71,6 +75,12 @@ type State struct {
 	deadline atomic.Int64
 	holds    atomic.Pointer[HoldNode]
 	done     *HoldNode     // the hold list, kept for Done once sealed
+	// staged is the list of holders attached during the message's
+	// receipt, ended by receiving; nil outside it. Only the goroutine that
+	// decodes the message touches it, before the message is handed on, so
+	// attaching there costs no atomic operation; EndReceipt moves the list
+	// onto holds with one.
+	staged *HoldNode
 	handed   atomic.Uint64 // 0: not handed off; else the hand-off's owner
 	owner    atomic.Uint64 // the source run that handed it on (0: none yet)
 }
@@ -142,8 +152,17 @@ func (st *State) DoneAt(m any, now time.Time) {
 // Hold puts h on m's list, using n (the caller's storage), so that h
 // hears when m settles. If m has already settled it reports false and h is
 // told at once (Settled, then Done): nothing it took can leak.
+//
+// During the message's receipt (between BeginReceipt and EndReceipt, on
+// the goroutine that runs them) it only stages n: EndReceipt attaches the
+// staged holders at once, or tells them if m settled meanwhile.
 func (st *State) Hold(m any, n *HoldNode, h Holder) bool {
 	n.h = h
+	if st.staged != nil {
+		n.next = st.staged
+		st.staged = n
+		return true
+	}
 	for {
 		head := st.holds.Load()
 		if head == sealed {
@@ -154,6 +173,47 @@ func (st *State) Hold(m any, n *HoldNode, h Holder) bool {
 		n.next = head
 		if st.holds.CompareAndSwap(head, n) {
 			return true
+		}
+	}
+}
+
+// BeginReceipt starts the message's receipt: until EndReceipt, Hold
+// stages holders without an atomic operation. The source calls it when
+// it decodes the message, before any other goroutine can reach it except
+// through a settle (which EndReceipt then catches up with).
+func (st *State) BeginReceipt() { st.staged = receiving }
+
+// EndReceipt ends the receipt on the goroutine that began it: the staged
+// holders join the hold list in one compare-and-swap, in the order they
+// were staged (newest first, as Hold would have put them), or, if m has
+// settled meanwhile, each is told at once (Settled, then Done), as Hold
+// does after a settle.
+func (st *State) EndReceipt(m any) {
+	list := st.staged
+	st.staged = nil
+	if list == receiving || list == nil {
+		return
+	}
+	tail := list
+	for tail.next != receiving {
+		tail = tail.next
+	}
+	for {
+		head := st.holds.Load()
+		if head == sealed {
+			o, now := st.outcome.Load(), time.Now()
+			for n := list; n != receiving; {
+				next := n.next
+				n.next = nil
+				n.h.Settled(m, o)
+				n.h.Done(m, now)
+				n = next
+			}
+			return
+		}
+		tail.next = head
+		if st.holds.CompareAndSwap(head, list) {
+			return
 		}
 	}
 }
@@ -176,7 +236,7 @@ func (st *State) Holders(f func(Holder) bool) {
 // list before n (a node Hold put there): the nodes older than n never
 // change, so this is safe whatever else happens to m.
 func (st *State) HeldBefore(n *HoldNode, f func(Holder) bool) bool {
-	for p := n.next; p != nil; p = p.next {
+	for p := n.next; p != nil && p != receiving; p = p.next {
 		if p != sealed && f(p.h) {
 			return true
 		}
