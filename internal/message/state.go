@@ -74,15 +74,15 @@ type State struct {
 	// seconds. Past it the server may give the message out again.
 	deadline atomic.Int64
 	holds    atomic.Pointer[HoldNode]
-	done     *HoldNode     // the hold list, kept for Done once sealed
+	done     *HoldNode // the hold list, kept for Done once sealed
 	// staged is the list of holders attached during the message's
 	// receipt, ended by receiving; nil outside it. Only the goroutine that
 	// decodes the message touches it, before the message is handed on, so
 	// attaching there costs no atomic operation; EndReceipt moves the list
 	// onto holds with one.
 	staged *HoldNode
-	handed   atomic.Uint64 // 0: not handed off; else the hand-off's owner
-	owner    atomic.Uint64 // the source run that handed it on (0: none yet)
+	handed atomic.Uint64 // 0: not handed off; else the hand-off's owner
+	owner  atomic.Uint64 // the source run that handed it on (0: none yet)
 }
 
 var of func(any) *State
