@@ -103,6 +103,7 @@ type Extender struct {
 	// gone, so the list holds O(live batches).
 	slabs   [][]lease
 	trimAt  int
+	trimmed int64 // when the list was last trimmed (unix nanoseconds)
 	pending [][]lease // batches whose receipt modacks are not sent yet
 	closed  bool
 
@@ -201,7 +202,7 @@ func (e *Extender) track(ms []*source.Message) {
 		e.mu.Unlock()
 		return
 	}
-	e.addSlabLocked(slab)
+	e.addSlabLocked(slab, nowNs)
 	e.pending = append(e.pending, slab)
 	e.mu.Unlock()
 	// Outside mu: a message settled meanwhile ends its lease at once.
@@ -231,15 +232,22 @@ func (e *Extender) owns(h message.Holder) bool {
 
 // addSlabLocked adds a batch's leases to the list the tick scans,
 // dropping the batches whose leases are all gone whenever the list has
-// doubled since it was last trimmed (amortized O(1) per batch).
-func (e *Extender) addSlabLocked(slab []lease) {
+// doubled since it was last trimmed (amortized O(1) per batch) or
+// trimEvery has passed: a batch whose leases are gone still points at its
+// messages, and holding them (their data) longer than that would grow the
+// heap with the throughput.
+func (e *Extender) addSlabLocked(slab []lease, now int64) {
 	e.slabs = append(e.slabs, slab)
-	if len(e.slabs) >= e.trimAt {
-		e.trimLocked()
+	if len(e.slabs) >= e.trimAt || now-e.trimmed >= int64(trimEvery) {
+		e.trimLocked(now)
 	}
 }
 
-func (e *Extender) trimLocked() {
+// trimEvery bounds how long the lease list keeps batches whose leases are
+// all gone while batches keep arriving.
+const trimEvery = 10 * time.Millisecond
+
+func (e *Extender) trimLocked(now int64) {
 	kept := e.slabs[:0]
 	for _, s := range e.slabs {
 		if !allGone(s) {
@@ -249,6 +257,7 @@ func (e *Extender) trimLocked() {
 	clear(e.slabs[len(kept):])
 	e.slabs = kept
 	e.trimAt = max(2*len(kept), 16)
+	e.trimmed = now
 }
 
 func allGone(s []lease) bool {

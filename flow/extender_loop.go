@@ -163,6 +163,7 @@ func (e *Extender) tick() time.Duration {
 	clear(e.slabs[len(kept):])
 	e.slabs = kept
 	e.trimAt = max(2*len(kept), 16)
+	e.trimmed = nowNs
 	e.mu.Unlock()
 	e.expire(lapsed, errLapsed)
 	e.expire(expired, errMaxExtension)

@@ -211,23 +211,31 @@ func (c *counters) stats(*ack.Acknowledger) Stats {
 // kept as the slabs of the responses they came in (a response's messages
 // share one allocation anyway). Settling costs it nothing; responses whose messages
 // have all settled are dropped whenever the list has doubled since it was
-// last trimmed, so it holds O(unsettled responses).
+// last trimmed, so it holds O(unsettled responses), or trimEvery has
+// passed, so it keeps the messages (and their data) of settled responses
+// alive no longer than that while responses keep coming.
 type registry struct {
 	mu      sync.Mutex
 	batches [][]Message
 	trimAt  int
+	trimmed time.Time
 	closed  bool
 }
 
-// add records a response's messages; false once closed.
-func (r *registry) add(ms []Message) bool {
+// trimEvery bounds how long the registry holds responses whose messages
+// have all settled while responses keep arriving.
+const trimEvery = 10 * time.Millisecond
+
+// add records a response's messages, received at now; false once closed.
+func (r *registry) add(ms []Message, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return false
 	}
 	r.batches = append(r.batches, ms)
-	if len(r.batches) >= r.trimAt {
+	if len(r.batches) >= r.trimAt || now.Sub(r.trimmed) >= trimEvery {
+		r.trimmed = now
 		kept := r.batches[:0]
 		for _, b := range r.batches {
 			if !allSettled(b) {
