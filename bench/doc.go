@@ -11,7 +11,8 @@
 //
 //	go test -run '^$' -bench 'Throughput$' -benchtime 100000x -count 6 ./bench/
 //	go test -run '^$' -bench 'ThroughputTraced' -benchtime 100000x ./bench/
-//	go test -run '^$' -bench AckLatency -benchtime 100x ./bench/
+//	go test -run '^$' -bench 'AckLatency/rate=low' -benchtime 100x ./bench/
+//	go test -run '^$' -bench 'AckLatency/rate=full' -benchtime 100000x ./bench/
 //	go test -run '^$' -bench SlowConsumer -benchtime 1x ./bench/
 //	go test -run '^$' -bench MemoryBacklog -benchtime 1000000x -timeout 30m ./bench/
 //
