@@ -103,7 +103,7 @@ type Extender struct {
 	// gone, so the list holds O(live batches).
 	slabs   [][]lease
 	trimAt  int
-	trimmed int64 // when the list was last trimmed (unix nanoseconds)
+	trimmed int64     // when the list was last trimmed (unix nanoseconds)
 	pending [][]lease // batches whose receipt modacks are not sent yet
 	closed  bool
 
