@@ -39,15 +39,16 @@ func (b *book) Receive(_ int, ms []*Message) {
 func (b *book) Settled(mi any, o uint32) {
 	m := mi.(*Message)
 	s := b.s
-	if o == message.Ack {
+	if o == message.Ack && s.tel.ackLatency != nil {
 		s.tel.observeAck(time.Since(m.ReceiveTime))
 	}
-	if !message.Of(m).MarkHandedOff(settledFirst) {
+	// Nearly always handed off already: a load, not a failing CAS.
+	if st := message.Of(m); st.HandedOffBy() != 0 || !st.MarkHandedOff(settledFirst) {
 		s.c.settledHanded.Add(1)
 	}
 }
 
-func (b *book) Done(any) {}
+func (b *book) Done(any, time.Time) {}
 
 // HandOff sees each batch as it leaves the source: while draining, the
 // messages get the OnShutdown outcome instead of going on; otherwise a

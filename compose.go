@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -109,8 +110,9 @@ func unsettled(m *Message) bool { return !m.Settled() }
 // while the subscriber drains, a worker gives the messages it takes the
 // OnShutdown outcome instead of handling them.
 func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Message) bool) stage.Flow[*Message, *Message] {
+	var hc handlerCtx
 	call := func(ctx context.Context, m *Message) (*Message, error) {
-		if message.Of(m).ExpireIfLate(m, time.Now()) {
+		if message.Of(m).ExpireIfLateNow(m) {
 			return m, nil // settled, or its lease lapsed while it waited
 		}
 		if message.Of(m).HandedOffBy() == 0 {
@@ -120,12 +122,13 @@ func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Messag
 			}
 			s.runBook.markHanded(m)
 		}
+		ctx = hc.of(ctx, s) // the worker's ctx: the same for every message
 		var span trace.Span
 		if s.tracing != nil {
 			ctx, span = s.tracing.startProcess(ctx, m)
 		}
 		s.c.inHandler.Add(1)
-		err := s.safeHandle(withHandler(ctx, s), handler, m)
+		err := s.safeHandle(ctx, handler, m)
 		s.c.inHandler.Add(-1)
 		sink.Apply(m, err, s.policy)
 		if span != nil {
@@ -171,6 +174,23 @@ type handlerKey struct{}
 
 func withHandler(ctx context.Context, s *Subscriber) context.Context {
 	return context.WithValue(ctx, handlerKey{}, s)
+}
+
+// handlerCtx keeps the last handler ctx made, so that the workers, which
+// pass the same ctx for every message, do not allocate one per message.
+type handlerCtx struct{ last atomic.Pointer[madeCtx] }
+
+type madeCtx struct{ parent, ctx context.Context }
+
+// of returns withHandler(parent, s), made once per parent. parent is a
+// worker's ctx (a pointer type, so comparable).
+func (h *handlerCtx) of(parent context.Context, s *Subscriber) context.Context {
+	if c := h.last.Load(); c != nil && c.parent == parent {
+		return c.ctx
+	}
+	c := &madeCtx{parent: parent, ctx: withHandler(parent, s)}
+	h.last.Store(c)
+	return c.ctx
 }
 
 // Run receives and processes messages with parallelism workers calling

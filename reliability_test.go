@@ -16,8 +16,6 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/reugn/go-streams"
 	"go.uber.org/goleak"
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/h2c"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -488,7 +486,9 @@ func TestHTTPEndpointIsNotPubSub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: h2c.NewHandler(http.NotFoundHandler(), &http2.Server{})}
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true) // gRPC's cleartext HTTP/2, with prior knowledge
+	srv := &http.Server{Handler: http.NotFoundHandler(), Protocols: &protocols}
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Close()
 	_, err = NewSubscriber(context.Background(), "projects/p/subscriptions/sub", SubscriberConfig{Connect: ConnectOptions{Endpoint: lis.Addr().String(), Insecure: true}})

@@ -35,24 +35,33 @@ func (c MessageCarrier) Keys() []string { return carrier.Carrier(c).Keys() }
 // holds nil when SubscriberConfig.TracerProvider is unset.
 type subTracer struct {
 	tracing.Names
+	process string // the process span's name
 
 	mu      sync.Mutex
 	running map[*Message]struct{} // process spans not ended
 }
 
 func newSubTracer(tp trace.TracerProvider, subscription string) *subTracer {
-	return &subTracer{Names: tracing.For(tp, subscription), running: map[*Message]struct{}{}}
+	n := tracing.For(tp, subscription)
+	return &subTracer{Names: n, process: n.Prefix + "process", running: map[*Message]struct{}{}}
 }
 
 var errAbandoned = errors.New("pubsubflow: subscriber closed while the handler still ran (past the drain timeout)")
 
-// startProcess starts the process span of m around its handler.
+// startProcess starts the process span of m around its handler. A
+// message whose subscribe span does not record (not sampled) gets none:
+// its handler's ctx carries the subscribe span's context, so the trace
+// context still flows, and nothing else is done for it.
 func (t *subTracer) startProcess(ctx context.Context, m *Message) (context.Context, trace.Span) {
 	mt := message.Of(m).Trace
 	if mt == nil {
 		return ctx, nil
 	}
-	ctx, span := t.Tracer.Start(trace.ContextWithSpan(ctx, mt.Subscribe), t.Prefix+"process",
+	ctx = trace.ContextWithSpan(ctx, mt.Subscribe)
+	if !mt.Recording {
+		return ctx, nil
+	}
+	ctx, span := t.Tracer.Start(ctx, t.process,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(append(t.MessageAttrs(m.ID, len(m.Data), m.OrderingKey, m.DeliveryAttempt), semconv.MessagingOperationTypeDeliver)...))
 	mt.Process.Store(&span)

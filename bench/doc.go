@@ -12,6 +12,9 @@
 // repository root has the commands, the machine and the measured tables:
 //
 //	go test -run '^$' -bench 'Throughput$' -benchtime 100000x -count 6 ./bench/
+//	go test -run '^$' -bench 'ThroughputTraced' -benchtime 100000x ./bench/
+//	go test -run '^$' -bench 'AckLatency/rate=low' -benchtime 100x ./bench/
+//	go test -run '^$' -bench 'AckLatency/rate=full' -benchtime 100000x ./bench/
 //	go test -run '^$' -bench SlowConsumer -benchtime 1x ./bench/
 //	go test -run '^$' -bench MemoryBacklog -benchtime 1000000x -timeout 30m ./bench/
 //	go test -run '^$' -bench 'Publish$' -benchtime 200000x -count 1 ./bench/

@@ -29,7 +29,8 @@ const feedEnv = "PUBSUBFLOW_BENCH_FEED"
 // time: "GO" starts the feeder, which keeps the backlog above LOW until
 // TOTAL messages were published; "WAIT" waits until TOTAL messages were
 // acked (at most 5 minutes) and prints "STATS <acked> <redelivered>
-// <expired>". It exits when its input closes.
+// <expired> <cpu-ns>", the last the CPU time the server process used
+// since GO. It exits when its input closes.
 func serveFeed() int {
 	var total, payload, low int
 	if _, err := fmt.Sscanf(os.Getenv(feedEnv), "%d:%d:%d", &total, &payload, &low); err != nil {
@@ -60,9 +61,11 @@ func serveFeed() int {
 	fmt.Printf("ADDR %s %s %s\n", srv.Addr(), e.sub, srv.Project())
 	feedErr := make(chan error, 1)
 	in := bufio.NewScanner(os.Stdin)
+	var cpu0 time.Duration
 	for in.Scan() {
 		switch in.Text() {
 		case "GO":
+			cpu0 = ProcessCPU()
 			go func() { feedErr <- f.run(ctx) }()
 		case "WAIT":
 			deadline := time.Now().Add(5 * time.Minute)
@@ -70,7 +73,7 @@ func serveFeed() int {
 				time.Sleep(time.Millisecond)
 			}
 			st := e.stats()
-			fmt.Printf("STATS %d %d %d\n", st.Acked, st.Redelivered, st.Expired)
+			fmt.Printf("STATS %d %d %d %d\n", st.Acked, st.Redelivered, st.Expired, ProcessCPU()-cpu0)
 		}
 	}
 	cancel()
@@ -95,6 +98,7 @@ type childServer struct {
 	stdin             io.WriteCloser
 	out               *bufio.Scanner
 	addr, sub, projID string
+	cpu               time.Duration // the server's CPU time, from the last STATS that told it
 }
 
 // startChild re-runs this test binary with env (NAME=VALUE) set, which
@@ -140,6 +144,10 @@ func (s *childServer) send(tb testing.TB, line string) {
 func (s *childServer) stats(tb testing.TB) (acked, redelivered, expired int64) {
 	for s.out.Scan() {
 		if _, err := fmt.Sscanf(s.out.Text(), "STATS %d %d %d", &acked, &redelivered, &expired); err == nil {
+			var cpu int64
+			if _, err := fmt.Sscanf(s.out.Text(), "STATS %d %d %d %d", &acked, &redelivered, &expired, &cpu); err == nil {
+				s.cpu = time.Duration(cpu)
+			}
 			return acked, redelivered, expired
 		}
 	}

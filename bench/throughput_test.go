@@ -22,6 +22,9 @@ import (
 // (the server and feeder run in the child, on the same 2 cores): msgs/s;
 // cpu-ns/msg (user + system time per message); allocs/op and B/op;
 // peak-heap-B (largest sample of heap object bytes, taken every 2 ms).
+// srv-cpu-ns/msg is the server child's CPU per message, from GO until it
+// had every ack (the feeder's publishing included): what the client
+// costs the other side of the same two cores.
 //
 //	go test -run '^$' -bench 'Throughput$' -benchtime 100000x -count 6 ./bench/ | tee throughput.txt
 //	benchstat -col /client throughput.txt
@@ -80,4 +83,7 @@ func benchThroughput(b *testing.B, c client, payload int, s settings) {
 	b.ReportMetric(n/r.Elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(float64(r.CPU.Nanoseconds())/n, "cpu-ns/msg")
 	b.ReportMetric(float64(r.PeakHeap), "peak-heap-B")
+	if srv.cpu > 0 {
+		b.ReportMetric(float64(srv.cpu.Nanoseconds())/n, "srv-cpu-ns/msg")
+	}
 }

@@ -15,10 +15,6 @@ import (
 	"github.com/pubsubflow/pubsubflow/source"
 )
 
-// key names a lease: ack ids are only unique within a subscription, and one
-// extender may serve several.
-type key struct{ sub, ackID string }
-
 // leaseState says what the extender is doing with a lease.
 type leaseState uint8
 
@@ -29,30 +25,33 @@ const (
 	stateDropping                   // being settled as Expired; removed after
 )
 
-// lease is one tracked message. Guarded by Extender.mu, but for node and
-// e, which are set before the lease is shared. It is the message's Holder:
-// the message's settle path ends it.
+// lease is one tracked message. Leases live in per-batch slabs (one
+// allocation per response) that the extender keeps in a list, not in a
+// table keyed by ack id: the message reaches its lease through its hold
+// list, and the tick scans the slabs. Guarded by Extender.mu, but for
+// node, e, m and received, which are set before the lease is shared, and
+// gone, which is atomic. It is the message's Holder: the message's settle
+// path ends it.
 type lease struct {
 	node     message.HoldNode
 	e        *Extender
 	m        *source.Message
-	key      key
-	received time.Time
-	size     int
-	eo       bool
-	state    leaseState
-	// expiry is when the server's deadline passes as far as we know: the
-	// stream ack deadline from receipt until the receipt modack succeeded,
-	// then the send time of the last successful modack plus its deadline.
-	// Taking the send time (not the reply time) errs on the early side.
-	expiry time.Time
-	// confirm (exactly-once only) is closed when the receipt modack is
-	// confirmed or the lease ends; confirmDone records that it was.
-	confirm     chan struct{}
+	received int64 // unix nanoseconds
+	// expiry is when the server's deadline passes as far as we know (unix
+	// nanoseconds): the stream ack deadline from receipt until the receipt
+	// modack succeeded, then the send time of the last successful modack
+	// plus its deadline. Taking the send time (not the reply time) errs on
+	// the early side.
+	expiry int64
+	state  leaseState
+	// confirmDone records that confirm was closed.
 	confirmDone bool
-	// gone is set (under the extender's lock) when the lease leaves the
-	// table, so its users need not look it up again by its key.
-	gone bool
+	// gone is set once, when the lease ends (released, dropped): the
+	// tick skips it and its slab is freed once all of the slab's are gone.
+	gone atomic.Bool
+	// confirm (exactly-once only) is closed when the receipt modack is
+	// confirmed or the lease ends.
+	confirm chan struct{}
 }
 
 func (l *lease) endConfirm() {
@@ -62,19 +61,23 @@ func (l *lease) endConfirm() {
 	}
 }
 
+// eo reports whether the lease's message is on an exactly-once
+// subscription.
+func (l *lease) eo() bool { return l.m.ExactlyOnce }
+
 // Settled ends the lease of a message settled with anything but an ack
 // (an extension after a nack would undo it). An acked message keeps its
 // lease until its ack is final (Done), so a slow Acknowledge cannot let it
 // lapse.
 func (l *lease) Settled(_ any, o uint32) {
 	if o != message.Ack {
-		l.e.release(l, false)
+		l.e.release(l, false, time.Time{})
 	}
 }
 
-// Done ends the lease once the message's ack (or nack) is final; an ack
-// teaches the adaptive deadline its receipt→ack latency.
-func (l *lease) Done(any) { l.e.release(l, l.m.Outcome() == source.Ack) }
+// Done ends the lease once the message's ack (or nack) is final, at now;
+// an ack teaches the adaptive deadline its receipt→ack latency.
+func (l *lease) Done(_ any, now time.Time) { l.e.release(l, l.m.Outcome() == source.Ack, now) }
 
 // Extender tracks the leases of received messages and keeps extending them
 // until they are settled or pass the maximum extension. Make it with
@@ -91,12 +94,23 @@ type Extender struct {
 
 	// mu guards the fields below. It is never held across an RPC, a
 	// channel wait, a timer or a call into a message's settle path.
-	mu       sync.Mutex
-	policy   policy
-	leases   map[key]*lease
-	pending  []*lease // receipt modacks not yet sent
-	closed   bool
+	mu     sync.Mutex
+	policy policy
+	// slabs holds every batch of leases with a lease not yet gone (and
+	// some whose leases all are, until the next trim): what the tick
+	// scans. A slab is dropped by the first trim (when the list has
+	// doubled since the last, or at a tick) that finds all of its leases
+	// gone, so the list holds O(live batches).
+	slabs   [][]lease
+	trimAt  int
+	trimmed int64     // when the list was last trimmed (unix nanoseconds)
+	pending [][]lease // batches whose receipt modacks are not sent yet
+	closed  bool
+
 	deadline atomic.Int64 // the policy's deadline, for readers without mu
+	// learned is set when an ack taught the policy a latency since the
+	// deadline was last read from it.
+	learned atomic.Bool
 
 	extended atomic.Uint64
 	expired  atomic.Uint64
@@ -127,7 +141,6 @@ func NewExtender(client pubsubpb.SubscriberClient, cfg ExtenderConfig) (*Extende
 		cfg:       cfg,
 		log:       cfg.Logger,
 		policy:    cfg.Strategy.newPolicy(cfg.StreamAckDeadline),
-		leases:    make(map[key]*lease),
 		wake:      make(chan struct{}, 1),
 		jobs:      make(chan job),
 		quit:      make(chan struct{}),
@@ -148,68 +161,126 @@ func NewExtender(client pubsubpb.SubscriberClient, cfg ExtenderConfig) (*Extende
 	return e, nil
 }
 
-func keyOf(m *source.Message) key { return key{sub: m.Subscription, ackID: m.AckID} }
-
 // track records the leases of a batch (a response's messages) on receipt
-// (receipt time, size, deadline) and queues their receipt modacks, which
-// set the strategy's deadline within a few milliseconds, batched with
-// others: one lock and one allocation for the whole batch. It never waits
-// for an RPC. A message without an ack id or a subscription, already
-// settled or already tracked, or any message after Close, is ignored.
+// (receipt time, deadline) and queues their receipt modacks, which set the
+// strategy's deadline within a few milliseconds, batched with others: one
+// lock and one allocation for the whole batch, and no table: each lease is
+// found through its message. It never waits for an RPC. A message without
+// an ack id or a subscription, already settled or already tracked by this
+// extender, or any message after Close, is ignored.
 func (e *Extender) track(ms []*source.Message) {
 	now := time.Now()
+	nowNs := now.UnixNano()
 	slab := make([]lease, len(ms))
 	added := 0
-	e.mu.Lock()
 	for i, m := range ms {
 		if m == nil || m.AckID == "" || m.Subscription == "" || m.Settled() {
 			continue
 		}
-		k := keyOf(m)
-		if e.closed || e.leases[k] != nil {
-			continue
+		st := message.Of(m)
+		received := m.ReceiveTime.UnixNano()
+		if m.ReceiveTime.IsZero() || received > nowNs {
+			received = nowNs
 		}
-		received := m.ReceiveTime
-		if received.IsZero() || received.After(now) {
-			received = now
-		}
-		expiry := message.Of(m).Deadline()
-		if expiry.IsZero() { // a message no source told the deadline of
-			expiry = received.Add(e.cfg.StreamAckDeadline)
-			message.Of(m).SetDeadline(expiry)
+		expiry := st.DeadlineNanos()
+		if expiry == 0 { // a message no source told the deadline of
+			expiry = received + int64(e.cfg.StreamAckDeadline)
+			st.SetDeadline(time.Unix(0, expiry))
 		}
 		l := &slab[i]
-		*l = lease{
-			e:        e,
-			m:        m,
-			key:      k,
-			received: received,
-			size:     m.Size(),
-			eo:       m.ExactlyOnce,
-			state:    stateReceipt,
-			expiry:   expiry,
-		}
-		if l.eo {
+		l.e, l.m, l.received, l.expiry, l.state = e, m, received, expiry, stateReceipt
+		if m.ExactlyOnce {
 			l.confirm = make(chan struct{})
 		}
-		e.leases[k] = l
-		e.pending = append(e.pending, l)
 		added++
 	}
-	e.mu.Unlock()
 	if added == 0 {
 		return
 	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.addSlabLocked(slab, nowNs)
+	e.pending = append(e.pending, slab)
+	e.mu.Unlock()
 	// Outside mu: a message settled meanwhile ends its lease at once.
 	for i := range slab {
-		if l := &slab[i]; l.e != nil {
-			message.Of(l.m).Hold(l.m, &l.node, l)
+		l := &slab[i]
+		if l.e == nil {
+			continue
+		}
+		st := message.Of(l.m)
+		if st.Hold(l.m, &l.node, l) && st.HeldBefore(&l.node, e.owns) {
+			// Already tracked here (the same message twice): the older
+			// lease stays, this one ends.
+			e.release(l, false, time.Time{})
 		}
 	}
 	select {
 	case e.wake <- struct{}{}:
 	default:
 	}
+}
+
+// owns reports whether h is a lease of e.
+func (e *Extender) owns(h message.Holder) bool {
+	l, ok := h.(*lease)
+	return ok && l.e == e
+}
+
+// addSlabLocked adds a batch's leases to the list the tick scans,
+// dropping the batches whose leases are all gone whenever the list has
+// doubled since it was last trimmed (amortized O(1) per batch) or
+// trimEvery has passed: a batch whose leases are gone still points at its
+// messages, and holding them (their data) longer than that would grow the
+// heap with the throughput.
+func (e *Extender) addSlabLocked(slab []lease, now int64) {
+	e.slabs = append(e.slabs, slab)
+	if len(e.slabs) >= e.trimAt || now-e.trimmed >= int64(trimEvery) {
+		e.trimLocked(now)
+	}
+}
+
+// trimEvery bounds how long the lease list keeps batches whose leases are
+// all gone while batches keep arriving.
+const trimEvery = 10 * time.Millisecond
+
+func (e *Extender) trimLocked(now int64) {
+	kept := e.slabs[:0]
+	for _, s := range e.slabs {
+		if !allGone(s) {
+			kept = append(kept, s)
+		}
+	}
+	clear(e.slabs[len(kept):])
+	e.slabs = kept
+	e.trimAt = max(2*len(kept), 16)
+	e.trimmed = now
+}
+
+func allGone(s []lease) bool {
+	for i := range s {
+		if l := &s[i]; l.e != nil && !l.gone.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// leaseOf returns e's lease of m, found through m's hold list (nil if
+// e does not hold m).
+func (e *Extender) leaseOf(m *source.Message) *lease {
+	var found *lease
+	message.Of(m).Holders(func(h message.Holder) bool {
+		if l, ok := h.(*lease); ok && l.e == e {
+			found = l
+			return false
+		}
+		return true
+	})
+	return found
 }
 
 // Confirmed tells whether m may be handed on. It returns nil when m's
@@ -223,42 +294,67 @@ func (e *Extender) confirmed(m *source.Message) <-chan struct{} {
 	if m == nil || !m.ExactlyOnce {
 		return nil
 	}
-	k := keyOf(m)
+	l := e.leaseOf(m)
+	if l == nil {
+		return nil
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	l := e.leases[k]
-	if l == nil || l.m != m || l.confirmDone {
+	if l.gone.Load() || l.confirmDone {
 		return nil
 	}
 	return l.confirm
 }
 
 // release ends l (a no-op if it already ended); ack records its
-// receipt→now latency for the adaptive strategy.
-func (e *Extender) release(l *lease, ack bool) {
-	now := time.Now()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if l.gone {
+// receipt→now latency for the adaptive strategy. No lock unless the lease
+// has an exactly-once confirmation to close.
+func (e *Extender) release(l *lease, ack bool, now time.Time) {
+	if !l.gone.CompareAndSwap(false, true) {
 		return
 	}
-	e.removeLocked(l)
+	if l.confirm != nil {
+		e.mu.Lock()
+		l.endConfirm()
+		e.mu.Unlock()
+	}
 	if ack {
-		e.policy.record(now.Sub(l.received))
-		e.deadline.Store(int64(ceilSeconds(e.policy.deadline())))
+		if now.IsZero() {
+			now = time.Now()
+		}
+		e.policy.record(time.Duration(now.UnixNano() - l.received))
+		if !e.learned.Load() {
+			e.learned.Store(true)
+		}
 	}
 }
 
 // Deadline is the deadline the strategy yields now, in whole seconds: what
 // the stream should use as its ack deadline and what new leases get.
 // Messages of exactly-once subscriptions get at least 60 s.
-func (e *Extender) currentDeadline() time.Duration { return time.Duration(e.deadline.Load()) }
+func (e *Extender) currentDeadline() time.Duration {
+	if e.learned.Load() && e.learned.Swap(false) {
+		e.mu.Lock()
+		e.deadline.Store(int64(ceilSeconds(e.policy.deadline())))
+		e.mu.Unlock()
+	}
+	return time.Duration(e.deadline.Load())
+}
 
-// Len is the number of leases held.
+// Len is the number of leases held, counted (no counter is kept on the
+// hot path): O(leases), for Stats.
 func (e *Extender) leaseCount() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.leases)
+	n := 0
+	for _, s := range e.slabs {
+		for i := range s {
+			if l := &s[i]; l.e != nil && !l.gone.Load() {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // Close stops the loop and the workers: no new RPC starts, retries stop,
@@ -294,7 +390,7 @@ func (e *Extender) Close() error {
 // deadlineFor is the deadline requested for l: the strategy's, and at
 // least 60 s on exactly-once subscriptions. Called with mu held.
 func (e *Extender) deadlineFor(l *lease, d time.Duration) time.Duration {
-	if l.eo {
+	if l.eo() {
 		d = max(d, exactlyOnceMinDeadline)
 	}
 	return min(ceilSeconds(d), maxDeadline)
@@ -321,10 +417,9 @@ func (e *Extender) emitEvent(ev event.Event) {
 	}
 }
 
-// removeLocked takes l out of the table.
+// removeLocked ends l if it has not ended: it leaves the tick's scan.
 func (e *Extender) removeLocked(l *lease) {
-	delete(e.leases, l.key)
-	l.gone = true
+	l.gone.Store(true)
 	l.endConfirm()
 }
 

@@ -153,7 +153,7 @@ func (a *acker) Settled(mi any, o uint32) {
 	}
 }
 
-func (a *acker) Done(any) {}
+func (a *acker) Done(any, time.Time) {}
 
 // outcome is the outcome a saw for m (message.Pending if none).
 func (a *acker) outcome(m *source.Message) uint32 {

@@ -99,7 +99,7 @@ func (e *Extender) run(j job) {
 func subJob(j job, keep []*lease) job {
 	n := job{sub: j.sub, secs: j.secs, receipt: j.receipt, leases: keep, ids: make([]string, len(keep))}
 	for i, l := range keep {
-		n.ids[i] = l.key.ackID
+		n.ids[i] = l.m.AckID
 	}
 	return n
 }
@@ -114,7 +114,7 @@ func classify(j job, err error) (ok, again []*lease, failed []failure) {
 	}
 	if reasons := ackids.FailureReasons(err); reasons != nil {
 		for _, l := range j.leases {
-			reason, named := reasons[l.key.ackID]
+			reason, named := reasons[l.m.AckID]
 			switch {
 			case !named:
 				ok = append(ok, l)
@@ -142,14 +142,15 @@ func (e *Extender) succeeded(j job, ok []*lease, sentAt time.Time) {
 		return
 	}
 	expiry := sentAt.Add(time.Duration(j.secs) * time.Second)
+	expiryNs := expiry.UnixNano()
 	n := 0
 	e.mu.Lock()
 	for _, l := range ok {
-		if l.gone || l.state == stateDropping {
+		if l.gone.Load() || l.state == stateDropping {
 			continue // released or being dropped meanwhile
 		}
 		n++
-		l.expiry = expiry
+		l.expiry = expiryNs
 		message.Of(l.m).SetDeadline(expiry)
 		l.state = stateIdle
 		if j.receipt {
@@ -178,14 +179,14 @@ func (e *Extender) failed(j job, fs []failure) {
 	e.mu.Lock()
 	for _, f := range fs {
 		l := f.l
-		if l.gone || l.state == stateDropping {
+		if l.gone.Load() || l.state == stateDropping {
 			continue
 		}
 		live++
 		if firstErr == nil {
 			firstErr = f.err
 		}
-		if l.eo && (j.receipt || f.perID) {
+		if l.eo() && (j.receipt || f.perID) {
 			l.state = stateDropping
 			dropped = append(dropped, l)
 			continue

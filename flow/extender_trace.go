@@ -34,17 +34,24 @@ func (e *Extender) startTrace(j job) func(error) {
 	if t == nil {
 		return nil
 	}
-	spans := make([]trace.Span, len(j.leases))
+	var spans []trace.Span // nil unless a message of j is sampled
 	for i, l := range j.leases {
-		if mt := message.Of(l.m).Trace; mt != nil {
+		if mt := message.Of(l.m).Trace; mt != nil && mt.Recording {
+			if spans == nil {
+				spans = make([]trace.Span, len(j.leases))
+			}
 			spans[i] = mt.Subscribe
 		}
 	}
-	span := t.namesFor(j.sub).RPCSpan("modack", j.secs, spans, tracing.AttrReceiptModack.Bool(j.receipt))
+	span := t.namesFor(j.sub).RPCSpan("modack", j.secs, spans, len(j.leases), tracing.AttrReceiptModack.Bool(j.receipt))
 	return func(err error) {
 		event := "lease extended"
 		if j.receipt {
 			event = "receipt modack"
+		}
+		var ended []trace.EventOption
+		if err == nil && spans != nil {
+			ended = []trace.EventOption{trace.WithAttributes(semconv.MessagingGCPPubsubMessageAckDeadline(int(j.secs)))}
 		}
 		for _, s := range spans {
 			if s == nil {
@@ -52,7 +59,7 @@ func (e *Extender) startTrace(j job) func(error) {
 			}
 			s.AddEvent("modack end")
 			if err == nil {
-				s.AddEvent(event, trace.WithAttributes(semconv.MessagingGCPPubsubMessageAckDeadline(int(j.secs))))
+				s.AddEvent(event, ended...)
 			}
 		}
 		if err != nil {

@@ -3,6 +3,7 @@ package flow
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/source"
@@ -28,15 +29,22 @@ type FlowControl struct {
 	maxMessages int64 // 0: unlimited
 	maxBytes    int64 // 0: unlimited
 
+	// The counters a message's settling moves, those its ack's
+	// finality moves and the one only receipt moves sit on cache lines
+	// of their own: different goroutines (handlers, the acknowledger, the
+	// streams) write them, per message, at once.
+	_                [64]byte
 	outstanding      atomic.Int64
 	outstandingBytes atomic.Int64
+	_                [48]byte
 	// serverHeld counts messages received whose release the server has not
 	// seen yet: outstanding ones, and settled ones whose ack or nack is
 	// not final.
 	serverHeld      atomic.Int64
 	serverHeldBytes atomic.Int64
-	acquired        atomic.Int64
-	released        atomic.Int64
+	_               [48]byte
+	acquired        atomic.Int64 // Released is acquired − outstanding
+	_               [56]byte
 
 	mu    sync.Mutex // guards lane opening and closing
 	lanes [maxLanes]lane
@@ -85,16 +93,17 @@ func (fc *FlowControl) tryAcquireLocked(size int64) bool {
 	if fc.maxBytes > 0 && b > 0 && b+size > fc.maxBytes {
 		return false // an oversize message goes only when no bytes are out
 	}
-	fc.count(size)
+	fc.count(1, size)
 	return true
 }
 
-func (fc *FlowControl) count(size int64) {
-	fc.outstanding.Add(1)
-	fc.outstandingBytes.Add(size)
-	fc.serverHeld.Add(1)
-	fc.serverHeldBytes.Add(size)
-	fc.acquired.Add(1)
+// count takes n messages of bytes into the count (one step for a batch).
+func (fc *FlowControl) count(n, bytes int64) {
+	fc.outstanding.Add(n)
+	fc.outstandingBytes.Add(bytes)
+	fc.serverHeld.Add(n)
+	fc.serverHeldBytes.Add(bytes)
+	fc.acquired.Add(n)
 }
 
 // ReleaseN returns the permits of n messages totalling bytes, taken by n
@@ -109,9 +118,8 @@ func (fc *FlowControl) ReleaseN(n, bytes int) {
 // whoever waits on Wake. Counters first, wake last: whoever fetched Wake
 // before is woken, whoever fetches it after sees the room.
 func (fc *FlowControl) settle(n, bytes int64) {
-	fc.outstanding.Add(-n)
 	fc.outstandingBytes.Add(-bytes)
-	fc.released.Add(n)
+	fc.outstanding.Add(-n)
 	fc.broadcast()
 }
 
@@ -167,19 +175,23 @@ type Stats struct {
 	// nack is not final yet.
 	ServerHeld int64
 	// Acquired and Released count permits ever taken and returned;
-	// Acquired − Released == Outstanding once quiet.
+	// Acquired − Released == Outstanding.
 	Acquired int64
 	Released int64
 }
 
 // Stats returns the counters (each read atomically, not all at one instant).
 func (fc *FlowControl) Stats() Stats {
+	// Acquired first: a permit counted after it is in neither figure
+	// (Released is derived, so the pair is consistent).
+	acquired := fc.acquired.Load()
+	out := fc.outstanding.Load()
 	return Stats{
-		Outstanding:      fc.outstanding.Load(),
+		Outstanding:      out,
 		OutstandingBytes: fc.outstandingBytes.Load(),
 		ServerHeld:       fc.serverHeld.Load(),
-		Acquired:         fc.acquired.Load(),
-		Released:         fc.released.Load(),
+		Acquired:         acquired,
+		Released:         acquired - out,
 	}
 }
 
@@ -189,8 +201,9 @@ type permit struct {
 	node message.HoldNode
 	fc   *FlowControl
 	size int64
-	lane int32  // noLane for a standalone gate's permit
-	gen  uint32 // the lane's generation (stream) it was received on
+	// lane counts what the stream the message came on holds (nil for a
+	// standalone gate's permit, or a lane this budget did not open).
+	lane *laneCount
 }
 
 // Settled returns the client's permit (the message is no longer held).
@@ -198,11 +211,11 @@ func (p *permit) Settled(any, uint32) { p.fc.settle(1, p.size) }
 
 // Done returns what the server counted: the lane's share and the room a
 // new stream may be granted.
-func (p *permit) Done(any) {
-	p.fc.serverHeld.Add(-1)
+func (p *permit) Done(any, time.Time) {
 	p.fc.serverHeldBytes.Add(-p.size)
-	if p.lane != noLane {
-		p.fc.lanes[p.lane].release(p.gen, p.size)
+	p.fc.serverHeld.Add(-1)
+	if p.lane != nil {
+		p.lane.release(p.size)
 	}
 	p.fc.broadcast()
 }

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/source"
@@ -39,7 +40,7 @@ func (s *settles) Settled(m any, _ uint32) {
 	s.mu.Unlock()
 }
 
-func (s *settles) Done(m any) {
+func (s *settles) Done(m any, _ time.Time) {
 	s.mu.Lock()
 	s.done[m.(*source.Message)]++
 	s.mu.Unlock()

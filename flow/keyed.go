@@ -232,7 +232,7 @@ func (r *keyedRun) acquire(k *keyState, m *source.Message) bool {
 		return false
 	}
 	k.held.Add(1)
-	p := &keyedPermit{permit: permit{fc: fc, size: size, lane: noLane}, k: k}
+	p := &keyedPermit{permit: permit{fc: fc, size: size}, k: k}
 	message.Of(m).Hold(m, &p.node, p)
 	return true
 }

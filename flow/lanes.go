@@ -1,7 +1,7 @@
 package flow
 
 import (
-	"sync"
+	"sync/atomic"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/source"
@@ -11,31 +11,28 @@ import (
 // of every source that shares it): a new stream waits for a free lane.
 const maxLanes = 256
 
-// noLane marks a permit taken by a standalone gate, not on a stream.
-const noLane = -1
-
 // lane is one stream's share of the budget as the server sees it: the
 // limits its initial request asked for (grant, under FlowControl.mu), and
-// how many of the messages it delivered the server still counts (held).
+// how many of the messages it delivered the server still counts (cur).
 type lane struct {
 	open                  bool  // under FlowControl.mu
 	grantMsgs, grantBytes int64 // under FlowControl.mu; 0: unlimited on the wire
-
-	mu                  sync.Mutex
-	live                bool   // open, as Receive sees it
-	gen                 uint32 // bumped when its stream ends
-	heldMsgs, heldBytes int64
+	// cur counts what the lane's current stream delivered and the server
+	// still counts; nil while no stream is open on it. A stream's end
+	// detaches it, so permits of an earlier stream, which count against
+	// the one they were received on, no longer touch the lane.
+	cur atomic.Pointer[laneCount]
 }
 
-// release takes one message of size off the lane, if it was delivered on
-// the lane's current stream.
-func (l *lane) release(gen uint32, size int64) {
-	l.mu.Lock()
-	if l.gen == gen {
-		l.heldMsgs--
-		l.heldBytes -= size
-	}
-	l.mu.Unlock()
+// laneCount is what one stream delivered and the server still counts.
+type laneCount struct {
+	msgs, bytes atomic.Int64
+}
+
+// release takes one message of size off the count.
+func (c *laneCount) release(size int64) {
+	c.bytes.Add(-size)
+	c.msgs.Add(-1)
 }
 
 // Receive is FlowGate's receipt step: it counts every message of a batch
@@ -43,45 +40,41 @@ func (l *lane) release(gen uint32, size int64) {
 // refusing any — they are already in the client's hands, and a count
 // that left some out would under-report what the client holds. Each
 // message's settle path gives its permit back. It never blocks; a message
-// already settled is skipped.
+// already settled is skipped. The counters move once for the batch, then
+// each message takes its permit record (one slab for the batch).
 //
 // The stream stops reading while Room is false, and it asked the server
 // only for what OpenLane granted, so the count stays within the limits
 // whenever the server keeps to the grant (it may exceed MaxBytes by one
 // message when a single message is larger than the room left).
 func (fc *FlowControl) receive(lane int, ms []*source.Message) {
+	var lc *laneCount // a lane this budget did not open counts nothing
+	if lane >= 0 && lane < maxLanes {
+		lc = fc.lanes[lane].cur.Load()
+	}
 	slab := make([]permit, len(ms))
 	var n, bytes int64
-	var gen uint32
-	onLane := lane >= 0 && lane < maxLanes
-	if onLane {
-		l := &fc.lanes[lane]
-		l.mu.Lock()
-		gen, onLane = l.gen, l.live // a lane this budget did not open counts nothing
-		l.mu.Unlock()
-	}
 	for i, m := range ms {
 		if m.Settled() {
 			continue
 		}
 		p := &slab[i]
-		*p = permit{fc: fc, size: int64(max(m.Size(), 0)), lane: noLane, gen: gen}
-		if onLane {
-			p.lane = int32(lane)
-		}
-		fc.count(p.size)
+		p.fc, p.size, p.lane = fc, int64(max(m.Size(), 0)), lc
 		n++
 		bytes += p.size
-		p.hold(m)
 	}
-	if onLane && n > 0 {
-		l := &fc.lanes[lane]
-		l.mu.Lock()
-		if l.gen == gen {
-			l.heldMsgs += n
-			l.heldBytes += bytes
+	if n == 0 {
+		return
+	}
+	fc.count(n, bytes)
+	if lc != nil {
+		lc.msgs.Add(n)
+		lc.bytes.Add(bytes)
+	}
+	for i, m := range ms {
+		if p := &slab[i]; p.fc != nil {
+			p.hold(m) // settled meanwhile: returned at once
 		}
-		l.mu.Unlock()
 	}
 }
 
@@ -112,10 +105,12 @@ func (fc *FlowControl) openLane(shareMsgs, shareBytes int64) (lane int, msgs, by
 			}
 			continue
 		}
-		l.mu.Lock()
-		otherMsgs += unused(l.grantMsgs, l.heldMsgs, fc.maxMessages)
-		otherBytes += unused(l.grantBytes, l.heldBytes, fc.maxBytes)
-		l.mu.Unlock()
+		var heldMsgs, heldBytes int64
+		if c := l.cur.Load(); c != nil {
+			heldMsgs, heldBytes = c.msgs.Load(), c.bytes.Load()
+		}
+		otherMsgs += unused(l.grantMsgs, heldMsgs, fc.maxMessages)
+		otherBytes += unused(l.grantBytes, heldBytes, fc.maxBytes)
 	}
 	if free < 0 {
 		return 0, 0, 0, false
@@ -127,9 +122,7 @@ func (fc *FlowControl) openLane(shareMsgs, shareBytes int64) (lane int, msgs, by
 	}
 	l := &fc.lanes[free]
 	l.open, l.grantMsgs, l.grantBytes = true, msgs, bytes
-	l.mu.Lock()
-	l.live = true
-	l.mu.Unlock()
+	l.cur.Store(new(laneCount))
 	return free, msgs, bytes, true
 }
 
@@ -143,11 +136,7 @@ func (fc *FlowControl) closeLane(lane int) {
 	fc.mu.Lock()
 	l := &fc.lanes[lane]
 	l.open, l.grantMsgs, l.grantBytes = false, 0, 0
-	l.mu.Lock()
-	l.live = false
-	l.gen++
-	l.heldMsgs, l.heldBytes = 0, 0
-	l.mu.Unlock()
+	l.cur.Store(nil)
 	fc.mu.Unlock()
 	fc.broadcast()
 }
@@ -195,7 +184,7 @@ func (fc *FlowControl) acquireOne(m *source.Message) bool {
 	if !fc.TryAcquire(int(size)) {
 		return false
 	}
-	p := &permit{fc: fc, size: size, lane: noLane}
+	p := &permit{fc: fc, size: size}
 	p.hold(m)
 	return true
 }

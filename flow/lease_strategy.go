@@ -2,6 +2,7 @@ package flow
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,8 +38,9 @@ func checkStrategy(s Strategy) error {
 	return s.validate()
 }
 
-// policy is a Strategy's state inside one Extender. Its methods are called
-// with the extender's mutex held.
+// policy is a Strategy's state inside one Extender. deadline and interval
+// are called with the extender's mutex held; record is called without it,
+// from any goroutine (once per acked message, so it takes no lock).
 type policy interface {
 	// deadline is the deadline to request now.
 	deadline() time.Duration
@@ -130,10 +132,12 @@ const histBuckets = 601
 
 type adaptivePolicy struct {
 	min, max time.Duration
-	counts   [histBuckets]int64
-	total    int64
-	current  time.Duration
-	stale    bool // records since current was computed (computed when asked: record is per ack)
+	// counts and stale are written by record without the extender's
+	// mutex; the percentile read under it sees each bucket atomically (a
+	// record racing the read lands in the next one).
+	counts  [histBuckets]atomic.Int64
+	stale   atomic.Bool // records since current was computed (computed when asked: record is per ack)
+	current time.Duration
 }
 
 func (p *adaptivePolicy) clamp(d time.Duration) time.Duration {
@@ -141,8 +145,7 @@ func (p *adaptivePolicy) clamp(d time.Duration) time.Duration {
 }
 
 func (p *adaptivePolicy) deadline() time.Duration {
-	if p.stale {
-		p.stale = false
+	if p.stale.Load() && p.stale.Swap(false) {
 		p.current = p.clamp(time.Duration(p.percentile(0.99)) * time.Second)
 	}
 	return p.current
@@ -152,18 +155,25 @@ func (p *adaptivePolicy) interval() time.Duration { return p.deadline() / 4 }
 
 func (p *adaptivePolicy) record(latency time.Duration) {
 	b := min(int64(ceilSeconds(max(latency, 0))/time.Second), histBuckets-1)
-	p.counts[b]++
-	p.total++
-	p.stale = true
+	p.counts[b].Add(1)
+	if !p.stale.Load() {
+		p.stale.Store(true)
+	}
 }
 
 // percentile returns the smallest bucket (seconds) at or below which at
 // least q of the recorded latencies lie.
 func (p *adaptivePolicy) percentile(q float64) int {
-	target := int64(q*float64(p.total) + 0.999999) // ceil without float surprises at exact multiples
+	var counts [histBuckets]int64
+	var total int64
+	for b := range p.counts {
+		counts[b] = p.counts[b].Load()
+		total += counts[b]
+	}
+	target := int64(q*float64(total) + 0.999999) // ceil without float surprises at exact multiples
 	target = max(target, 1)
 	var seen int64
-	for b, c := range p.counts {
+	for b, c := range counts {
 		seen += c
 		if seen >= target {
 			return b

@@ -73,7 +73,6 @@ type stubStream struct {
 	c                 *stubClient
 	ctx               context.Context
 	answers           chan struct{}
-	first             bool
 }
 
 func (s *stubStream) Send(req *pubsubpb.StreamingPullRequest) error {

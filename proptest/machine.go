@@ -642,7 +642,7 @@ func (o *observer) Settled(mi any, out uint32) {
 	}
 }
 
-func (o *observer) Done(any) {}
+func (o *observer) Done(any, time.Time) {}
 
 // keyOf is the ordering key d's message was published with. Called with
 // l.mu held.

@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -70,7 +71,7 @@ type Message struct {
 	Ordered     bool
 
 	st     message.State
-	result *AckResult
+	result atomic.Pointer[AckResult]
 }
 
 func init() { message.Register(func(m any) *message.State { return &m.(*Message).st }) }
@@ -108,7 +109,7 @@ func (m *Message) Size() int { return m.st.Size }
 // Result returns the server's confirmation of the message's ack or nack
 // on an exactly-once subscription, once Ack or Nack has returned; nil
 // otherwise.
-func (m *Message) Result() *AckResult { return m.result }
+func (m *Message) Result() *AckResult { return m.result.Load() }
 
 // AckResult is the server's confirmation of an ack or nack on an
 // exactly-once subscription (Message.Result). It settles once.
@@ -137,7 +138,7 @@ func (r *AckResult) Wait(ctx context.Context) error { return r.r.Wait(ctx) }
 // message), binds each to path, and returns pointers to them.
 // Each message's server deadline starts as receipt plus the stream's ack
 // deadline.
-func decodeResponse(rms []*pubsubpb.ReceivedMessage, subscription string, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time, deadline time.Duration, path message.Path) (slab []Message, ms []*Message) {
+func decodeResponse(rms []*pubsubpb.ReceivedMessage, subscription string, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time, deadline time.Duration, path message.Path, clock *message.Clock) (slab []Message, ms []*Message) {
 	slab = make([]Message, len(rms))
 	ms = make([]*Message, len(rms))
 	due := now.Add(deadline)
@@ -145,7 +146,9 @@ func decodeResponse(rms []*pubsubpb.ReceivedMessage, subscription string, props 
 		m := &slab[i]
 		m.decode(rm, subscription, props, now)
 		m.st.Path = path
+		m.st.Clock = clock
 		m.st.SetDeadline(due)
+		m.st.BeginReceipt() // the receipt steps attach without atomics; receipt ends it
 		ms[i] = m
 	}
 	return slab, ms

@@ -93,7 +93,8 @@ func (r *run) unsentOne(m *Message) { r.unsent([]*Message{m}) }
 // each is bound to the settle path and recorded as held, and the steps
 // run on them, on the stream's goroutine, before any of them is queued.
 func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage) []*Message {
-	slab, ms := decodeResponse(rms, s.cfg.Subscription, s.props.Load(), time.Now(), s.StreamAckDeadline(), &s.path)
+	now := time.Now()
+	slab, ms := decodeResponse(rms, s.cfg.Subscription, s.props.Load(), now, s.StreamAckDeadline(), &s.path, s.clock)
 	s.c.received.Add(uint64(len(ms)))
 	for _, m := range ms {
 		if m.DeliveryAttempt > 1 {
@@ -101,8 +102,9 @@ func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage) []*Message {
 		}
 	}
 	s.emit(event.Event{Kind: event.Received, Count: len(ms)})
-	if !s.held.add(slab) { // closed meanwhile
+	if !s.held.add(slab, now) { // closed meanwhile
 		for _, m := range ms {
+			m.st.EndReceipt(m)
 			m.Nack()
 		}
 		return nil
@@ -112,6 +114,11 @@ func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage) []*Message {
 	}
 	for _, st := range s.steps {
 		st.Receive(lane, ms)
+	}
+	// What the steps attached joins each message's hold list now, before
+	// the batch leaves this goroutine.
+	for _, m := range ms {
+		m.st.EndReceipt(m)
 	}
 	if s.follow != nil {
 		// The next response's messages get the deadline their leases use.

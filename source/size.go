@@ -1,12 +1,81 @@
 package source
 
 import (
+	"reflect"
+	"unsafe"
+
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // protoSize is the size flow control counts: the encoded PubsubMessage
 // (data, attributes, ids, publish time), as the service counts it against
 // a stream's max_outstanding_bytes, so the client's count and the
-// server's agree.
-func protoSize(rm *pubsubpb.ReceivedMessage) int { return proto.Size(rm.GetMessage()) }
+// server's agree. It is proto.Size(rm.GetMessage()), worked out from the
+// fields (every field number of PubsubMessage and Timestamp takes a
+// one-byte tag; a map entry always carries its key and value), which
+// costs a fraction of the generic walk on the receive path.
+// TestProtoSize checks it against proto.Size.
+func protoSize(rm *pubsubpb.ReceivedMessage) int {
+	pm := rm.GetMessage()
+	if pm == nil {
+		return 0
+	}
+	n := bytesField(len(pm.Data)) + bytesField(len(pm.MessageId)) + bytesField(len(pm.OrderingKey))
+	for k, v := range pm.Attributes {
+		n += 1 + protowire.SizeBytes(1+protowire.SizeBytes(len(k))+1+protowire.SizeBytes(len(v)))
+	}
+	if ts := pm.PublishTime; ts != nil {
+		t := unknownTS.size(unsafe.Pointer(ts), ts)
+		if ts.Seconds != 0 {
+			t += 1 + protowire.SizeVarint(uint64(ts.Seconds))
+		}
+		if ts.Nanos != 0 {
+			t += 1 + protowire.SizeVarint(uint64(ts.Nanos))
+		}
+		n += 1 + protowire.SizeBytes(t)
+	}
+	return n + unknownPM.size(unsafe.Pointer(pm), pm)
+}
+
+// unknownAt reads a generated message's unknown fields straight from its
+// unknownFields field (found once, by reflection, at init), which costs a
+// load where ProtoReflect().GetUnknown() costs a walk through the
+// message's reflection state; ok false (that field not found: generated
+// code of another shape) falls back to GetUnknown.
+type unknownAt struct {
+	off uintptr
+	ok  bool
+}
+
+var (
+	unknownPM = unknownOffset(reflect.TypeFor[pubsubpb.PubsubMessage]())
+	unknownTS = unknownOffset(reflect.TypeFor[timestamppb.Timestamp]())
+)
+
+func unknownOffset(t reflect.Type) unknownAt {
+	f, ok := t.FieldByName("unknownFields")
+	if !ok || f.Type.Kind() != reflect.Slice || f.Type.Elem().Kind() != reflect.Uint8 {
+		return unknownAt{}
+	}
+	return unknownAt{off: f.Offset, ok: true}
+}
+
+// size is len(m.ProtoReflect().GetUnknown()) for the message at p.
+func (u unknownAt) size(p unsafe.Pointer, m proto.Message) int {
+	if !u.ok {
+		return len(m.ProtoReflect().GetUnknown())
+	}
+	return len(*(*[]byte)(unsafe.Add(p, u.off)))
+}
+
+// bytesField is the encoded size of a proto3 string or bytes field of
+// length l (absent when empty).
+func bytesField(l int) int {
+	if l == 0 {
+		return 0
+	}
+	return 1 + protowire.SizeBytes(l)
+}

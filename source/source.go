@@ -14,6 +14,7 @@ import (
 	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/internal/event"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -47,6 +48,7 @@ type core struct {
 	acks     *ack.Acknowledger
 	trace    *tracer // nil unless Config.TracerProvider is set
 	path     path
+	clock    *message.Clock // bound to every message, for its deadline checks
 	c        counters
 	held     registry
 	later    later
@@ -96,10 +98,12 @@ func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 	c.deadline.Store(seconds(cfg.StreamAckDeadline))
 	c.stopCtx, c.stopFn = context.WithCancel(context.Background())
 	c.path.c = c
+	c.clock = message.NewClock()
 	s := &Source{core: c}
 	acfg := ack.Config{
-		Events: c.emit,
-		Logger: cfg.Logger,
+		Events:    c.emit,
+		Logger:    cfg.Logger,
+		Confirmed: c.confirmed,
 	}
 	if cfg.TracerProvider != nil {
 		c.trace = newTracer(cfg.TracerProvider, cfg.Subscription)

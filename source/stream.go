@@ -175,7 +175,7 @@ func (s *Source) openLane(ctx context.Context, shareMsgs, shareBytes int64) (lan
 // before any of them is queued: no message waits anywhere unleased or
 // uncounted. The watchdog does not count the time spent waiting for room.
 func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, ka *keepalive, i, lane int, h *handoff) (healthy bool, err error) {
-	var warned malformed // kinds already logged on this stream
+	var sc screen // kinds already logged on this stream, and its set of ack ids
 	for {
 		if !s.waitRoom(ctx, h) {
 			return healthy, ctx.Err()
@@ -191,7 +191,7 @@ func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_Streami
 			s.props.Store(p)
 		}
 		rms := resp.GetReceivedMessages()
-		rms = s.refuseMalformed(i, rms, &warned)
+		rms = s.refuseMalformed(i, rms, &sc)
 		if len(rms) == 0 {
 			continue // a heartbeat answer or a confirmation
 		}

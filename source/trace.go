@@ -26,6 +26,7 @@ import (
 // and every hook is behind that one nil check.
 type tracer struct {
 	tracing.Names
+	subscribe string // the subscribe span's name
 
 	mu   sync.Mutex
 	open map[*Message]struct{} // subscribe spans not ended
@@ -34,39 +35,59 @@ type tracer struct {
 var _ ack.Tracer = (*tracer)(nil)
 
 func newTracer(tp trace.TracerProvider, subscription string) *tracer {
-	return &tracer{Names: tracing.For(tp, subscription), open: map[*Message]struct{}{}}
+	n := tracing.For(tp, subscription)
+	return &tracer{Names: n, subscribe: n.Prefix + "subscribe", open: map[*Message]struct{}{}}
 }
 
-// received starts the subscribe span of each message of a response.
+// received starts the subscribe span of each message of a response. A
+// span the sampler does not record costs its start and nothing more: its
+// attributes are set only on a recording span (so a sampler sees none),
+// no event is added to it, and it is not kept for Close; the trace
+// context is read from the attributes only when they carry one. The
+// messages' Trace records come in one slab per response.
 func (t *tracer) received(ms []*Message) {
-	for _, m := range ms {
+	traces := make([]message.Trace, len(ms))
+	for i, m := range ms {
 		ctx := context.Background()
-		if len(m.Attributes) > 0 {
+		if _, ok := m.Attributes[traceparent]; ok {
 			ctx = propagation.TraceContext{}.Extract(ctx, carrier.Carrier(m.Attributes))
 		}
-		attrs := append(t.MessageAttrs(m.ID, len(m.Data), m.OrderingKey, m.DeliveryAttempt),
+		// Internal, as Google's clients make it; the process span is the
+		// consumer span.
+		_, span := t.Tracer.Start(ctx, t.subscribe, subscribeStart...)
+		mt := &traces[i]
+		mt.Subscribe = span
+		mt.Recording = span.IsRecording()
+		m.st.Trace = mt
+		if !mt.Recording {
+			continue
+		}
+		span.SetAttributes(append(t.MessageAttrs(m.ID, len(m.Data), m.OrderingKey, m.DeliveryAttempt),
 			tracing.AttrExactlyOnce.Bool(m.ExactlyOnce),
 			semconv.MessagingGCPPubsubMessageAckID(m.AckID),
 			semconv.MessagingBatchMessageCount(len(ms)),
 			semconv.MessagingOperationTypeReceive,
-		)
-		// Internal, as Google's clients make it; the process span is the
-		// consumer span.
-		_, span := t.Tracer.Start(ctx, t.Prefix+"subscribe",
-			trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
-		m.st.Trace = &message.Trace{Subscribe: span}
+		)...)
 		t.mu.Lock()
 		t.open[m] = struct{}{}
 		t.mu.Unlock()
 	}
 }
 
+// subscribeStart are the start options of every subscribe span, made
+// once (an option built per span would be an allocation per message).
+var subscribeStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+
+// traceparent is the attribute that carries a message's W3C trace
+// context, if it has one.
+const traceparent = carrier.Prefix + "traceparent"
+
 // settled records m's outcome on its subscribe span. A no-op or an
 // expiry sends nothing, so it ends the span here; an ack or nack ends it
 // when the server took it (StartRPC).
 func (t *tracer) settled(m *Message, o uint32) {
 	mt := m.st.Trace
-	if mt == nil {
+	if mt == nil || !mt.Recording {
 		return
 	}
 	s := mt.Subscribe
@@ -93,7 +114,7 @@ var (
 // error status.
 func (t *tracer) end(m *Message, result attribute.KeyValue, failed error) {
 	mt := m.st.Trace
-	if mt == nil || !mt.End() {
+	if mt == nil || !mt.Recording || !mt.End() {
 		return
 	}
 	t.mu.Lock()
@@ -116,22 +137,29 @@ func (t *tracer) end(m *Message, result attribute.KeyValue, failed error) {
 // acknowledger (ack.Tracer). An ack or nack the server took ends the
 // subscribe spans it settles.
 func (t *tracer) StartRPC(op string, seconds int32, _ []string, tags []ack.Tag) func(ack.Attempt) {
-	ms := make([]*Message, len(tags))
-	spans := make([]trace.Span, len(tags))
+	var ms []*Message
+	var spans []trace.Span
 	for i, tag := range tags {
 		if at, ok := tag.(*ackTag); ok {
 			m := (*Message)(at)
-			if m.st.Trace != nil && !m.st.Trace.Ended() {
-				ms[i], spans[i] = m, m.st.Trace.Subscribe
+			if mt := m.st.Trace; mt != nil && mt.Recording && !mt.Ended() {
+				if ms == nil {
+					ms = make([]*Message, len(tags))
+					spans = make([]trace.Span, len(tags))
+				}
+				ms[i], spans[i] = m, mt.Subscribe
 			}
 		}
 	}
-	span := t.RPCSpan(op, seconds, spans)
+	span := t.RPCSpan(op, seconds, spans, len(tags))
 	return func(at ack.Attempt) {
 		if at.Err != nil {
 			tracing.Fail(span, at.Err)
 		}
 		span.End()
+		if ms == nil {
+			return // none of its messages is sampled
+		}
 		state := make([]uint8, len(ms)) // 0 confirmed, 1 failed, 2 retried
 		for _, i := range at.Failed {
 			state[i] = 1

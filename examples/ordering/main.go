@@ -5,7 +5,7 @@
 //
 // The embedded server, like the strictest reading of the service, has at
 // most one message per key outstanding, so each key advances one message
-// per ack flush (100 ms by default): 40 messages per key take about 4 s.
+// per ack round trip (an ack goes out at once when none is in flight).
 //
 // By default it runs on an embedded Pub/Sub server:
 //

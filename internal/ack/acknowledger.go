@@ -38,6 +38,7 @@ type Acknowledger struct {
 	mu       sync.Mutex
 	batches  map[batchKey]*batch
 	order    []*batch // batches in creation order, for dispatch
+	last     *batch   // the batch used last (nearly always the next one's too)
 	retries  []*request
 	timer    *time.Timer // armed while retries or gap-held ids wait: dispatches them
 	timerAt  time.Time
@@ -231,7 +232,13 @@ func (a *Acknowledger) sendNowLocked(key batchKey) bool {
 	if !idle {
 		return false
 	}
-	if next := a.lastSent[key.kind].Add(a.cfg.Gap); time.Now().Before(next) {
+	next := a.lastSent[key.kind].Add(a.cfg.Gap)
+	if a.timer != nil && !a.timerAt.After(next) {
+		// The timer dispatches no later than the gap allows: no need to
+		// read the clock for every id that arrives meanwhile.
+		return false
+	}
+	if time.Now().Before(next) {
 		a.armLocked(next)
 		return false
 	}
@@ -239,12 +246,16 @@ func (a *Acknowledger) sendNowLocked(key batchKey) bool {
 }
 
 func (a *Acknowledger) batchLocked(key batchKey) *batch {
+	if b := a.last; b != nil && b.key == key {
+		return b
+	}
 	b := a.batches[key]
 	if b == nil {
 		b = &batch{key: key}
 		a.batches[key] = b
 		a.order = append(a.order, b)
 	}
+	a.last = b
 	return b
 }
 

@@ -53,6 +53,13 @@ type Config struct {
 	// cannot let it lapse. It runs on the acknowledger's goroutines, after
 	// its lock is released, and must not block.
 	OnAcked func(ackIDs []string)
+	// Confirmed, if set, is told at once about all the tags of a request
+	// the server accepted whole, with the time the answer came, instead
+	// of AckDone(nil) on each: their owner can then do its per-batch work
+	// once and read the clock once. It runs like AckDone (on the
+	// acknowledger's goroutines, without its lock) and must tell every
+	// tag it is given (entries may be nil).
+	Confirmed func(tags []Tag, now time.Time)
 	// Tracer, if set, traces every RPC attempt (see Tracer). Nil: none.
 	Tracer Tracer
 	// Events receives Ack, Nack (counts the server accepted), Retry and

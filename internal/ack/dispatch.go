@@ -234,7 +234,7 @@ func (a *Acknowledger) complete(r *request, err error) {
 		a.failAll(r, ErrClosed, err)
 	default:
 		o = a.classify(r, err)
-		a.resolveOK(r, o, err == nil)
+		a.resolveOK(r, o, err == nil, now)
 		if o.ok > 0 {
 			switch {
 			case r.key.kind == kindAck:
@@ -333,11 +333,15 @@ func without(ids []string, idx []int) []string {
 }
 
 // resolveOK tells the tags of the ids the server accepted.
-func (a *Acknowledger) resolveOK(r *request, o outcome, all bool) {
+func (a *Acknowledger) resolveOK(r *request, o outcome, all bool, now time.Time) {
 	if o.ok == 0 {
 		return
 	}
 	if all {
+		if a.cfg.Confirmed != nil {
+			a.cfg.Confirmed(r.tags, now)
+			return
+		}
 		for _, t := range r.tags {
 			if t != nil {
 				t.AckDone(nil)

@@ -31,11 +31,12 @@ type Path interface {
 // Holder is a stage that took something for a message (a lease, a flow
 // permit) and gives it back when the message settles: Settled once the
 // outcome is set, Done once the server no longer counts the message (its
-// ack or nack is final, or its deadline passed). Both are called exactly
-// once, in that order, and must not block.
+// ack or nack is final, or its deadline passed), with the time that
+// became known (the caller reads the clock once for a whole batch). Both
+// are called exactly once, in that order, and must not block.
 type Holder interface {
 	Settled(m any, o uint32)
-	Done(m any)
+	Done(m any, now time.Time)
 }
 
 // HoldNode is one Holder on a message's list; the holder provides it (one
@@ -48,6 +49,10 @@ type HoldNode struct {
 // sealed ends a settled message's hold list: nothing attaches after it.
 var sealed = new(HoldNode)
 
+// receiving ends the list of holders staged while the message is in its
+// source's receipt (BeginReceipt … EndReceipt).
+var receiving = new(HoldNode)
+
 // State is the plumbing part of a message.
 type State struct {
 	// Size is the encoded size flow control counts.
@@ -55,20 +60,29 @@ type State struct {
 	// Path is set once, when the source decodes the message, before any
 	// other goroutine can see it; nil for a message built by hand.
 	Path Path
+	// Clock is the clock of the source that decoded the message (set with
+	// Path), which the deadline checks read; nil: time.Now.
+	Clock *Clock
 	// Trace is the span state of a traced message (nil otherwise).
 	Trace *Trace
 
 	outcome atomic.Uint32
+	doneRun atomic.Bool // Done ran
 	// deadline is when the server releases the message as far as the
 	// client knows (unix nanoseconds): receipt plus the stream ack
 	// deadline, then each confirmed extension's send time plus its
 	// seconds. Past it the server may give the message out again.
 	deadline atomic.Int64
 	holds    atomic.Pointer[HoldNode]
-	done     *HoldNode     // the hold list, kept for Done once sealed
-	doneRun  atomic.Bool   // Done ran
-	handed   atomic.Uint64 // 0: not handed off; else the hand-off's owner
-	owner    atomic.Uint64 // the source run that handed it on (0: none yet)
+	done     *HoldNode // the hold list, kept for Done once sealed
+	// staged is the list of holders attached during the message's
+	// receipt, ended by receiving; nil outside it. Only the goroutine that
+	// decodes the message touches it, before the message is handed on, so
+	// attaching there costs no atomic operation; EndReceipt moves the list
+	// onto holds with one.
+	staged *HoldNode
+	handed atomic.Uint64 // 0: not handed off; else the hand-off's owner
+	owner  atomic.Uint64 // the source run that handed it on (0: none yet)
 }
 
 var of func(any) *State
@@ -99,7 +113,7 @@ func (st *State) Settle(m any, o uint32, delay time.Duration) bool {
 		return false
 	}
 	if o != Expired {
-		if d := st.deadline.Load(); d != 0 && time.Now().UnixNano() >= d-int64(SettleMargin) {
+		if d := st.deadline.Load(); d != 0 && st.Clock.Now() >= d-int64(SettleMargin) {
 			st.Settle(m, Expired, 0)
 			return false
 		}
@@ -120,14 +134,17 @@ func (st *State) Settle(m any, o uint32, delay time.Duration) bool {
 	return true
 }
 
-// Done tells every Holder that the server no longer counts m. It runs
-// once, after Settle; later calls do nothing.
-func (st *State) Done(m any) {
+// Done tells every Holder that the server no longer counts m, as of now.
+// It runs once, after Settle; later calls do nothing.
+func (st *State) Done(m any) { st.DoneAt(m, time.Now()) }
+
+// DoneAt is Done at a time the caller read (once for a batch).
+func (st *State) DoneAt(m any, now time.Time) {
 	if !st.doneRun.CompareAndSwap(false, true) {
 		return
 	}
 	for n := st.done; n != nil; n = n.next {
-		n.h.Done(m)
+		n.h.Done(m, now)
 	}
 	st.done = nil
 }
@@ -135,13 +152,22 @@ func (st *State) Done(m any) {
 // Hold puts h on m's list, using n (the caller's storage), so that h
 // hears when m settles. If m has already settled it reports false and h is
 // told at once (Settled, then Done): nothing it took can leak.
+//
+// During the message's receipt (between BeginReceipt and EndReceipt, on
+// the goroutine that runs them) it only stages n: EndReceipt attaches the
+// staged holders at once, or tells them if m settled meanwhile.
 func (st *State) Hold(m any, n *HoldNode, h Holder) bool {
 	n.h = h
+	if st.staged != nil {
+		n.next = st.staged
+		st.staged = n
+		return true
+	}
 	for {
 		head := st.holds.Load()
 		if head == sealed {
 			h.Settled(m, st.outcome.Load())
-			h.Done(m)
+			h.Done(m, time.Now())
 			return false
 		}
 		n.next = head
@@ -149,6 +175,73 @@ func (st *State) Hold(m any, n *HoldNode, h Holder) bool {
 			return true
 		}
 	}
+}
+
+// BeginReceipt starts the message's receipt: until EndReceipt, Hold
+// stages holders without an atomic operation. The source calls it when
+// it decodes the message, before any other goroutine can reach it except
+// through a settle (which EndReceipt then catches up with).
+func (st *State) BeginReceipt() { st.staged = receiving }
+
+// EndReceipt ends the receipt on the goroutine that began it: the staged
+// holders join the hold list in one compare-and-swap, in the order they
+// were staged (newest first, as Hold would have put them), or, if m has
+// settled meanwhile, each is told at once (Settled, then Done), as Hold
+// does after a settle.
+func (st *State) EndReceipt(m any) {
+	list := st.staged
+	st.staged = nil
+	if list == receiving || list == nil {
+		return
+	}
+	tail := list
+	for tail.next != receiving {
+		tail = tail.next
+	}
+	for {
+		head := st.holds.Load()
+		if head == sealed {
+			o, now := st.outcome.Load(), time.Now()
+			for n := list; n != receiving; {
+				next := n.next
+				n.next = nil
+				n.h.Settled(m, o)
+				n.h.Done(m, now)
+				n = next
+			}
+			return
+		}
+		tail.next = head
+		if st.holds.CompareAndSwap(head, list) {
+			return
+		}
+	}
+}
+
+// Holders calls f for each Holder on m's list, newest first, until f
+// returns false. A settled message has none (its holders were told).
+func (st *State) Holders(f func(Holder) bool) {
+	head := st.holds.Load()
+	if head == sealed {
+		return
+	}
+	for n := head; n != nil; n = n.next {
+		if !f(n.h) {
+			return
+		}
+	}
+}
+
+// HeldBefore reports whether a Holder for which f is true was put on m's
+// list before n (a node Hold put there): the nodes older than n never
+// change, so this is safe whatever else happens to m.
+func (st *State) HeldBefore(n *HoldNode, f func(Holder) bool) bool {
+	for p := n.next; p != nil && p != receiving; p = p.next {
+		if p != sealed && f(p.h) {
+			return true
+		}
+	}
+	return false
 }
 
 // MarkHandedOff records that m left its source for processing, naming
@@ -173,6 +266,9 @@ func (st *State) Deadline() time.Time {
 	return time.Time{}
 }
 
+// DeadlineNanos is Deadline in unix nanoseconds (0: unknown).
+func (st *State) DeadlineNanos() int64 { return st.deadline.Load() }
+
 // SetDeadline records a new server deadline: at receipt, and after each
 // confirmed extension.
 func (st *State) SetDeadline(t time.Time) { st.deadline.Store(t.UnixNano()) }
@@ -194,6 +290,19 @@ func (st *State) ExpireIfLate(m any, now time.Time) bool {
 		return true
 	}
 	if st.Lapsed(now) {
+		st.Settle(m, Expired, 0)
+		return true
+	}
+	return false
+}
+
+// ExpireIfLateNow is ExpireIfLate at the time m's Clock reads now (read
+// only if m has a deadline and no outcome).
+func (st *State) ExpireIfLateNow(m any) bool {
+	if st.Outcome() != Pending {
+		return true
+	}
+	if d := st.deadline.Load(); d != 0 && st.Clock.Now() >= d-int64(SettleMargin) {
 		st.Settle(m, Expired, 0)
 		return true
 	}

@@ -17,6 +17,11 @@ type Trace struct {
 	// Process is the "<subscription> process" span around its handler
 	// while the handler runs (nil before and after).
 	Process atomic.Pointer[trace.Span]
+	// Recording is whether Subscribe records (its trace was sampled),
+	// set before the message is shared. A message whose subscribe span
+	// does not record gets no other span and no event: its trace context
+	// still reaches its handler, and nothing else is done for it.
+	Recording bool
 
 	ended atomic.Bool
 }

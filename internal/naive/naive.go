@@ -149,7 +149,7 @@ func (c *counter) Receive(_ int, ms []*source.Message) {
 }
 
 func (c *counter) Settled(any, uint32) { c.settled.Add(1) }
-func (c *counter) Done(any)            {}
+func (c *counter) Done(any, time.Time) {}
 
 // Stats returns the consumer's counters now.
 func (c *Consumer) Stats() Stats {

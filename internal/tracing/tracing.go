@@ -80,22 +80,27 @@ func (n Names) MessageAttrs(id string, size int, orderingKey string, attempt int
 	return attrs
 }
 
-// RPCSpan starts the span of one RPC over the messages whose subscribe
-// spans are given (nil entries: not traced), linked both ways to them;
-// each gets an "<op> start" event.
-func (n Names) RPCSpan(op string, seconds int32, subscribe []trace.Span, extra ...attribute.KeyValue) trace.Span {
-	links := make([]trace.Link, 0, len(subscribe))
+// RPCSpan starts the span of one RPC over n messages, linked both ways
+// to the subscribe spans given (nil entries, or a nil slice: not sampled,
+// nothing is done for them); each gets an "<op> start" event.
+func (n Names) RPCSpan(op string, seconds int32, subscribe []trace.Span, count int, extra ...attribute.KeyValue) trace.Span {
+	var links []trace.Link
+	var startEvent []trace.EventOption
 	for _, s := range subscribe {
 		if s == nil {
 			continue
 		}
-		s.AddEvent(op+" start", trace.WithAttributes(semconv.MessagingBatchMessageCount(len(subscribe))))
+		if startEvent == nil {
+			startEvent = []trace.EventOption{trace.WithAttributes(semconv.MessagingBatchMessageCount(count))}
+			links = make([]trace.Link, 0, len(subscribe))
+		}
+		s.AddEvent(op+" start", startEvent...)
 		if s.SpanContext().IsSampled() {
 			links = append(links, trace.Link{SpanContext: s.SpanContext()})
 		}
 	}
-	attrs := append(append([]attribute.KeyValue{}, n.Common...),
-		semconv.MessagingBatchMessageCount(len(subscribe)),
+	attrs := append(append(make([]attribute.KeyValue, 0, len(n.Common)+3+len(extra)), n.Common...),
+		semconv.MessagingBatchMessageCount(count),
 		semconv.MessagingOperationTypeSettle)
 	if op != "ack" {
 		attrs = append(attrs, semconv.MessagingGCPPubsubMessageAckDeadline(int(seconds)))
