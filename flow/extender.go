@@ -43,7 +43,10 @@ type lease struct {
 	// plus its deadline. Taking the send time (not the reply time) errs on
 	// the early side.
 	expiry int64
-	state  leaseState
+	// lapse is expiry less its settle margin (message.Margin): past it
+	// the lease is dropped, and a late extension does not revive it.
+	lapse int64
+	state leaseState
 	// confirmDone records that confirm was closed.
 	confirmDone bool
 	// gone is set once, when the lease ends (released, dropped): the
@@ -116,7 +119,8 @@ type Extender struct {
 	expired  atomic.Uint64
 
 	wake      chan struct{} // cap 1: Track queued a receipt modack
-	jobs      chan job      // loop → workers, unbuffered
+	queue     []job         // jobs for the workers (under mu): a tick never waits for a free worker
+	ready     chan struct{} // cap MaxInFlight: a job was queued
 	quit      chan struct{} // closed by Close
 	loopDone  chan struct{}
 	workers   sync.WaitGroup
@@ -142,7 +146,7 @@ func NewExtender(client pubsubpb.SubscriberClient, cfg ExtenderConfig) (*Extende
 		log:       cfg.Logger,
 		policy:    cfg.Strategy.newPolicy(cfg.StreamAckDeadline),
 		wake:      make(chan struct{}, 1),
-		jobs:      make(chan job),
+		ready:     make(chan struct{}, cfg.MaxInFlight),
 		quit:      make(chan struct{}),
 		loopDone:  make(chan struct{}),
 		rpcCtx:    ctx,
@@ -185,10 +189,11 @@ func (e *Extender) track(ms []*source.Message) {
 		expiry := st.DeadlineNanos()
 		if expiry == 0 { // a message no source told the deadline of
 			expiry = received + int64(e.cfg.StreamAckDeadline)
-			st.SetDeadline(time.Unix(0, expiry))
+			st.SetDeadline(time.Unix(0, expiry), e.cfg.StreamAckDeadline)
 		}
 		l := &slab[i]
 		l.e, l.m, l.received, l.expiry, l.state = e, m, received, expiry, stateReceipt
+		l.lapse = st.LapseAt().UnixNano()
 		if m.ExactlyOnce {
 			l.confirm = make(chan struct{})
 		}

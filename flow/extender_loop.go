@@ -2,6 +2,7 @@ package flow
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -126,6 +127,7 @@ func (e *Extender) tick() time.Duration {
 		b               batcher
 		expired, lapsed []*lease
 	)
+	firstLapse := int64(math.MaxInt64)
 	kept := e.slabs[:0]
 	for _, s := range e.slabs {
 		live := false
@@ -138,7 +140,7 @@ func (e *Extender) tick() time.Duration {
 			if l.state == stateDropping {
 				continue
 			}
-			if nowNs >= l.expiry {
+			if nowNs >= l.lapse {
 				// Its deadline passed without a confirmed extension (failed
 				// modacks, a stalled client, a paused process): the server
 				// may have given it out again.
@@ -155,6 +157,11 @@ func (e *Extender) tick() time.Duration {
 				l.state = stateBusy
 				b.add(l, e.deadlineFor(l, d))
 			}
+			// The next tick comes no later than this lease would lapse,
+			// however its extension fares.
+			if lapse := l.lapse; lapse < firstLapse {
+				firstLapse = lapse
+			}
 		}
 		if live {
 			kept = append(kept, s)
@@ -168,9 +175,13 @@ func (e *Extender) tick() time.Duration {
 	e.expire(lapsed, errLapsed)
 	e.expire(expired, errMaxExtension)
 	e.dispatch(b.jobs(false))
-	// The horizon assumed the next tick at now+next; waiting for a free
-	// worker must not push it later.
-	return max(next-time.Since(now), time.Millisecond)
+	// The horizon assumed the next tick at now+next; dispatching must not
+	// push it later, nor past the first lease that would lapse.
+	wait := next - time.Since(now)
+	if firstLapse != math.MaxInt64 {
+		wait = min(wait, time.Duration(firstLapse-time.Now().UnixNano()))
+	}
+	return max(wait, time.Millisecond)
 }
 
 // Why leases are dropped (the Err of their event.Expired).
@@ -209,14 +220,25 @@ func (e *Extender) drop(ls []*lease) {
 // dispatch hands jobs to the workers, waiting for a free one. On Close it
 // puts the leases of the jobs not handed out back to idle.
 func (e *Extender) dispatch(jobs []job) {
-	for i, j := range jobs {
+	if len(jobs) == 0 {
+		return
+	}
+	e.mu.Lock()
+	closed := e.closed
+	if !closed {
+		e.queue = append(e.queue, jobs...)
+	}
+	e.mu.Unlock()
+	if closed {
+		for _, j := range jobs {
+			e.abandon(j)
+		}
+		return
+	}
+	for range min(len(jobs), cap(e.ready)) {
 		select {
-		case e.jobs <- j:
-		case <-e.quit:
-			for _, rest := range jobs[i:] {
-				e.abandon(rest)
-			}
-			return
+		case e.ready <- struct{}{}:
+		default: // every worker has a wake-up waiting already
 		}
 	}
 }

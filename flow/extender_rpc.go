@@ -28,12 +28,31 @@ func (e *Extender) worker() {
 	defer e.workers.Done()
 	for {
 		select {
-		case j := <-e.jobs:
-			e.run(j)
+		case <-e.ready:
+			for {
+				j, ok := e.nextJob()
+				if !ok {
+					break
+				}
+				e.run(j)
+			}
 		case <-e.quit:
 			return
 		}
 	}
+}
+
+// nextJob takes the oldest queued job.
+func (e *Extender) nextJob() (job, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.queue) == 0 {
+		return job{}, false
+	}
+	j := e.queue[0]
+	e.queue[0] = job{}
+	e.queue = e.queue[1:]
+	return j, true
 }
 
 // failure is an ack id that will not be retried, and why.
@@ -144,20 +163,31 @@ func (e *Extender) succeeded(j job, ok []*lease, sentAt time.Time) {
 	expiry := sentAt.Add(time.Duration(j.secs) * time.Second)
 	expiryNs := expiry.UnixNano()
 	n := 0
+	var lapsed []*lease
 	e.mu.Lock()
 	for _, l := range ok {
 		if l.gone.Load() || l.state == stateDropping {
 			continue // released or being dropped meanwhile
 		}
+		if sentAt.UnixNano() >= l.lapse {
+			// Sent when the lease had (nearly) lapsed: the server answers
+			// OK to a modack of an ack id it has already given out again,
+			// so this success proves nothing. Drop it.
+			l.state = stateDropping
+			lapsed = append(lapsed, l)
+			continue
+		}
 		n++
-		l.expiry = expiryNs
-		message.Of(l.m).SetDeadline(expiry)
+		length := time.Duration(j.secs) * time.Second
+		l.expiry, l.lapse = expiryNs, expiryNs-int64(message.Margin(length))
+		message.Of(l.m).SetDeadline(expiry, length)
 		l.state = stateIdle
 		if j.receipt {
 			l.endConfirm()
 		}
 	}
 	e.mu.Unlock()
+	e.expire(lapsed, errLapsed)
 	if !j.receipt && n > 0 {
 		e.emit(event.Event{Kind: event.Extend, Subscription: j.sub, Count: n, Deadline: time.Duration(j.secs) * time.Second})
 	}

@@ -158,18 +158,19 @@ func (d *delivery) serverDeadline() time.Time {
 // mayHaveExpired reports whether the client may have expired the copy by
 // now on its own: at some moment its deadline as the client knew it (the
 // receipt's, then each accepted extension's from its reply on) was within
-// SettleMargin, before the next extension's reply moved it.
+// its settle margin (message.Margin), before the next extension's reply moved it.
 func (d *delivery) mayHaveExpired(now time.Time) bool {
 	calls := append([]modackCall(nil), d.modacks...)
 	sort.Slice(calls, func(i, j int) bool { return calls[i].replied.Before(calls[j].replied) })
-	due := d.recvAt.Add(d.streamDeadline)
+	due, margin := d.recvAt.Add(d.streamDeadline), message.Margin(d.streamDeadline)
 	for _, c := range calls {
-		if !c.replied.Before(due.Add(-message.SettleMargin)) {
+		if !c.replied.Before(due.Add(-margin)) {
 			return true
 		}
-		due = c.sent.Add(time.Duration(c.secs) * time.Second)
+		length := time.Duration(c.secs) * time.Second
+		due, margin = c.sent.Add(length), message.Margin(length)
 	}
-	return !now.Before(due.Add(-message.SettleMargin))
+	return !now.Before(due.Add(-margin))
 }
 
 func (d *delivery) String() string {

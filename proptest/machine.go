@@ -570,8 +570,8 @@ func (m *machine) handOff(msg *pubsubflow.Message, inHandler bool) {
 	} else if u := d.serverDeadline(); !now.Before(u) {
 		l.problems.add(invStaleHandOff, "%s got message %s (ack id %s) at %s after the server released it (by %s at the latest): %v",
 			where, d.msgID, short(d.ackID), now.Format("04:05.000"), u.Format("04:05.000"), d)
-	} else if dl := st.Deadline(); !dl.IsZero() && !now.Before(dl.Add(-message.SettleMargin)) && !ignored(invPastDeadline) {
-		l.problems.add(invPastDeadline, "%s got message %s (ack id %s) at %s, within SettleMargin of its deadline %s as the client knew it: %v",
+	} else if dl := st.LapseAt(); !dl.IsZero() && !now.Before(dl) && !ignored(invPastDeadline) {
+		l.problems.add(invPastDeadline, "%s got message %s (ack id %s) at %s, within the settle margin of its deadline (lapse %s) as the client knew it: %v",
 			where, d.msgID, short(d.ackID), now.Format("04:05.000"), dl.Format("04:05.000"), d)
 	}
 	first := !d.handed
@@ -614,8 +614,8 @@ func (o *observer) Settled(mi any, out uint32) {
 	}
 	var checkEffect bool
 	if outcome == source.Ack {
-		if dl := message.Of(msg).Deadline(); !dl.IsZero() && !now.Before(dl.Add(-message.SettleMargin)) {
-			l.problems.add(invAckExpired, "message %s (ack id %s) acked at %s, within SettleMargin of its deadline %s as the client knew it: %v",
+		if dl := message.Of(msg).LapseAt(); !dl.IsZero() && !now.Before(dl) {
+			l.problems.add(invAckExpired, "message %s (ack id %s) acked at %s, within the settle margin of its deadline (lapse %s) as the client knew it: %v",
 				d.msgID, short(d.ackID), now.Format("04:05.000"), dl.Format("04:05.000"), d)
 		}
 		if m.opts.Ordered && msg.OrderingKey != "" {

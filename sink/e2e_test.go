@@ -140,7 +140,7 @@ func TestExactlyOnceExpiredAck(t *testing.T) {
 		late, fresh, unknown := <-gated, <-gated, <-gated
 		// The client thinks this one's deadline far away: only the server
 		// can tell it expired.
-		message.Of(unknown).SetDeadline(time.Now().Add(time.Hour))
+		message.Of(unknown).SetDeadline(time.Now().Add(time.Hour), time.Hour)
 		if !late.ExactlyOnce {
 			t.Fatal("the message does not say exactly-once")
 		}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
 // handoff is the queue between the streams and the consumer. Streams push
@@ -113,7 +111,7 @@ func (s *Source) pump(ctx context.Context, r *run, h *handoff, out chan<- []*Mes
 }
 
 // send hands b on. While downstream does not take it, its messages keep
-// lapsing: at the earliest one's deadline (less SettleMargin) the lapsed
+// lapsing: at the earliest one's lapse (its deadline less its margin) the lapsed
 // ones are expired and the rest offered again, so no copy the server may
 // have given out again is handed on.
 func (s *Source) send(ctx context.Context, r *run, out chan<- []*Message, b []*Message) {
@@ -125,8 +123,8 @@ func (s *Source) send(ctx context.Context, r *run, out chan<- []*Message, b []*M
 	}()
 	for len(b) > 0 {
 		var lapse <-chan time.Time
-		if d := earliestDeadline(b); !d.IsZero() {
-			wait := time.Until(d.Add(-message.SettleMargin))
+		if d := earliestLapse(b); !d.IsZero() {
+			wait := time.Until(d)
 			if t == nil {
 				t = time.NewTimer(wait)
 			} else {
@@ -146,12 +144,11 @@ func (s *Source) send(ctx context.Context, r *run, out chan<- []*Message, b []*M
 	}
 }
 
-// earliestDeadline is the earliest server deadline in b (zero if none is
-// known).
-func earliestDeadline(b []*Message) time.Time {
+// earliestLapse is the earliest lapse in b (zero if no deadline is known).
+func earliestLapse(b []*Message) time.Time {
 	var first time.Time
 	for _, m := range b {
-		if d := m.st.Deadline(); !d.IsZero() && (first.IsZero() || d.Before(first)) {
+		if d := m.st.LapseAt(); !d.IsZero() && (first.IsZero() || d.Before(first)) {
 			first = d
 		}
 	}

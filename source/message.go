@@ -147,7 +147,7 @@ func decodeResponse(rms []*pubsubpb.ReceivedMessage, subscription string, props 
 		m.decode(rm, subscription, props, now)
 		m.st.Path = path
 		m.st.Clock = clock
-		m.st.SetDeadline(due)
+		m.st.SetDeadline(due, deadline)
 		m.st.BeginReceipt() // the receipt steps attach without atomics; receipt ends it
 		ms[i] = m
 	}

@@ -36,7 +36,7 @@ func (p *path) Settle(mi any, o uint32, delay time.Duration) {
 			delay = 0
 		} else {
 			// Once the nack lands the server holds the message this long.
-			m.st.SetDeadline(time.Now().Add(delay))
+			m.st.SetDeadline(time.Now().Add(delay), delay)
 		}
 		if m.ExactlyOnce {
 			m.result.Store(newAckResult())

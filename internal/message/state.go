@@ -73,8 +73,11 @@ type State struct {
 	// deadline, then each confirmed extension's send time plus its
 	// seconds. Past it the server may give the message out again.
 	deadline atomic.Int64
-	holds    atomic.Pointer[HoldNode]
-	done     *HoldNode // the hold list, kept for Done once sealed
+	// lapse is deadline less its margin (Margin): from then on an outcome
+	// is an expiry, and the message is not handed on.
+	lapse atomic.Int64
+	holds atomic.Pointer[HoldNode]
+	done  *HoldNode // the hold list, kept for Done once sealed
 	// staged is the list of holders attached during the message's
 	// receipt, ended by receiving; nil outside it. Only the goroutine that
 	// decodes the message touches it, before the message is handed on, so
@@ -103,6 +106,10 @@ func (st *State) Outcome() uint32 { return st.outcome.Load() }
 // deadline further away than that; only a lapsing one gets this close.
 const SettleMargin = time.Second
 
+// Margin is the settle margin of a deadline length long: SettleMargin, or
+// a quarter of a shorter lease (test servers allow leases of 1 s).
+func Margin(length time.Duration) time.Duration { return min(SettleMargin, length/4) }
+
 // Settle sets outcome o if none is set yet; the one call that does tells
 // every Holder (Settled), then the Path. It reports whether this call set
 // the outcome. Lock-free: one compare-and-swap decides. A user's outcome
@@ -113,7 +120,7 @@ func (st *State) Settle(m any, o uint32, delay time.Duration) bool {
 		return false
 	}
 	if o != Expired {
-		if d := st.deadline.Load(); d != 0 && st.Clock.Now() >= d-int64(SettleMargin) {
+		if d := st.lapse.Load(); d != 0 && st.Clock.Now() >= d {
 			st.Settle(m, Expired, 0)
 			return false
 		}
@@ -269,16 +276,28 @@ func (st *State) Deadline() time.Time {
 // DeadlineNanos is Deadline in unix nanoseconds (0: unknown).
 func (st *State) DeadlineNanos() int64 { return st.deadline.Load() }
 
-// SetDeadline records a new server deadline: at receipt, and after each
+// SetDeadline records a new server deadline, of a lease length long: at
 // confirmed extension.
-func (st *State) SetDeadline(t time.Time) { st.deadline.Store(t.UnixNano()) }
+func (st *State) SetDeadline(t time.Time, length time.Duration) {
+	st.lapse.Store(t.Add(-Margin(length)).UnixNano())
+	st.deadline.Store(t.UnixNano())
+}
+
+// LapseAt is when m stops being settleable (its deadline less its margin;
+// zero when no deadline is known).
+func (st *State) LapseAt() time.Time {
+	if d := st.lapse.Load(); d != 0 {
+		return time.Unix(0, d)
+	}
+	return time.Time{}
+}
 
 // Lapsed reports whether m's server deadline is less than SettleMargin
 // away (or past) at now: too late for an ack or nack to reach the server
 // in time.
 func (st *State) Lapsed(now time.Time) bool {
-	d := st.deadline.Load()
-	return d != 0 && now.UnixNano() >= d-int64(SettleMargin)
+	d := st.lapse.Load()
+	return d != 0 && now.UnixNano() >= d
 }
 
 // ExpireIfLate settles m as Expired when its server deadline is less than
@@ -302,7 +321,7 @@ func (st *State) ExpireIfLateNow(m any) bool {
 	if st.Outcome() != Pending {
 		return true
 	}
-	if d := st.deadline.Load(); d != 0 && st.Clock.Now() >= d-int64(SettleMargin) {
+	if d := st.lapse.Load(); d != 0 && st.Clock.Now() >= d {
 		st.Settle(m, Expired, 0)
 		return true
 	}
