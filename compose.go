@@ -15,6 +15,7 @@ import (
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/sink"
+	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -60,7 +61,13 @@ type subSource struct {
 var _ batch.Source[*Message] = (*subSource)(nil)
 
 func (ss *subSource) Run(g *stage.Group) <-chan *Message {
-	return batch.Unbatch(g, ss.RunBatches(g), func(m *Message) { m.Nack() })
+	src, ok := ss.join(g)
+	if !ok {
+		out := make(chan *Message)
+		close(out)
+		return out
+	}
+	return src.Run(g)
 }
 
 // RunBatches joins the run to the subscriber's lifecycle (a run started
@@ -68,18 +75,28 @@ func (ss *subSource) Run(g *stage.Group) <-chan *Message {
 // The run counts until its pipeline is over: shutdown drains by waiting
 // for the runs, up to the drain timeout.
 func (ss *subSource) RunBatches(g *stage.Group) <-chan []*Message {
-	s := ss.s
-	if !s.life.join() {
-		g.Fail(ErrClosed)
+	src, ok := ss.join(g)
+	if !ok {
 		out := make(chan []*Message)
 		close(out)
 		return out
 	}
+	return src.RunBatches(g)
+}
+
+// join adds the run to the lifecycle until g is done, and returns the
+// source it runs; false (g failed with ErrClosed) once Close has begun.
+func (ss *subSource) join(g *stage.Group) (*source.Source, bool) {
+	s := ss.s
+	if !s.life.join() {
+		g.Fail(ErrClosed)
+		return nil, false
+	}
 	g.OnDone(s.life.leave)
 	if ss.kind == runHandlers {
-		return s.runSrc.RunBatches(g)
+		return s.runSrc, true
 	}
-	return s.src.RunBatches(g)
+	return s.src, true
 }
 
 // Acknowledge returns the sink paired with Source: each message that

@@ -124,7 +124,7 @@ func (s *Source) send(ctx context.Context, r *run, out chan<- []*Message, b []*M
 	for len(b) > 0 {
 		var lapse <-chan time.Time
 		if d := earliestLapse(b); !d.IsZero() {
-			wait := time.Until(d)
+			wait := time.Until(d) - handOffSlack
 			if t == nil {
 				t = time.NewTimer(wait)
 			} else {
@@ -144,6 +144,11 @@ func (s *Source) send(ctx context.Context, r *run, out chan<- []*Message, b []*M
 	}
 }
 
+// handOffSlack is how early the hand-off re-checks a waiting message
+// before it lapses, so a send and a lapse at the same instant cannot hand
+// on a copy as it lapses.
+const handOffSlack = time.Millisecond
+
 // earliestLapse is the earliest lapse in b (zero if no deadline is known).
 func earliestLapse(b []*Message) time.Time {
 	var first time.Time
@@ -160,7 +165,9 @@ func earliestLapse(b []*Message) time.Time {
 // again): there is nothing left to do with them.
 func (s *Source) dropSettled(b []*Message) []*Message {
 	keep := b[:0]
-	now := time.Now()
+	// handOffSlack ahead: a copy that lapses the moment it is handed on is
+	// as good as lapsed.
+	now := time.Now().Add(handOffSlack)
 	for _, m := range b {
 		if !m.st.ExpireIfLate(m, now) {
 			keep = append(keep, m)

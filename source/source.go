@@ -202,9 +202,66 @@ func (s *Source) properties() (exactlyOnce, ordered bool) {
 
 // Run starts the streams under g and returns the merged output, one
 // element per received message (RunBatches without the batches).
+//
+// A message waiting here for downstream to take it is re-checked as it
+// would lapse, like a batch (see send): a lapsed copy is expired, not
+// handed on.
 func (s *Source) Run(g *stage.Group) <-chan *Message {
 	r := s.newRun()
-	return batch.Unbatch(g, s.runBatches(g, r), r.unsentOne)
+	in := s.runBatches(g, r)
+	out := make(chan *Message)
+	g.Go(func(ctx context.Context) error {
+		defer close(out)
+		var t *time.Timer
+		defer func() {
+			if t != nil {
+				t.Stop()
+			}
+		}()
+		for {
+			b, ok := stage.Recv(ctx, in)
+			if !ok {
+				return nil
+			}
+			for i, m := range b {
+				if !s.sendOne(ctx, out, m, &t) {
+					r.unsent(b[i:])
+					return nil
+				}
+			}
+		}
+	})
+	return out
+}
+
+// sendOne hands m on unless it lapses first (it is then expired); false
+// when ctx is done first.
+func (s *Source) sendOne(ctx context.Context, out chan<- *Message, m *Message, t **time.Timer) bool {
+	if m.Settled() {
+		return true
+	}
+	var lapse <-chan time.Time
+	if d := m.st.LapseAt(); !d.IsZero() {
+		wait := time.Until(d) - handOffSlack
+		if wait <= 0 {
+			m.st.Settle(m, message.Expired, 0)
+			return true
+		}
+		if *t == nil {
+			*t = time.NewTimer(wait)
+		} else {
+			(*t).Reset(wait)
+		}
+		lapse = (*t).C
+	}
+	select {
+	case out <- m:
+	case <-lapse:
+		m.st.Settle(m, message.Expired, 0) // it would lapse as it went
+	case <-ctx.Done():
+		return false
+	}
+	return true
 }
 
 // RunBatches starts the streams under g and returns the merged output in
