@@ -291,8 +291,29 @@ func (a *Acknowledger) Close(ctx context.Context) error {
 	if !a.aborted {
 		a.flushAllLocked()
 	}
+	// Best-effort nacks waiting out a backoff are not waited for (see
+	// bestEffortAfterClose): they fail now.
+	var gaveUp []*request
+	kept := a.retries[:0]
+	for _, r := range a.retries {
+		if r.key.nack && !r.key.eo {
+			gaveUp = append(gaveUp, r)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	clear(a.retries[len(kept):])
+	a.retries = kept
+	for _, r := range gaveUp {
+		if r.key.counts() {
+			a.unacked -= int64(len(r.ids))
+		}
+	}
 	idle := a.idleLocked()
 	a.mu.Unlock()
+	for _, r := range gaveUp {
+		a.failAll(r, ErrClosed, r.err)
+	}
 
 	var err error
 	select {

@@ -127,6 +127,19 @@ func (a *Acknowledger) run(r *request) {
 	a.complete(r, a.call(r))
 }
 
+// bestEffortAfterClose reports whether ids of key are no longer retried
+// because Close has begun: a nack nobody waits on (not exactly-once) that
+// fails loses nothing — the server redelivers the message at its deadline
+// — so Close does not wait out its backoff.
+func (a *Acknowledger) bestEffortAfterClose(key batchKey) bool {
+	if !key.nack || key.eo {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closed
+}
+
 // dropLapsed leaves out of r the acks whose message has lapsed (Lapser):
 // their tags hear ErrLapsed, and the server never sees them.
 func (a *Acknowledger) dropLapsed(r *request) {
@@ -256,7 +269,7 @@ func (a *Acknowledger) complete(r *request, err error) {
 			again.err = err
 			again.bo = r.pauses()
 			delay := again.bo.Pause()
-			if now.Add(delay).After(r.start.Add(a.cfg.retryDeadline(r.key.eo))) {
+			if now.Add(delay).After(r.start.Add(a.cfg.retryDeadline(r.key.eo))) || a.bestEffortAfterClose(r.key) {
 				first := a.failIndexes(again, nil, nil, ErrRetryExhausted, err)
 				evs = append(evs, event.Event{Kind: event.AckFailed, Subscription: a.sub, Count: len(again.ids), Err: first})
 				a.log.Warn("pubsubflow: ack retries exhausted", "subscription", a.sub, "count", len(again.ids), "err", err)
