@@ -87,8 +87,6 @@ func (r *run) unsent(ms []*Message) {
 	}
 }
 
-func (r *run) unsentOne(m *Message) { r.unsent([]*Message{m}) }
-
 // receipt decodes a response's messages and makes them the source's:
 // each is bound to the settle path and recorded as held, and the steps
 // run on them, on the stream's goroutine, before any of them is queued.
