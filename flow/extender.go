@@ -10,6 +10,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
+	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/source"
@@ -47,6 +48,12 @@ type lease struct {
 	// the lease is dropped, and a late extension does not revive it.
 	lapse int64
 	state leaseState
+	// asked is when its last modack was queued (unix nanoseconds), secs
+	// and receipt what it asked: a success makes the expiry asked + secs,
+	// on the early side.
+	asked   int64
+	secs    int32
+	receipt bool
 	// confirmDone records that confirm was closed.
 	confirmDone bool
 	// gone is set once, when the lease ends (released, dropped): the
@@ -118,19 +125,21 @@ type Extender struct {
 	extended atomic.Uint64
 	expired  atomic.Uint64
 
+	// senders send the modacks, one acknowledger per subscription (under
+	// mu): the one sender of deadline modifications, batching, splitting
+	// and retrying like a source's acks; the extender's own, so a slow ack
+	// RPC never delays an extension.
+	senders  map[string]*ack.Acknowledger
+	failures failures // modack failures not yet logged
+
 	wake      chan struct{} // cap 1: Track queued a receipt modack
-	queue     []job         // jobs for the workers (under mu): a tick never waits for a free worker
-	ready     chan struct{} // cap MaxInFlight: a job was queued
 	quit      chan struct{} // closed by Close
 	loopDone  chan struct{}
-	workers   sync.WaitGroup
-	rpcCtx    context.Context
-	rpcCancel context.CancelFunc
 	closeOnce sync.Once
 }
 
-// NewExtender validates cfg and starts the extender's loop and its
-// MaxInFlight workers, which send ModifyAckDeadline through client.
+// NewExtender validates cfg and starts the extender's loop; its modacks
+// go through client, at most MaxInFlight at once per subscription.
 func NewExtender(client pubsubpb.SubscriberClient, cfg ExtenderConfig) (*Extender, error) {
 	if client == nil {
 		return nil, errors.New("lease: nil SubscriberClient")
@@ -139,28 +148,21 @@ func NewExtender(client pubsubpb.SubscriberClient, cfg ExtenderConfig) (*Extende
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	ctx, cancel := context.WithCancel(context.Background())
 	e := &Extender{
-		client:    client,
-		cfg:       cfg,
-		log:       cfg.Logger,
-		policy:    cfg.Strategy.newPolicy(cfg.StreamAckDeadline),
-		wake:      make(chan struct{}, 1),
-		ready:     make(chan struct{}, cfg.MaxInFlight),
-		quit:      make(chan struct{}),
-		loopDone:  make(chan struct{}),
-		rpcCtx:    ctx,
-		rpcCancel: cancel,
+		client:   client,
+		cfg:      cfg,
+		log:      cfg.Logger,
+		policy:   cfg.Strategy.newPolicy(cfg.StreamAckDeadline),
+		wake:     make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		loopDone: make(chan struct{}),
+		senders:  map[string]*ack.Acknowledger{},
 	}
 	e.events = e.emitEvent
 	if cfg.TracerProvider != nil {
 		e.tracer = &modackTracer{tp: cfg.TracerProvider}
 	}
 	e.deadline.Store(int64(ceilSeconds(e.policy.deadline())))
-	e.workers.Add(cfg.MaxInFlight)
-	for range cfg.MaxInFlight {
-		go e.worker()
-	}
 	go e.loop()
 	return e, nil
 }
@@ -362,32 +364,25 @@ func (e *Extender) leaseCount() int {
 	return n
 }
 
-// Close stops the loop and the workers: no new RPC starts, retries stop,
-// and RPCs in flight get up to CloseTimeout to finish before they are
-// cancelled. It returns when every goroutine of the extender has exited.
-// Leases still held are neither settled nor nacked: the owner (the
-// Subscriber) nacks what it still holds before closing the extender.
+// Close stops the loop: no new modack is queued; those queued or in
+// flight get up to CloseTimeout to finish before they are abandoned. It
+// returns when every goroutine of the extender has exited. Leases still
+// held are neither settled nor nacked: the owner (the source, the
+// Subscriber) nacks what it still holds.
 func (e *Extender) Close() error {
 	e.closeOnce.Do(func() {
 		e.mu.Lock()
 		e.closed = true
+		senders := e.senders
+		e.senders = nil
 		e.mu.Unlock()
 		close(e.quit)
 		<-e.loopDone
-		done := make(chan struct{})
-		go func() {
-			e.workers.Wait()
-			close(done)
-		}()
-		t := time.NewTimer(e.cfg.CloseTimeout)
-		select {
-		case <-done:
-		case <-t.C:
-			e.rpcCancel()
-			<-done
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.CloseTimeout)
+		defer cancel()
+		for _, a := range senders {
+			_ = a.Close(ctx) // what could not be sent is of no use any more
 		}
-		t.Stop()
-		e.rpcCancel()
 	})
 	return nil
 }

@@ -43,11 +43,9 @@ const (
 	// share its request. A full request (1000 ids) goes at once.
 	receiptFlushDelay = 2 * time.Millisecond
 	// attemptTimeout bounds one ModifyAckDeadline attempt, so a hung call
-	// cannot hold a worker forever.
+	// cannot hold a slot forever. Retries back off as every RPC's do
+	// (internal/retry: 100 ms to 60 s; 1 s to 64 s exactly-once).
 	attemptTimeout = 30 * time.Second
-	// Retry backoff: randomized exponential between these bounds.
-	backoffInitial = 100 * time.Millisecond
-	backoffMax     = 10 * time.Second
 	// jitter spreads ticks uniformly over ±10 % of the interval.
 	jitter = 0.1
 )
@@ -72,7 +70,8 @@ type ExtenderConfig struct {
 	// Margin is the safety margin (zero: defaultMargin). The margin in
 	// effect is min(Margin, deadline/2).
 	Margin time.Duration
-	// MaxInFlight bounds concurrent ModifyAckDeadline RPCs (zero: 4).
+	// MaxInFlight bounds concurrent ModifyAckDeadline RPCs per subscription
+	// (zero: 4).
 	MaxInFlight int
 	// RetryDeadline bounds the retries of one modack request (zero: 60 s).
 	RetryDeadline time.Duration

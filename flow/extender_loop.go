@@ -13,8 +13,9 @@ import (
 
 // loop is the extender's one scheduling goroutine: it flushes receipt
 // modacks shortly after Track queued them, and on every tick extends the
-// leases that are due and drops those past the maximum extension. RPCs run
-// on the workers; the loop only waits for a free worker.
+// leases that are due and drops those lapsed or past the maximum
+// extension. It never waits for an RPC: modacks are queued with their
+// subscription's sender.
 func (e *Extender) loop() {
 	defer close(e.loopDone)
 	d := e.nextTick()
@@ -175,6 +176,7 @@ func (e *Extender) tick() time.Duration {
 	e.expire(lapsed, errLapsed)
 	e.expire(expired, errMaxExtension)
 	e.dispatch(b.jobs(false))
+	e.report()
 	// The horizon assumed the next tick at now+next; dispatching must not
 	// push it later, nor past the first lease that would lapse.
 	wait := next - time.Since(now)
@@ -214,43 +216,6 @@ func (e *Extender) drop(ls []*lease) {
 	defer e.mu.Unlock()
 	for _, l := range ls {
 		e.removeLocked(l)
-	}
-}
-
-// dispatch hands jobs to the workers, waiting for a free one. On Close it
-// puts the leases of the jobs not handed out back to idle.
-func (e *Extender) dispatch(jobs []job) {
-	if len(jobs) == 0 {
-		return
-	}
-	e.mu.Lock()
-	closed := e.closed
-	if !closed {
-		e.queue = append(e.queue, jobs...)
-	}
-	e.mu.Unlock()
-	if closed {
-		for _, j := range jobs {
-			e.abandon(j)
-		}
-		return
-	}
-	for range min(len(jobs), cap(e.ready)) {
-		select {
-		case e.ready <- struct{}{}:
-		default: // every worker has a wake-up waiting already
-		}
-	}
-}
-
-// abandon returns a job's leases to idle without having extended them.
-func (e *Extender) abandon(j job) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, l := range j.leases {
-		if !l.gone.Load() && l.state != stateDropping {
-			l.state = stateIdle
-		}
 	}
 }
 

@@ -1,19 +1,17 @@
 package flow
 
 import (
-	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-
-	"github.com/pubsubflow/pubsubflow/internal/ackids"
+	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/internal/retry"
 )
 
-// job is one ModifyAckDeadline request: ids[i] is the ack id of leases[i].
+// job is one group of modacks: ids[i] is the ack id of leases[i].
 type job struct {
 	sub     string
 	secs    int32
@@ -22,221 +20,186 @@ type job struct {
 	receipt bool // the receipt modack (else an extension)
 }
 
-// worker runs jobs until Close. MaxInFlight workers bound the RPCs in
-// flight; they serve nothing but this extender, so acks never queue ahead.
-func (e *Extender) worker() {
-	defer e.workers.Done()
-	for {
-		select {
-		case <-e.ready:
-			for {
-				j, ok := e.nextJob()
-				if !ok {
-					break
+// sender is the acknowledger that sends the modacks of sub (nil after
+// Close). Called with mu held.
+func (e *Extender) senderLocked(sub string) *ack.Acknowledger {
+	if e.closed {
+		return nil
+	}
+	a := e.senders[sub]
+	if a == nil {
+		var err error
+		a, err = ack.New(e.client, sub, ack.Config{
+			MaxInFlight:   e.cfg.MaxInFlight,
+			RetryDeadline: e.cfg.RetryDeadline,
+			RPCTimeout:    attemptTimeout,
+			Confirmed:     e.accepted,
+			Tracer:        e.ackTracer(),
+			Events: func(ev event.Event) {
+				if ev.Kind == event.Retry { // failures are the extender's to report
+					e.emit(ev)
 				}
-				e.run(j)
-			}
-		case <-e.quit:
-			return
-		}
-	}
-}
-
-// nextJob takes the oldest queued job.
-func (e *Extender) nextJob() (job, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.queue) == 0 {
-		return job{}, false
-	}
-	j := e.queue[0]
-	e.queue[0] = job{}
-	e.queue = e.queue[1:]
-	return j, true
-}
-
-// failure is an ack id that will not be retried, and why.
-type failure struct {
-	l     *lease
-	err   error
-	perID bool // the server named this ack id (exactly-once), not the whole call
-}
-
-// run sends j, retrying transient failures (the whole call, or single ack
-// ids on exactly-once subscriptions) with internal/retry's backoff
-// for up to RetryDeadline.
-func (e *Extender) run(j job) {
-	start := time.Now()
-	bo := retry.Backoff(backoffInitial, backoffMax)
-	for {
-		sentAt := time.Now()
-		endTrace := e.startTrace(j)
-		ctx, cancel := context.WithTimeout(e.rpcCtx, attemptTimeout)
-		_, err := e.client.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{
-			Subscription:       j.sub,
-			AckIds:             j.ids,
-			AckDeadlineSeconds: j.secs,
+			},
+			Logger: e.log,
 		})
-		cancel()
-		if endTrace != nil {
-			endTrace(err)
+		if err != nil { // the config was validated: cannot happen
+			panic(fmt.Sprintf("lease: acknowledger for %s: %v", sub, err))
 		}
-		if err != nil && e.rpcCtx.Err() != nil {
-			e.abandon(j) // Close cancelled the call: not the server's verdict
-			return
+		e.senders[sub] = a
+	}
+	return a
+}
+
+// dispatch queues the jobs' modacks with their senders. It never waits: a
+// tick is never held up by RPCs in flight or retrying.
+func (e *Extender) dispatch(jobs []job) {
+	now := time.Now().UnixNano()
+	for _, j := range jobs {
+		tags := make([]ack.Tag, len(j.leases))
+		e.mu.Lock()
+		a := e.senderLocked(j.sub)
+		for i, l := range j.leases {
+			l.asked, l.secs, l.receipt = now, j.secs, j.receipt
+			tags[i] = l
 		}
-		ok, again, failed := classify(j, err)
-		e.succeeded(j, ok, sentAt)
-		if len(again) == 0 {
-			e.failed(j, failed)
-			return
-		}
-		j = subJob(j, again)
-		delay := bo.Pause()
-		if time.Since(start)+delay > e.cfg.RetryDeadline {
-			for _, l := range j.leases {
-				failed = append(failed, failure{l: l, err: fmt.Errorf("lease: modack retries exhausted after %v: %w", e.cfg.RetryDeadline, err)})
-			}
-			e.failed(j, failed)
-			return
-		}
-		e.failed(j, failed)
-		e.emit(event.Event{Kind: event.Retry, Subscription: j.sub, Count: len(j.ids), Delay: delay, Err: err})
-		e.log.Debug("lease: modack retry", "subscription", j.sub, "count", len(j.ids), "delay", delay, "err", err)
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-e.quit:
-			t.Stop()
+		e.mu.Unlock()
+		if a == nil {
 			e.abandon(j)
-			return
+			continue
 		}
+		// An exactly-once lease is confirmed per ack id, and its receipt
+		// modack is sent at once: a message waits for it.
+		a.ModackTags(j.ids, j.secs, j.leases[0].eo(), tags)
 	}
 }
 
-// subJob narrows j to the leases in keep (a subset, in j's order).
-func subJob(j job, keep []*lease) job {
-	n := job{sub: j.sub, secs: j.secs, receipt: j.receipt, leases: keep, ids: make([]string, len(keep))}
-	for i, l := range keep {
-		n.ids[i] = l.m.AckID
-	}
-	return n
-}
-
-// classify splits j's leases by the call's outcome. On exactly-once
-// subscriptions the server names failed ack ids in an ErrorInfo's metadata
-// (reason TRANSIENT_FAILURE_* or PERMANENT_FAILURE_*); ack ids not named
-// there succeeded.
-func classify(j job, err error) (ok, again []*lease, failed []failure) {
+// AckDone is the fate of the lease's last modack (the sender's Tag).
+func (l *lease) AckDone(err error) {
 	if err == nil {
-		return j.leases, nil, nil
-	}
-	if reasons := ackids.FailureReasons(err); reasons != nil {
-		for _, l := range j.leases {
-			reason, named := reasons[l.m.AckID]
-			switch {
-			case !named:
-				ok = append(ok, l)
-			case ackids.Transient(reason):
-				again = append(again, l)
-			default:
-				failed = append(failed, failure{l: l, perID: true, err: fmt.Errorf("lease: ack id failed (%s): %w", reason, err)})
-			}
-		}
-		return ok, again, failed
-	}
-	if retry.Transient(err) {
-		return nil, j.leases, nil
-	}
-	for _, l := range j.leases {
-		failed = append(failed, failure{l: l, err: fmt.Errorf("lease: modack: %w", err)})
-	}
-	return nil, nil, failed
-}
-
-// succeeded records a successful modack sent at sentAt: new expiry, and for
-// a receipt modack the confirmation exactly-once messages wait for.
-func (e *Extender) succeeded(j job, ok []*lease, sentAt time.Time) {
-	if len(ok) == 0 {
+		l.e.succeeded([]*lease{l})
 		return
 	}
-	expiry := sentAt.Add(time.Duration(j.secs) * time.Second)
-	expiryNs := expiry.UnixNano()
-	n := 0
+	l.e.failed(l, err)
+}
+
+// accepted is the senders' Confirmed hook: every lease of a request the
+// server accepted, in one step.
+func (e *Extender) accepted(tags []ack.Tag, _ time.Time) {
+	ls := make([]*lease, 0, len(tags))
+	for _, t := range tags {
+		if l, ok := t.(*lease); ok {
+			ls = append(ls, l)
+		}
+	}
+	e.succeeded(ls)
+}
+
+// succeeded records accepted modacks: a new expiry from the time each was
+// asked, and for a receipt modack the confirmation exactly-once messages
+// wait for. A lease that had lapsed when its modack was asked stays lapsed:
+// the server answers OK to a modack of an ack id it has given out again.
+func (e *Extender) succeeded(ls []*lease) {
 	var lapsed []*lease
+	extended := map[groupKey]int{}
 	e.mu.Lock()
-	for _, l := range ok {
+	for _, l := range ls {
 		if l.gone.Load() || l.state == stateDropping {
 			continue // released or being dropped meanwhile
 		}
-		if sentAt.UnixNano() >= l.lapse {
-			// Sent when the lease had (nearly) lapsed: the server answers
-			// OK to a modack of an ack id it has already given out again,
-			// so this success proves nothing. Drop it.
+		if l.asked >= l.lapse {
 			l.state = stateDropping
 			lapsed = append(lapsed, l)
 			continue
 		}
-		n++
-		length := time.Duration(j.secs) * time.Second
-		l.expiry, l.lapse = expiryNs, expiryNs-int64(message.Margin(length))
-		message.Of(l.m).SetDeadline(expiry, length)
+		length := time.Duration(l.secs) * time.Second
+		expiry := l.asked + int64(length)
+		l.expiry, l.lapse = expiry, expiry-int64(message.Margin(length))
+		message.Of(l.m).SetDeadline(time.Unix(0, expiry), length)
 		l.state = stateIdle
-		if j.receipt {
+		if l.receipt {
 			l.endConfirm()
+		} else {
+			extended[groupKey{sub: l.m.Subscription, secs: l.secs}]++
 		}
 	}
 	e.mu.Unlock()
 	e.expire(lapsed, errLapsed)
-	if !j.receipt && n > 0 {
-		e.emit(event.Event{Kind: event.Extend, Subscription: j.sub, Count: n, Deadline: time.Duration(j.secs) * time.Second})
+	for gk, n := range extended {
+		e.emit(event.Event{Kind: event.Extend, Subscription: gk.sub, Count: n, Deadline: time.Duration(gk.secs) * time.Second})
 	}
 }
 
-// failed handles ack ids that will not be retried. A lease that cannot be
-// kept is dropped and its message settled as Expired: exactly-once receipt
-// modacks that failed in any way (the message must not be handed on
-// unconfirmed), and exactly-once ack ids the server reported as
-// permanently failed. Any other lease goes back to idle, so the next tick
-// tries again.
-func (e *Extender) failed(j job, fs []failure) {
-	if len(fs) == 0 {
+// failed handles a modack that will not be retried (the sender retried
+// transient failures within RetryDeadline). A lease that cannot be kept is
+// dropped and its message settled as Expired: an exactly-once receipt
+// modack that failed in any way (the message must not be handed on
+// unconfirmed), and an exactly-once ack id the server refused for good.
+// Any other lease goes back to idle, so the next tick tries again (it
+// lapses at its deadline if none succeeds). A receipt modack's failure is
+// an event of its own; failed extensions are logged once per tick.
+func (e *Extender) failed(l *lease, err error) {
+	var ie *ack.IDError
+	perID := errors.As(err, &ie) && ie.Reason != ""
+	e.mu.Lock()
+	if l.gone.Load() || l.state == stateDropping || e.closed && errors.Is(err, ack.ErrClosed) {
+		e.mu.Unlock()
 		return
 	}
-	var dropped []*lease
-	var firstErr error
-	live := 0
-	e.mu.Lock()
-	for _, f := range fs {
-		l := f.l
-		if l.gone.Load() || l.state == stateDropping {
-			continue
-		}
-		live++
-		if firstErr == nil {
-			firstErr = f.err
-		}
-		if l.eo() && (j.receipt || f.perID) {
-			l.state = stateDropping
-			dropped = append(dropped, l)
-			continue
-		}
+	drop := l.eo() && (l.receipt || perID)
+	if drop {
+		l.state = stateDropping
+	} else {
 		l.state = stateIdle
 	}
 	e.mu.Unlock()
-	if firstErr == nil {
+	if l.receipt {
+		if drop {
+			e.drop([]*lease{l})
+		}
+		e.emit(event.Event{Kind: event.ReceiptModackFail, Subscription: l.m.Subscription, Count: 1, Err: err})
 		return
 	}
-	if j.receipt {
-		e.drop(dropped)
-		e.emit(event.Event{Kind: event.ReceiptModackFail, Subscription: j.sub, Count: live, Err: firstErr})
-		e.log.Warn("lease: receipt modack failed", "subscription", j.sub, "count", live, "dropped", len(dropped), "err", firstErr)
-		return
+	e.failures.add(err)
+	if drop {
+		e.expire([]*lease{l}, err)
 	}
-	if len(dropped) > 0 {
-		e.expire(dropped, firstErr)
+}
+
+// failures counts lease extensions that failed between two reports.
+type failures struct {
+	mu         sync.Mutex
+	extensions int
+	last       error
+}
+
+func (f *failures) add(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.extensions++
+	f.last = err
+}
+
+// report logs the extensions that failed since the last report (the loop
+// calls it every tick), so a failing subscription logs once a tick, not
+// once a lease.
+func (e *Extender) report() {
+	f := &e.failures
+	f.mu.Lock()
+	extensions, last := f.extensions, f.last
+	f.extensions, f.last = 0, nil
+	f.mu.Unlock()
+	if extensions > 0 {
+		e.log.Warn("lease: extensions failed; the next tick retries, or the leases lapse", "count", extensions, "err", last)
 	}
-	if len(dropped) < live {
-		e.log.Warn("lease: extension failed; the next tick retries", "subscription", j.sub, "count", live-len(dropped), "err", firstErr)
+}
+
+// abandon returns a job's leases to idle without having extended them.
+func (e *Extender) abandon(j job) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, l := range j.leases {
+		if !l.gone.Load() && l.state != stateDropping {
+			l.state = stateIdle
+		}
 	}
 }

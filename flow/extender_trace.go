@@ -6,6 +6,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/internal/tracing"
 )
@@ -28,42 +29,55 @@ func (t *modackTracer) namesFor(sub string) tracing.Names {
 	return n.(tracing.Names)
 }
 
-// startTrace starts the tracing of one attempt of j (nil when not traced).
-func (e *Extender) startTrace(j job) func(error) {
-	t := e.tracer
-	if t == nil {
+// ackTracer is the tracer of the extender's senders (nil when not
+// traced).
+func (e *Extender) ackTracer() ack.Tracer {
+	if e.tracer == nil {
 		return nil
 	}
-	var spans []trace.Span // nil unless a message of j is sampled
-	for i, l := range j.leases {
+	return e.tracer
+}
+
+// StartRPC traces one modack attempt of a sender (ack.Tracer): a
+// "modack" span linked to the subscribe spans of the leases' messages.
+func (t *modackTracer) StartRPC(_ string, secs int32, _ []string, tags []ack.Tag) func(ack.Attempt) {
+	var spans []trace.Span // nil unless a message is sampled
+	var sub string
+	receipt := false
+	for i, tag := range tags {
+		l, ok := tag.(*lease)
+		if !ok {
+			continue
+		}
+		sub, receipt = l.m.Subscription, l.receipt
 		if mt := message.Of(l.m).Trace; mt != nil && mt.Recording {
 			if spans == nil {
-				spans = make([]trace.Span, len(j.leases))
+				spans = make([]trace.Span, len(tags))
 			}
 			spans[i] = mt.Subscribe
 		}
 	}
-	span := t.namesFor(j.sub).RPCSpan("modack", j.secs, spans, len(j.leases), tracing.AttrReceiptModack.Bool(j.receipt))
-	return func(err error) {
+	span := t.namesFor(sub).RPCSpan("modack", secs, spans, len(tags), tracing.AttrReceiptModack.Bool(receipt))
+	return func(at ack.Attempt) {
 		event := "lease extended"
-		if j.receipt {
+		if receipt {
 			event = "receipt modack"
 		}
 		var ended []trace.EventOption
-		if err == nil && spans != nil {
-			ended = []trace.EventOption{trace.WithAttributes(semconv.MessagingGCPPubsubMessageAckDeadline(int(j.secs)))}
+		if at.Err == nil && spans != nil {
+			ended = []trace.EventOption{trace.WithAttributes(semconv.MessagingGCPPubsubMessageAckDeadline(int(secs)))}
 		}
 		for _, s := range spans {
 			if s == nil {
 				continue
 			}
 			s.AddEvent("modack end")
-			if err == nil {
+			if at.Err == nil {
 				s.AddEvent(event, ended...)
 			}
 		}
-		if err != nil {
-			tracing.Fail(span, err)
+		if at.Err != nil {
+			tracing.Fail(span, at.Err)
 		}
 		span.End()
 	}

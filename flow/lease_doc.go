@@ -8,14 +8,17 @@
 // once; the queue is flushed within a few milliseconds, batched. A
 // background loop then extends the leases that would expire before its next
 // tick plus a safety margin, with jitter, until the message is settled
-// (Release) or has been extended for MaxExtension, after which the lease is
+// (through its hold) or has been extended for MaxExtension, after which the lease is
 // dropped, the message is settled as message.Expired and the server
 // redelivers it.
 //
-// Extension requests go straight to SubscriberClient.ModifyAckDeadline from
-// the extender's own bounded pool of workers; they never share a queue with
-// Acknowledge, so a slow ack RPC cannot delay them. Every request is split
-// at 1000 ack ids and 512 KiB encoded.
+// Modacks go out through the library's one sender of acks and deadline
+// modifications (internal/ack: sent at once when none is in flight, else
+// coalesced; split at 1000 ack ids and 512 KiB; transient failures retried
+// with backoff), one instance per subscription that serves nothing but
+// this extender, so a slow ack RPC of a source never delays an extension.
+// A lease whose deadline passes without a confirmed extension is dropped
+// at once, and a modack that succeeds after that does not revive it.
 //
 // Exactly-once subscriptions: deadlines are at least 60 s, a message is to
 // be handed on only once its receipt modack has been confirmed (Confirmed),

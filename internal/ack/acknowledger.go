@@ -126,19 +126,35 @@ func (a *Acknowledger) ModackWithResult(ackID string, seconds int32) *Result {
 // Modacks queues one deadline modification for many ack ids (lease
 // extension), without results and without exactly-once handling.
 func (a *Acknowledger) Modacks(ackIDs []string, seconds int32) {
+	a.ModackTags(ackIDs, seconds, false, nil)
+}
+
+// ModackTags queues one deadline modification for many ack ids, each of
+// whose fate tags[i] hears (tags nil: nobody listens); eo treats them as
+// exactly-once (failures per ack id, sent at once when no such request is
+// in flight). A lease extender sends its modacks with it.
+func (a *Acknowledger) ModackTags(ackIDs []string, seconds int32, eo bool, tags []Tag) {
 	if len(ackIDs) == 0 {
 		return
 	}
-	key := batchKey{kind: kindModack, seconds: clampSeconds(seconds)}
+	key := batchKey{kind: kindModack, seconds: clampSeconds(seconds), eo: eo}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
-		a.emitFailed(len(ackIDs), &IDError{AckID: ackIDs[0], Kind: ErrClosed})
+		err := &IDError{AckID: ackIDs[0], Kind: ErrClosed}
+		for _, t := range tags {
+			t.AckDone(err)
+		}
+		a.emitFailed(len(ackIDs), err)
 		return
 	}
 	b := a.batchLocked(key)
-	for _, id := range ackIDs {
-		b.add(id, nil)
+	for i, id := range ackIDs {
+		var t Tag
+		if tags != nil {
+			t = tags[i]
+		}
+		b.add(id, t)
 	}
 	a.pending += len(ackIDs)
 	if key.counts() {
