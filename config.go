@@ -15,6 +15,7 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
+	"github.com/pubsubflow/pubsubflow/sink"
 	"github.com/pubsubflow/pubsubflow/source"
 )
 
@@ -161,7 +162,13 @@ func outcome(field string, o Outcome, allowed ...Outcome) error {
 	return fieldError(field, "outcome %v is not one of %v", o, allowed)
 }
 
-// Validate reports every bad value, each naming its field.
+// Validate reports every bad value, each naming its field. A field that
+// configures one of the composed operators is checked by that operator's
+// own Validate (source.Config, flow.ExtenderConfig, sink.Policy) on the
+// config parts maps it to, so each rule is written once; only what the
+// Subscriber adds (Unlimited, the heartbeat bounds for users, shutdown) is
+// checked here. The subscription name is checked by NewSubscriber
+// (ValidateSubscription): a valid stand-in fills it here.
 func (c *SubscriberConfig) Validate() error {
 	var errs []error
 	add := func(err error) {
@@ -169,51 +176,74 @@ func (c *SubscriberConfig) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	src, ext, pol := c.parts(standInSubscription)
+	add(wrapPart("", src.Validate()))
+	add(wrapPart("(Lease, MaxExtension)", ext.Validate()))
+	add(wrapPart("", pol.Validate()))
 	if c.Conn != nil && c.Client != nil {
 		add(fieldError("Conn", "set Conn or Client, not both"))
 	}
-	add(inRange("StreamAckDeadline", c.StreamAckDeadline, source.MinStreamAckDeadline, source.MaxStreamAckDeadline))
-	if c.StreamAckDeadline < 0 {
-		add(fieldError("StreamAckDeadline", "negative"))
-	}
-	if len(c.ClientID) > source.MaxClientIDLength {
-		add(fieldError("ClientID", "%d bytes, at most %d", len(c.ClientID), source.MaxClientIDLength))
-	}
 	add(limit("MaxOutstandingMessages", c.MaxOutstandingMessages))
 	add(limit("MaxOutstandingBytes", c.MaxOutstandingBytes))
-	if c.Streams < 0 || c.Streams > source.MaxStreams {
-		add(fieldError("Streams", "%d: want 1–%d (0 = default 1)", c.Streams, source.MaxStreams))
-	}
 	add(positiveRange("HeartbeatInterval", c.HeartbeatInterval, minHeartbeatInterval, 10*time.Minute))
 	add(positiveRange("HeartbeatTimeout", c.HeartbeatTimeout, time.Millisecond, 10*time.Minute))
 	if c.HeartbeatInterval > 0 && c.HeartbeatTimeout > c.HeartbeatInterval {
 		add(fieldError("HeartbeatTimeout", "%v exceeds HeartbeatInterval %v: the answer to one heartbeat would be awaited past the next", c.HeartbeatTimeout, c.HeartbeatInterval))
 	}
-	if c.ReconnectTimeout < 0 && c.ReconnectTimeout != Unlimited {
-		add(fieldError("ReconnectTimeout", "%v: want ≥ 0 (0 = default %v) or Unlimited", c.ReconnectTimeout, source.DefaultReconnectTimeout))
+	if c.MaxExtension < 0 && c.MaxExtension != Unlimited {
+		add(fieldError("MaxExtension", "%v: want ≥ 0 (0 = default %v) or Unlimited", c.MaxExtension, defaultMaxExtension))
 	}
-	if b := c.Backoff; b.Initial < 0 || b.Max < 0 || b.Multiplier != 0 && b.Multiplier < 1 {
-		add(fieldError("Backoff", "Initial %v, Max %v, Multiplier %v: want durations ≥ 0 (0 = default) and a Multiplier of 0 (default 2) or at least 1", b.Initial, b.Max, b.Multiplier))
-	}
-	if err := (flow.ExtenderConfig{Strategy: c.Lease}).Validate(); err != nil {
-		add(fieldError("Lease", "%v", err))
-	}
-	switch {
-	case c.MaxExtension < 0 && c.MaxExtension != Unlimited:
-		add(fieldError("MaxExtension", "%v: want ≥ 0 or Unlimited", c.MaxExtension))
-	case c.MaxExtension > 0 && c.MaxExtension < max(source.MinStreamAckDeadline, cmp.Or(c.StreamAckDeadline, source.DefaultStreamAckDeadline)):
-		// Shorter than the deadline the server gives on delivery: every
-		// message would be dropped before it was ever extended.
-		add(fieldError("MaxExtension", "%v is shorter than the stream ack deadline (%v) or 10 s; want at least that, 0 (default 60 min) or Unlimited",
-			c.MaxExtension, cmp.Or(c.StreamAckDeadline, source.DefaultStreamAckDeadline)))
-	}
-	add(outcome("OnSuccess", c.OnSuccess, Ack, Nack, NackAfter, NoOp))
-	add(outcome("OnFailure", c.OnFailure, Ack, Nack, NackAfter, NoOp))
 	add(outcome("OnShutdown", c.OnShutdown, Nack, NackAfter, NoOp))
-	add(positiveRange("NackDelay", c.NackDelay, 0, 600*time.Second))
 	add(positiveRange("ShutdownNackDelay", c.ShutdownNackDelay, 0, 600*time.Second))
 	add(positiveRange("DrainTimeout", c.DrainTimeout, 0, time.Hour))
 	return errors.Join(errs...)
+}
+
+// standInSubscription is a valid name for checking a config before the
+// subscription is known.
+const standInSubscription = "projects/p/subscriptions/stand-in"
+
+// wrapPart names the SubscriberConfig in an operator config's error (whose
+// field names are SubscriberConfig's, but for what label says).
+func wrapPart(label string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if label == "" {
+		return fmt.Errorf("pubsubflow: SubscriberConfig: %w", err)
+	}
+	return fmt.Errorf("pubsubflow: SubscriberConfig %s: %w", label, err)
+}
+
+// parts maps c onto the configs of the operators the Subscriber composes:
+// the one place a SubscriberConfig field reaches an operator. Unlimited
+// (-1) is the operators' "no limit" as it is (a negative value) for the
+// source and the extender; FlowControl's is 0 (clientLimit).
+func (c SubscriberConfig) parts(sub string) (source.Config, flow.ExtenderConfig, sink.Policy) {
+	src := source.Config{
+		Subscription:           sub,
+		StreamAckDeadline:      c.StreamAckDeadline,
+		ClientID:               c.ClientID,
+		MaxOutstandingMessages: c.MaxOutstandingMessages,
+		MaxOutstandingBytes:    c.MaxOutstandingBytes,
+		Streams:                c.Streams,
+		HeartbeatInterval:      c.HeartbeatInterval,
+		HeartbeatTimeout:       c.HeartbeatTimeout,
+		Backoff:                c.Backoff,
+		Classify:               c.Reconnect,
+		ReconnectTimeout:       c.ReconnectTimeout, // Unlimited == source.RetryForever
+		TracerProvider:         c.TracerProvider,
+		Logger:                 c.Logger,
+	}
+	ext := flow.ExtenderConfig{
+		Strategy:          c.Lease,
+		StreamAckDeadline: c.StreamAckDeadline,
+		MaxExtension:      c.MaxExtension,
+		TracerProvider:    c.TracerProvider,
+		Logger:            c.Logger,
+	}
+	pol := sink.Policy{OnSuccess: c.OnSuccess, OnFailure: c.OnFailure, NackDelay: c.NackDelay}
+	return src, ext, pol
 }
 
 // positiveRange accepts 0 (the default) or a value in [lo, hi].

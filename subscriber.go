@@ -119,37 +119,14 @@ func (s *Subscriber) build() error {
 	if s.cfg.TracerProvider != nil {
 		s.tracing = newSubTracer(s.cfg.TracerProvider, s.sub)
 	}
-	maxExt := s.cfg.MaxExtension
-	if maxExt == Unlimited {
-		maxExt = -1
-	}
-	s.ext, err = flow.NewExtender(s.client, flow.ExtenderConfig{
-		Strategy:          s.cfg.Lease,
-		StreamAckDeadline: s.cfg.StreamAckDeadline,
-		MaxExtension:      maxExt,
-		TracerProvider:    s.cfg.TracerProvider,
-		Logger:            s.cfg.Logger,
-	})
+	srcCfg, extCfg, policy := s.cfg.parts(s.sub)
+	s.ext, err = flow.NewExtender(s.client, extCfg)
 	if err != nil {
 		return err
 	}
 	s.fc = flow.NewFlowControl(clientLimit(s.cfg.MaxOutstandingMessages), clientLimit(s.cfg.MaxOutstandingBytes))
-	s.policy = sink.Policy{OnSuccess: s.cfg.OnSuccess, OnFailure: s.cfg.OnFailure, NackDelay: s.cfg.NackDelay}
-	src, err := source.Subscribe(s.client, source.Config{
-		Subscription:           s.sub,
-		StreamAckDeadline:      s.cfg.StreamAckDeadline,
-		ClientID:               s.cfg.ClientID,
-		MaxOutstandingMessages: s.cfg.MaxOutstandingMessages,
-		MaxOutstandingBytes:    s.cfg.MaxOutstandingBytes,
-		Streams:                s.cfg.Streams,
-		HeartbeatInterval:      s.cfg.HeartbeatInterval,
-		HeartbeatTimeout:       s.cfg.HeartbeatTimeout,
-		Backoff:                s.cfg.Backoff,
-		Classify:               s.cfg.Reconnect,
-		ReconnectTimeout:       reconnectTimeout(s.cfg.ReconnectTimeout),
-		TracerProvider:         s.cfg.TracerProvider,
-		Logger:                 s.cfg.Logger,
-	})
+	s.policy = policy
+	src, err := source.Subscribe(s.client, srcCfg)
 	if err != nil {
 		return err
 	}
@@ -246,12 +223,4 @@ func (s *Subscriber) Stats() Stats {
 		AckDeadline:      es.Deadline,
 		LastError:        last,
 	}
-}
-
-// reconnectTimeout maps the config's Unlimited to the source's RetryForever.
-func reconnectTimeout(d time.Duration) time.Duration {
-	if d == Unlimited {
-		return source.RetryForever
-	}
-	return d
 }

@@ -129,6 +129,9 @@ func (c Config) Validate() error {
 	if c.ReconnectTimeout < 0 && c.ReconnectTimeout != RetryForever {
 		return fmt.Errorf("pubsubflow/source: ReconnectTimeout %v must be ≥ 0 (0 means %v) or RetryForever", c.ReconnectTimeout, DefaultReconnectTimeout)
 	}
+	if b := c.Backoff; b.Initial < 0 || b.Max < 0 || b.Multiplier != 0 && b.Multiplier < 1 {
+		return fmt.Errorf("pubsubflow/source: Backoff Initial %v, Max %v, Multiplier %v: want durations ≥ 0 (0 = default) and a Multiplier of 0 (default 2) or at least 1", b.Initial, b.Max, b.Multiplier)
+	}
 	return nil
 }
 

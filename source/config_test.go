@@ -27,6 +27,8 @@ func TestValidate(t *testing.T) {
 		{"heartbeat", func(c *Config) { c.HeartbeatInterval = -1 }, "HeartbeatInterval"},
 		{"timeout", func(c *Config) { c.HeartbeatTimeout = -1 }, "HeartbeatTimeout"},
 		{"client id", func(c *Config) { c.ClientID = strings.Repeat("x", MaxClientIDLength+1) }, "ClientID"},
+		{"negative backoff", func(c *Config) { c.Backoff.Initial = -time.Second }, "Backoff"},
+		{"shrinking backoff", func(c *Config) { c.Backoff.Multiplier = 0.5 }, "Backoff"},
 		{"unlimited", func(c *Config) { c.MaxOutstandingMessages, c.MaxOutstandingBytes = -1, -1 }, ""},
 	} {
 		cfg := ok
