@@ -180,7 +180,7 @@ func (e *Extender) track(ms []*source.Message) {
 	slab := make([]lease, len(ms))
 	added := 0
 	for i, m := range ms {
-		if m == nil || m.AckID == "" || m.Subscription == "" || m.Settled() {
+		if m == nil || m.AckID == "" || m.Subscription == "" || message.Of(m).ExpireIfLate(m, now) {
 			continue
 		}
 		st := message.Of(m)

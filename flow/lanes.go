@@ -2,6 +2,7 @@ package flow
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/source"
@@ -54,8 +55,9 @@ func (fc *FlowControl) receive(lane int, ms []*source.Message) {
 	}
 	slab := make([]permit, len(ms))
 	var n, bytes int64
+	now := time.Now() // one clock read for the batch
 	for i, m := range ms {
-		if m.Settled() {
+		if message.Of(m).ExpireIfLate(m, now) {
 			continue
 		}
 		p := &slab[i]
