@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/message"
@@ -236,7 +237,7 @@ type groupKey struct {
 
 type group struct {
 	key    groupKey
-	leases []*lease
+	leases []ack.Tag // *lease
 	ids    []string
 }
 
@@ -254,7 +255,7 @@ func (b *batcher) add(l *lease, d time.Duration) {
 		if g == nil {
 			g = &group{key: gk}
 			if len(b.order) == 0 && b.size > 0 {
-				g.leases = make([]*lease, 0, b.size)
+				g.leases = make([]ack.Tag, 0, b.size)
 				g.ids = make([]string, 0, b.size)
 			}
 			b.order = append(b.order, g)

@@ -11,13 +11,15 @@ import (
 	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
-// job is one group of modacks: ids[i] is the ack id of leases[i].
+// job is one group of modacks: ids[i] is the ack id of leases[i], each
+// lease as the ack.Tag its sender tells its fate (the slices go to the
+// sender as they are).
 type job struct {
 	sub     string
 	secs    int32
 	ids     []string
-	leases  []*lease
-	receipt bool // the receipt modack (else an extension)
+	leases  []ack.Tag // *lease
+	receipt bool      // the receipt modack (else an extension)
 }
 
 // sender is the acknowledger that sends the modacks of sub (nil after
@@ -55,12 +57,11 @@ func (e *Extender) senderLocked(sub string) *ack.Acknowledger {
 func (e *Extender) dispatch(jobs []job) {
 	now := time.Now().UnixNano()
 	for _, j := range jobs {
-		tags := make([]ack.Tag, len(j.leases))
 		e.mu.Lock()
 		a := e.senderLocked(j.sub)
-		for i, l := range j.leases {
+		for _, t := range j.leases {
+			l := t.(*lease)
 			l.asked, l.secs, l.receipt = now, j.secs, j.receipt
-			tags[i] = l
 		}
 		e.mu.Unlock()
 		if a == nil {
@@ -69,14 +70,14 @@ func (e *Extender) dispatch(jobs []job) {
 		}
 		// An exactly-once lease is confirmed per ack id, and its receipt
 		// modack is sent at once: a message waits for it.
-		a.ModackTags(j.ids, j.secs, j.leases[0].eo(), tags)
+		a.ModackTags(j.ids, j.secs, j.leases[0].(*lease).eo(), j.leases)
 	}
 }
 
 // AckDone is the fate of the lease's last modack (the sender's Tag).
 func (l *lease) AckDone(err error) {
 	if err == nil {
-		l.e.succeeded([]*lease{l})
+		l.e.succeeded([]ack.Tag{l})
 		return
 	}
 	l.e.failed(l, err)
@@ -84,26 +85,19 @@ func (l *lease) AckDone(err error) {
 
 // accepted is the senders' Confirmed hook: every lease of a request the
 // server accepted, in one step.
-func (e *Extender) accepted(tags []ack.Tag, _ time.Time) {
-	ls := make([]*lease, 0, len(tags))
-	for _, t := range tags {
-		if l, ok := t.(*lease); ok {
-			ls = append(ls, l)
-		}
-	}
-	e.succeeded(ls)
-}
+func (e *Extender) accepted(tags []ack.Tag, _ time.Time) { e.succeeded(tags) }
 
 // succeeded records accepted modacks: a new expiry from the time each was
 // asked, and for a receipt modack the confirmation exactly-once messages
 // wait for. A lease that had lapsed when its modack was asked stays lapsed:
 // the server answers OK to a modack of an ack id it has given out again.
-func (e *Extender) succeeded(ls []*lease) {
+func (e *Extender) succeeded(tags []ack.Tag) {
 	var lapsed []*lease
 	extended := map[groupKey]int{}
 	e.mu.Lock()
-	for _, l := range ls {
-		if l.gone.Load() || l.state == stateDropping {
+	for _, t := range tags {
+		l, ok := t.(*lease)
+		if !ok || l.gone.Load() || l.state == stateDropping {
 			continue // released or being dropped meanwhile
 		}
 		if l.asked >= l.lapse {
@@ -197,8 +191,8 @@ func (e *Extender) report() {
 func (e *Extender) abandon(j job) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, l := range j.leases {
-		if !l.gone.Load() && l.state != stateDropping {
+	for _, t := range j.leases {
+		if l := t.(*lease); !l.gone.Load() && l.state != stateDropping {
 			l.state = stateIdle
 		}
 	}

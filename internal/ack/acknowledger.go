@@ -132,7 +132,9 @@ func (a *Acknowledger) Modacks(ackIDs []string, seconds int32) {
 // ModackTags queues one deadline modification for many ack ids, each of
 // whose fate tags[i] hears (tags nil: nobody listens); eo treats them as
 // exactly-once (failures per ack id, sent at once when no such request is
-// in flight). A lease extender sends its modacks with it.
+// in flight). A lease extender sends its modacks with it. It takes the
+// slices over: the caller must not use them again (a batch that is empty
+// adopts them instead of copying them).
 func (a *Acknowledger) ModackTags(ackIDs []string, seconds int32, eo bool, tags []Tag) {
 	if len(ackIDs) == 0 {
 		return
@@ -149,12 +151,17 @@ func (a *Acknowledger) ModackTags(ackIDs []string, seconds int32, eo bool, tags 
 		return
 	}
 	b := a.batchLocked(key)
-	for i, id := range ackIDs {
-		var t Tag
-		if tags != nil {
-			t = tags[i]
+	if len(b.ids) == 0 && tags != nil {
+		b.adopt(ackIDs, tags)
+	} else {
+		b.grow(len(ackIDs))
+		for i, id := range ackIDs {
+			var t Tag
+			if tags != nil {
+				t = tags[i]
+			}
+			b.add(id, t)
 		}
-		b.add(id, t)
 	}
 	a.pending += len(ackIDs)
 	if key.counts() {
