@@ -139,14 +139,17 @@ func (e *Extender) failed(l *lease, err error) {
 		e.mu.Unlock()
 		return
 	}
-	drop := l.eo() && (l.receipt || perID)
+	// Read under the lock: once idle, the lease may be asked again (and
+	// its fields rewritten) by the next tick.
+	receipt := l.receipt
+	drop := l.eo() && (receipt || perID)
 	if drop {
 		l.state = stateDropping
 	} else {
 		l.state = stateIdle
 	}
 	e.mu.Unlock()
-	if l.receipt {
+	if receipt {
 		if drop {
 			e.drop([]*lease{l})
 		}
