@@ -4,6 +4,7 @@ package publisher
 
 import (
 	"context"
+	"runtime"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -49,4 +50,55 @@ func TestPublishAllocs(t *testing.T) {
 			t.Logf("%.0f allocations per Publish", n)
 		})
 	}
+}
+
+// TestPublishBytesUnsampled: what an unsampled message allocates beyond an
+// untraced one is the tracing SDK's Start (its span and context, measured
+// here by itself) and nothing of ours: its trace context is written into
+// a chunk its batch's slab recycles, not one allocated a batch.
+func TestPublishBytesUnsampled(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+	ctx := context.Background()
+	tr := tp.Tracer(tracerName)
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+	start := bytesPer(1000, func() {
+		_, s := tr.Start(ctx, "topic create", opts...)
+		s.End()
+	})
+	per := map[string]float64{}
+	for name, tp := range map[string]trace.TracerProvider{"untraced": nil, "unsampled": tp} {
+		p, err := NewFromClient(newIDClient(100), "projects/proj/topics/topic", Config{TracerProvider: tp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &Message{Data: []byte("payload")}
+		publish := func(n int) {
+			for range n {
+				p.Publish(ctx, m)
+			}
+			if err := p.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		publish(1000)                                            // warm up: the keys' chunk sizes, the rings, the slabs
+		per[name] = bytesPer(200, func() { publish(100) }) / 100 // full batches
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if extra := per["unsampled"] - per["untraced"]; extra > start+16 {
+		t.Errorf("an unsampled Publish allocates %.0f bytes more than an untraced one; the SDK's Start alone, %.0f", extra, start)
+	}
+	t.Logf("bytes per Publish: untraced %.0f, unsampled %.0f; the SDK's Start %.0f", per["untraced"], per["unsampled"], start)
+}
+
+// bytesPer is the bytes allocated per call of f, over n calls.
+func bytesPer(n int, f func()) float64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		f()
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.TotalAlloc-before.TotalAlloc) / float64(n)
 }

@@ -42,15 +42,19 @@ type batch struct {
 // minChunk is the smallest slab chunk a batch takes.
 const minChunk = 4
 
-// wireSlab is the wire side of a batch of MaxMessages: its wire messages
-// and the request's list of them. Neither is referenced once the batch's
-// Publish returned (gRPC encodes the request before it returns; a Result
-// reads only ids and errors), so a completed batch hands its slab back to
+// wireSlab is the wire side of a batch of MaxMessages: its wire messages,
+// the request's list of them, and the chunk of trace contexts they carry
+// (empty when untraced). None is referenced once the batch's Publish
+// returned (gRPC encodes the request before it returns; a Result reads
+// only ids and errors), so a completed batch hands its slab back to
 // Publisher.slabs, cleared, for a later batch: a steady load allocates
-// and collects no wire messages.
+// and collects no wire messages, and no trace contexts (83 bytes a
+// message, sampled or not: the largest allocation of an unsampled
+// message otherwise).
 type wireSlab struct {
 	pms  []pubsubpb.PubsubMessage
 	msgs []*pubsubpb.PubsubMessage
+	wire []byte
 }
 
 // slot returns the next free wire message and Result of b, taking a new
@@ -67,7 +71,7 @@ func (b *batch) slot(maxMessages int, slabs *sync.Pool) (*pubsubpb.PubsubMessage
 			if s == nil {
 				s = &wireSlab{pms: make([]pubsubpb.PubsubMessage, maxMessages), msgs: make([]*pubsubpb.PubsubMessage, 0, maxMessages)}
 			}
-			b.slab, b.pms, b.msgs = s, s.pms[:0], s.msgs
+			b.slab, b.pms, b.msgs, b.wire = s, s.pms[:0], s.msgs, s.wire[:0]
 		} else {
 			b.pms = make([]pubsubpb.PubsubMessage, 0, c)
 			if b.msgs == nil {
@@ -89,6 +93,7 @@ func (b *batch) dropWire(slabs *sync.Pool) {
 		clear(s.pms[:len(b.pms)]) // no data, attributes or trace context kept alive
 		clear(b.msgs)
 		s.msgs = b.msgs[:0]
+		s.wire = b.wire[:0] // the last chunk b took: its first, or a larger one
 		slabs.Put(s)
 	}
 	b.slab, b.msgs, b.pms, b.wire = nil, nil, nil, nil
@@ -97,8 +102,9 @@ func (b *batch) dropWire(slabs *sync.Pool) {
 // carry makes pm carry the trace context sc (valid) on the wire: encoded
 // attribute entries (n bytes: carrier.WireSize) set as its unknown fields,
 // so no map of attributes is copied or built for it. The bytes come from
-// b.wire, which takes a new chunk, for as many messages as the key's last
-// batch held, when the last one is full.
+// b.wire (for a batch on a slab, the slab's chunk at first), which takes
+// a new chunk, for as many messages as the key's last batch held, when
+// the last one is full.
 func (b *batch) carry(pm *pubsubpb.PubsubMessage, sc trace.SpanContext, n int) {
 	if cap(b.wire)-len(b.wire) < n {
 		b.wire = make([]byte, 0, n*max(b.ks.lastN, minChunk))

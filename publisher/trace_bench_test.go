@@ -70,3 +70,20 @@ type dropSpans struct{}
 
 func (dropSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (dropSpans) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkSDKStartUnsampled is the floor of an unsampled message's
+// tracing: the SDK's Tracer.Start (ids, the sampler, a span and a
+// context) with the create span's name and options, under
+// sdktrace.NeverSample, and End; nothing of the Publisher's.
+//
+//	go test -run '^$' -bench SDKStartUnsampled ./publisher/
+func BenchmarkSDKStartUnsampled(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+	t := newPubTracer(tp, "projects/proj/topics/topic")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, s := t.tr.Start(ctx, t.createName, t.createOpts...)
+		s.End()
+	}
+}

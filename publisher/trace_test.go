@@ -11,6 +11,7 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
@@ -18,6 +19,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/pubsubflow/pubsubflow/internal/carrier"
 )
 
 // pstestTopic starts Google's fake server with topic t, over real gRPC.
@@ -231,6 +234,91 @@ func TestTraceUnsampled(t *testing.T) {
 			t.Errorf("message attributes %v: want k and an unsampled traceparent", m.Attributes)
 		}
 	}
+}
+
+// TestTraceUnsampledTraceParent: an unsampled message carries exactly
+// what the W3C propagator would inject for its create span (version 00,
+// its ids, flags 00), as Google's clients do for any valid span context,
+// so that a subscriber whose sampler follows the parent (the SDK's
+// default, ParentBased) extracts a remote, unsampled parent and drops
+// the trace as the publisher decided.
+func TestTraceUnsampledTraceParent(t *testing.T) {
+	srv, conn, topic := pstestTopic(t)
+	ids := &countingIDs{}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()), sdktrace.WithIDGenerator(ids))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	p, err := New(conn, topic, Config{TracerProvider: tp, MaxMessages: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	var rs []*Result
+	for range n {
+		rs = append(rs, p.Publish(context.Background(), &Message{Data: []byte("x")}))
+	}
+	for _, r := range rs {
+		mustGet(t, r)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for i := range n {
+		tid, sid := ids.ids(i + 1)
+		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid})
+		c := carrier.Carrier{}
+		propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
+		want[c[carrier.TraceParentKey]] = true
+	}
+	parentBased := sdktrace.ParentBased(sdktrace.AlwaysSample())
+	msgs := srv.Messages()
+	if len(msgs) != n {
+		t.Fatalf("%d messages on the server, want %d", len(msgs), n)
+	}
+	for _, m := range msgs {
+		tp := m.Attributes[carrier.TraceParentKey]
+		if !want[tp] {
+			t.Errorf("traceparent %q, want one of %v", tp, want)
+		}
+		delete(want, tp)
+		ctx := propagation.TraceContext{}.Extract(context.Background(), carrier.Carrier(m.Attributes))
+		sc := trace.SpanContextFromContext(ctx)
+		if !sc.IsValid() || !sc.IsRemote() || sc.IsSampled() {
+			t.Errorf("subscriber extracts %+v, want a valid, remote, unsampled parent", sc)
+		}
+		r := parentBased.ShouldSample(sdktrace.SamplingParameters{ParentContext: ctx, TraceID: sc.TraceID(), Name: "s subscribe"})
+		if r.Decision != sdktrace.Drop {
+			t.Errorf("a ParentBased subscriber decides %v, want Drop", r.Decision)
+		}
+	}
+}
+
+// countingIDs is an IDGenerator of predictable ids: the i-th root span
+// (from 1) gets ids(i).
+type countingIDs struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (g *countingIDs) ids(i int) (trace.TraceID, trace.SpanID) {
+	tid := trace.TraceID{0xa0, 15: byte(i)}
+	sid := trace.SpanID{0xb0, 7: byte(i)}
+	return tid, sid
+}
+
+func (g *countingIDs) NewIDs(context.Context) (trace.TraceID, trace.SpanID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n++
+	return g.ids(g.n)
+}
+
+func (g *countingIDs) NewSpanID(context.Context, trace.TraceID) trace.SpanID {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n++
+	_, sid := g.ids(g.n)
+	return sid
 }
 
 // everyOtherCreate samples every other "create" span (in Start order) and

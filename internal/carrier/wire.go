@@ -1,7 +1,7 @@
 package carrier
 
 import (
-	"encoding/hex"
+	"slices"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -20,16 +20,38 @@ const traceParentLen = 2 + 1 + 32 + 1 + 16 + 1 + 2
 // AppendTraceParent appends the W3C traceparent value of sc to dst, as
 // propagation.TraceContext writes it (only the sampled and random flags
 // are carried). sc must be valid.
+//
+// It runs for every traced message, sampled or not, so it writes the 55
+// bytes in place, a byte's two hex digits at a time from hexPairs (about
+// half the time of encoding/hex here), with no intermediate string or
+// buffer: dst grows at most once, and not at all when it has room.
 func AppendTraceParent(dst []byte, sc trace.SpanContext) []byte {
+	n := len(dst)
+	dst = slices.Grow(dst, traceParentLen)[:n+traceParentLen]
+	v := (*[traceParentLen]byte)(dst[n:])
 	tid, sid := sc.TraceID(), sc.SpanID()
-	flags := sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom)
-	dst = append(dst, "00-"...)
-	dst = hex.AppendEncode(dst, tid[:])
-	dst = append(dst, '-')
-	dst = hex.AppendEncode(dst, sid[:])
-	dst = append(dst, '-')
-	return hex.AppendEncode(dst, []byte{byte(flags)})
+	v[0], v[1], v[2] = '0', '0', '-' // version 00
+	for i, c := range tid {
+		*(*[2]byte)(v[3+2*i:]) = hexPairs[c]
+	}
+	v[35] = '-'
+	for i, c := range sid {
+		*(*[2]byte)(v[36+2*i:]) = hexPairs[c]
+	}
+	v[52] = '-'
+	*(*[2]byte)(v[53:]) = hexPairs[byte(sc.TraceFlags()&(trace.FlagsSampled|trace.FlagsRandom))]
+	return dst
 }
+
+// hexPairs holds every byte's two lower-case hex digits, as W3C trace
+// context writes them.
+var hexPairs = func() (t [256][2]byte) {
+	const digits = "0123456789abcdef"
+	for i := range t {
+		t[i] = [2]byte{digits[i>>4], digits[i&0xf]}
+	}
+	return t
+}()
 
 // attributesField is the field number of PubsubMessage.attributes, a
 // map<string, string>: on the wire, one length-delimited entry {1: key,

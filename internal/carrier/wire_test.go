@@ -2,7 +2,9 @@ package carrier
 
 import (
 	"context"
+	"encoding/binary"
 	"maps"
+	"math/rand/v2"
 	"testing"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -60,6 +62,27 @@ func TestAppendWire(t *testing.T) {
 				t.Fatalf("the message's own attributes changed: %v", own)
 			}
 		})
+	}
+}
+
+// TestAppendTraceParentMatchesPropagator: for random ids and every flags
+// byte, AppendTraceParent writes exactly what propagation.TraceContext
+// injects, after whatever dst already holds.
+func TestAppendTraceParentMatchesPropagator(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for f := range 256 {
+		var tid trace.TraceID
+		var sid trace.SpanID
+		binary.LittleEndian.PutUint64(tid[:8], r.Uint64())
+		binary.LittleEndian.PutUint64(tid[8:], r.Uint64()|1) // valid: not all zero
+		binary.LittleEndian.PutUint64(sid[:], r.Uint64()|1)
+		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(f)})
+		want := map[string]string{}
+		propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), Carrier(want))
+		got := AppendTraceParent([]byte("x"), sc)
+		if string(got) != "x"+want[TraceParentKey] {
+			t.Fatalf("flags %#02x: %q, want %q", f, got[1:], want[TraceParentKey])
+		}
 	}
 }
 
