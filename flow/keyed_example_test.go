@@ -3,6 +3,7 @@ package flow_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 
 	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/source"
@@ -29,6 +30,12 @@ func ExampleKeyedFlowGate() {
 	handed := map[string]int{}
 	smallDone := 0
 	for m := range out {
+		// Hold the first permit until the gate has read all twelve (a
+		// consumer faster than the gate's reads could otherwise see big's
+		// eight before small's first arrived: nothing waits to be fair to).
+		for len(in) > 0 {
+			runtime.Gosched()
+		}
 		handed[m.Attributes["tenant"]]++
 		if handed["small"] == 4 && smallDone == 0 {
 			smallDone = handed["big"] + 4
