@@ -74,7 +74,12 @@ func runOurs(ctx context.Context, tb testing.TB, e target, s settings, handled f
 // runGoogle is Google's Subscriber.Receive with the same limits and
 // number of streams, acking in the handler.
 func runGoogle(ctx context.Context, tb testing.TB, e target, s settings, handled func()) error {
-	c, err := pubsub.NewClient(context.Background(), e.project(), option.WithGRPCConn(e.dial(tb)))
+	return receiveGoogle(ctx, tb, e, s, handled, nil)
+}
+
+// receiveGoogle is runGoogle with a client config (nil: the defaults).
+func receiveGoogle(ctx context.Context, tb testing.TB, e target, s settings, handled func(), cfg *pubsub.ClientConfig) error {
+	c, err := pubsub.NewClientWithConfig(context.Background(), e.project(), cfg, option.WithGRPCConn(e.dial(tb)))
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"google.golang.org/api/option"
 
 	"github.com/pubsubflow/pubsubflow"
 )
@@ -85,20 +84,7 @@ func tracedOurs(tp *sdktrace.TracerProvider) func(ctx context.Context, tb testin
 // caller sets to tp).
 func tracedGoogle(tp *sdktrace.TracerProvider) func(ctx context.Context, tb testing.TB, e target, s settings, handled func()) error {
 	return func(ctx context.Context, tb testing.TB, e target, s settings, handled func()) error {
-		c, err := pubsub.NewClientWithConfig(context.Background(), e.project(),
-			&pubsub.ClientConfig{EnableOpenTelemetryTracing: tp != nil}, option.WithGRPCConn(e.dial(tb)))
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		sub := c.Subscriber(e.subscription())
-		sub.ReceiveSettings.MaxOutstandingMessages = s.outstanding
-		sub.ReceiveSettings.MaxOutstandingBytes = byteBudget
-		sub.ReceiveSettings.NumGoroutines = s.streams
-		return sub.Receive(ctx, func(_ context.Context, m *pubsub.Message) {
-			m.Ack()
-			handled()
-		})
+		return receiveGoogle(ctx, tb, e, s, handled, &pubsub.ClientConfig{EnableOpenTelemetryTracing: tp != nil})
 	}
 }
 

@@ -50,22 +50,14 @@ func TestKnownLeaseLapseWhenDeadlineDrops(t *testing.T) {
 		led := newLedger(pubsubpb.NewSubscriberClient(e.srv.ClientConn()))
 		s := e.subscriber(t, pubsubflow.SubscriberConfig{StreamAckDeadline: 60 * time.Second, MaxOutstandingMessages: 1}, led)
 		var h hold
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- s.Run(ctx, 1, func(ctx context.Context, m *pubsubflow.Message) error { return h.wait(ctx) })
-		}()
+		stop := runHeld(t, s, &h)
 		e.publish(t, 1)
 		waitFor(t, "the first ack", time.Minute, func() bool { return e.srv.SubscriptionStats(e.sub).Acked == 1 })
 		h.stall()
 		e.publish(t, 1)
 		time.Sleep(30 * time.Second)
 		ss := e.srv.SubscriptionStats(e.sub)
-		h.release()
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		stop()
 		if p, ok := led.problems.first(); ss.Expired != 0 || ok {
 			t.Errorf("a held message's lease lapsed: %d expired at the server; %v (lease deadline %v)", ss.Expired, p, s.Stats().AckDeadline)
 		}
@@ -94,11 +86,7 @@ func TestKnownSourceHoldsUntracked(t *testing.T) {
 		}, led)
 		var h hold
 		h.stall()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- s.Run(ctx, 1, func(ctx context.Context, m *pubsubflow.Message) error { return h.wait(ctx) })
-		}()
+		stop := runHeld(t, s, &h)
 		e.publish(t, 10)
 		for range 2 { // each reconnect brings a fresh budget of 4, in one response
 			synctest.Wait()
@@ -107,11 +95,7 @@ func TestKnownSourceHoldsUntracked(t *testing.T) {
 		}
 		time.Sleep(15 * time.Second)
 		ss, st := e.srv.SubscriptionStats(e.sub), s.Stats()
-		h.release()
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		stop()
 		if ss.Expired != 0 {
 			p, _ := led.problems.first()
 			t.Errorf("%d messages the client received expired at the server (client: received %d, leases %d, buffered %d, processing %d); ledger: %v",
@@ -282,11 +266,7 @@ func TestKnownLapsedLeaseOverBudget(t *testing.T) {
 		led.failExtensions(time.Now().Add(2 * time.Minute))
 		var h hold
 		h.stall()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- s.Run(ctx, 1, func(ctx context.Context, m *pubsubflow.Message) error { return h.wait(ctx) })
-		}()
+		stop := runHeld(t, s, &h)
 		e.publish(t, 8)
 		var over []string
 		for i := range 45 {
@@ -297,11 +277,7 @@ func TestKnownLapsedLeaseOverBudget(t *testing.T) {
 				over = append(over, fmt.Sprintf("%ds: client outstanding %d (expired %d); server outstanding %d (expired %d)", i+1, st.Outstanding, st.Expired, ss.Outstanding, ss.Expired))
 			}
 		}
-		h.release()
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		stop()
 		if len(over) > 0 {
 			t.Errorf("the client held more than its budget of %d for %d of 45 s:\n%s", limit, len(over), strings.Join(over, "\n"))
 		}
@@ -394,20 +370,13 @@ func TestKnownModackRevivesLapsedLease(t *testing.T) {
 		led.failExtensions(time.Now().Add(11 * time.Second))
 		var h hold
 		h.stall()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- s.Run(ctx, 1, func(ctx context.Context, m *pubsubflow.Message) error { return h.wait(ctx) })
-		}()
+		stop := runHeld(t, s, &h)
 		e.publish(t, 1)
 		time.Sleep(16 * time.Second)
 		h.release()
 		waitFor(t, "the redelivered copy's ack", time.Minute, func() bool { return e.srv.SubscriptionStats(e.sub).Acked == 1 })
 		time.Sleep(time.Second)
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		stop()
 		st, ss := s.Stats(), e.srv.SubscriptionStats(e.sub)
 		if p, ok := led.problems.first(); ok || st.Acked != uint64(ss.Acked) {
 			t.Errorf("client counted %d acks (expired %d), the server %d (expired %d, redelivered %d); %s: %s", st.Acked, st.Expired, ss.Acked, ss.Expired, ss.Redelivered, p.what, p.detail)
@@ -465,5 +434,22 @@ func TestKnownAckRetrySpins(t *testing.T) {
 	}
 	if n := after.Mallocs - before.Mallocs; n > 100_000 {
 		t.Errorf("%d allocations in 250 ms while one ack waited for the slot of the call in flight: the retry timer spins", n)
+	}
+}
+
+// runHeld runs s with one worker whose handler waits on h; stop releases
+// h, cancels the run and fails t if Run returned an error.
+func runHeld(t *testing.T, s *pubsubflow.Subscriber, h *hold) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(ctx, 1, func(ctx context.Context, m *pubsubflow.Message) error { return h.wait(ctx) })
+	}()
+	return func() {
+		h.release()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package proptest
 import (
 	"context"
 	"fmt"
+	"iter"
 	"sort"
 	"strings"
 	"sync"
@@ -230,14 +231,22 @@ func (l *ledger) received(resp *pubsubpb.StreamingPullResponse, cur, longest tim
 // the server's business, not a lapse).
 func (d *delivery) acked() bool { return d.acks > 0 }
 
+// known yields the deliveries of the ack ids the ledger knows (the others
+// are not the machine's), in order; the caller holds l.mu.
+func (l *ledger) known(ids []string) iter.Seq[*delivery] {
+	return func(yield func(*delivery) bool) {
+		for _, id := range ids {
+			if d := l.byAck[id]; d != nil && !yield(d) {
+				return
+			}
+		}
+	}
+}
+
 func (l *ledger) modackStart(ids []string, seconds int32, failed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, id := range ids {
-		d := l.byAck[id]
-		if d == nil {
-			continue
-		}
+	for d := range l.known(ids) {
 		d.note("modack %ds sent", seconds)
 		switch {
 		case seconds > 0:
@@ -256,11 +265,7 @@ func (l *ledger) modackEnd(ids []string, seconds int32, sent time.Time, err erro
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, id := range ids {
-		d := l.byAck[id]
-		if d == nil {
-			continue
-		}
+	for d := range l.known(ids) {
 		d.note("modack %ds returned %v", seconds, err)
 		if err != nil {
 			continue
@@ -278,11 +283,7 @@ func (l *ledger) ackStart(ids []string) {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, id := range ids {
-		d := l.byAck[id]
-		if d == nil {
-			continue
-		}
+	for d := range l.known(ids) {
 		d.note("ack sent")
 		d.ackTried = true
 		if newer := l.last[d.msgID]; newer != d && !d.settledOnWire() {
@@ -298,11 +299,7 @@ func (l *ledger) ackStart(ids []string) {
 func (l *ledger) ackEnd(ids []string, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, id := range ids {
-		d := l.byAck[id]
-		if d == nil {
-			continue
-		}
+	for d := range l.known(ids) {
 		d.note("ack returned %v", err)
 		if err == nil {
 			d.acks++

@@ -80,16 +80,7 @@ func runEmbedded(ctx context.Context, w io.Writer, n int) (Totals, error) {
 	}
 	var msgs []*pubsubpb.PubsubMessage
 	for i := range n {
-		m := &pubsubpb.PubsubMessage{Data: []byte(strconv.Itoa(i)), Attributes: map[string]string{"kind": "click"}}
-		switch {
-		case i%300 == 0:
-			m.Attributes["kind"], m.Data = "order", []byte("not a number")
-		case i%3 == 0:
-			m.Attributes["kind"] = "order"
-		case i%2 == 0:
-			m.Attributes["kind"] = "view"
-		}
-		msgs = append(msgs, m)
+		msgs = append(msgs, sample(i))
 	}
 	for len(msgs) > 0 { // at most 1000 per request
 		k := min(len(msgs), 1000)
@@ -206,4 +197,19 @@ func (t *topology) totals() Totals {
 		ev[k] = v
 	}
 	return Totals{Orders: t.orders.Load(), BadOrders: int64(len(t.badIDs)), OrderCents: t.cents.Load(), Events: ev}
+}
+
+// sample is the i-th message the demo publishes: every third an order,
+// one order in a hundred malformed, the rest views and clicks.
+func sample(i int) *pubsubpb.PubsubMessage {
+	m := &pubsubpb.PubsubMessage{Data: []byte(strconv.Itoa(i)), Attributes: map[string]string{"kind": "click"}}
+	switch {
+	case i%300 == 0:
+		m.Attributes["kind"], m.Data = "order", []byte("not a number")
+	case i%3 == 0:
+		m.Attributes["kind"] = "order"
+	case i%2 == 0:
+		m.Attributes["kind"] = "view"
+	}
+	return m
 }

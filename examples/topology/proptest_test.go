@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
-
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/pubsubflow/pubsubflow/proptest"
 )
@@ -21,20 +18,7 @@ func TestTopologyProperties(t *testing.T) {
 		tp := &topology{events: map[string]int64{}}
 		return env.From(ctx).Via(tp.flow()).To(env.Acknowledge())
 	}, proptest.Options{
-		// The messages runEmbedded publishes: every third an order, one
-		// order in a hundred malformed, the rest views and clicks.
-		Message: func(i int) *pubsubpb.PubsubMessage {
-			m := &pubsubpb.PubsubMessage{Data: []byte(strconv.Itoa(i)), Attributes: map[string]string{"kind": "click"}}
-			switch {
-			case i%300 == 0:
-				m.Attributes["kind"], m.Data = "order", []byte("not a number")
-			case i%3 == 0:
-				m.Attributes["kind"] = "order"
-			case i%2 == 0:
-				m.Attributes["kind"] = "view"
-			}
-			return m
-		},
+		Message:    sample, // the messages runEmbedded publishes
 		MaxLatency: time.Minute,
 	})
 }
