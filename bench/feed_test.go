@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,8 +30,10 @@ const feedEnv = "PUBSUBFLOW_BENCH_FEED"
 // time: "GO" starts the feeder, which keeps the backlog above LOW until
 // TOTAL messages were published; "WAIT" waits until TOTAL messages were
 // acked (at most 5 minutes) and prints "STATS <acked> <redelivered>
-// <expired> <cpu-ns>", the last the CPU time the server process used
-// since GO. It exits when its input closes.
+// <expired> <cpu-ns> <responses> <acknowledge-calls> <modack-calls>":
+// cpu-ns is the CPU time the server process used since GO; the last three
+// count the StreamingPull responses it sent and the Acknowledge and
+// ModifyAckDeadline calls it served. It exits when its input closes.
 func serveFeed() int {
 	var total, payload, low int
 	if _, err := fmt.Sscanf(os.Getenv(feedEnv), "%d:%d:%d", &total, &payload, &low); err != nil {
@@ -73,7 +76,12 @@ func serveFeed() int {
 				time.Sleep(time.Millisecond)
 			}
 			st := e.stats()
-			fmt.Printf("STATS %d %d %d %d\n", st.Acked, st.Redelivered, st.Expired, ProcessCPU()-cpu0)
+			var resps int64
+			for _, si := range srv.Streams(e.sub) {
+				resps += si.Responses
+			}
+			fmt.Printf("STATS %d %d %d %d %d %d %d\n", st.Acked, st.Redelivered, st.Expired, ProcessCPU()-cpu0,
+				resps, srv.MethodStats("Acknowledge").Calls, srv.MethodStats("ModifyAckDeadline").Calls)
 		}
 	}
 	cancel()
@@ -99,6 +107,9 @@ type childServer struct {
 	out               *bufio.Scanner
 	addr, sub, projID string
 	cpu               time.Duration // the server's CPU time, from the last STATS that told it
+	// responses sent and Acknowledge and ModifyAckDeadline calls served,
+	// from the last STATS that told them (all since the server started)
+	responses, acks, modacks int64
 }
 
 // startChild re-runs this test binary with env (NAME=VALUE) set, which
@@ -140,16 +151,25 @@ func (s *childServer) send(tb testing.TB, line string) {
 	}
 }
 
-// stats reads the child's next STATS line.
+// stats reads the child's next STATS line: three counters, and from a
+// feed server also its CPU time, responses, Acknowledge and
+// ModifyAckDeadline calls.
 func (s *childServer) stats(tb testing.TB) (acked, redelivered, expired int64) {
 	for s.out.Scan() {
-		if _, err := fmt.Sscanf(s.out.Text(), "STATS %d %d %d", &acked, &redelivered, &expired); err == nil {
-			var cpu int64
-			if _, err := fmt.Sscanf(s.out.Text(), "STATS %d %d %d %d", &acked, &redelivered, &expired, &cpu); err == nil {
-				s.cpu = time.Duration(cpu)
-			}
-			return acked, redelivered, expired
+		f := strings.Fields(s.out.Text())
+		if len(f) < 4 || f[0] != "STATS" {
+			continue
 		}
+		v := make([]int64, 7)
+		for i := range min(len(f)-1, len(v)) {
+			n, err := strconv.ParseInt(f[i+1], 10, 64)
+			if err != nil {
+				tb.Fatalf("bench server: bad STATS line %q", s.out.Text())
+			}
+			v[i] = n
+		}
+		s.cpu, s.responses, s.acks, s.modacks = time.Duration(v[3]), v[4], v[5], v[6]
+		return v[0], v[1], v[2]
 	}
 	tb.Fatalf("bench server: no STATS: %v", s.out.Err())
 	return 0, 0, 0

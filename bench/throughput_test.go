@@ -24,7 +24,10 @@ import (
 // peak-heap-B (largest sample of heap object bytes, taken every 2 ms).
 // srv-cpu-ns/msg is the server child's CPU per message, from GO until it
 // had every ack (the feeder's publishing included): what the client
-// costs the other side of the same two cores.
+// costs the other side of the same two cores. msgs/resp, msgs/ack-rpc
+// and msgs/modack-rpc are the messages per StreamingPull response,
+// Acknowledge call and ModifyAckDeadline call the server counted (the
+// last is left out for a client that sent none).
 //
 //	go test -run '^$' -bench 'Throughput$' -benchtime 100000x -count 6 ./bench/ | tee throughput.txt
 //	benchstat -col /client throughput.txt
@@ -85,5 +88,12 @@ func benchThroughput(b *testing.B, c client, payload int, s settings) {
 	b.ReportMetric(float64(r.PeakHeap), "peak-heap-B")
 	if srv.cpu > 0 {
 		b.ReportMetric(float64(srv.cpu.Nanoseconds())/n, "srv-cpu-ns/msg")
+	}
+	if srv.responses > 0 && srv.acks > 0 {
+		b.ReportMetric(n/float64(srv.responses), "msgs/resp")
+		b.ReportMetric(n/float64(srv.acks), "msgs/ack-rpc")
+	}
+	if srv.modacks > 0 {
+		b.ReportMetric(n/float64(srv.modacks), "msgs/modack-rpc")
 	}
 }
