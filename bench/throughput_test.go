@@ -69,9 +69,9 @@ func benchThroughput(b *testing.B, c client, payload int, s settings) {
 		case <-time.After(200 * time.Microsecond):
 		}
 	}
-	// The clock stops when the handler has seen the last message: the
-	// last partial ack batch waits for a flush tick (100 ms for ours and
-	// Google's), which would otherwise round every run up to a tick.
+	// The clock stops when the handler has seen the last message: Google's
+	// last partial ack batch waits for its 100 ms flush tick, which would
+	// otherwise round its runs up to a tick.
 	r := m.Stop()
 	b.StopTimer()
 	acked, redelivered, expired := srv.waitAcked(b)

@@ -26,7 +26,7 @@ func ExampleNew() {
 		fmt.Println(err)
 		return
 	}
-	acks.Ack(resp.ReceivedMessages[0].AckId) // batched, sent within 100 ms
+	acks.Ack(resp.ReceivedMessages[0].AckId) // sent at once: nothing is in flight
 	acks.Nack(resp.ReceivedMessages[1].AckId, 0)
 	if err := acks.Close(ctx); err != nil { // flushes first
 		fmt.Println(err)
