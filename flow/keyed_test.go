@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
@@ -17,62 +18,116 @@ func tenantMsg(tenant string, i int) *source.Message {
 
 // TestKeyedGateSharesTheBudget: a flood of 300 messages of one tenant is
 // queued before 30 of each of two others, under a budget of 6 and a
-// consumer that settles one message every 10 ms. While all three wait,
-// no tenant holds more than its share (6 / 3) at any moment, and each
-// gets a third of what is handed on, in turn; the flood does not starve
-// the others. Once they are served, the flood takes the whole budget.
+// consumer that settles one message every 10 ms (virtual time). After
+// every settle it counts what each tenant holds (admitted, unsettled):
+// the budget is always spent whole; a tenant at or over its share (6 / 3
+// while all three wait) is given nothing while another waits under its
+// share; the flood, which came first and alone, comes down to its share
+// and the three then hold 2 each until a and b are through; after that
+// the flood takes the whole budget again.
 func TestKeyedGateSharesTheBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fc := NewFlowControl(6, 0)
 		gate := KeyedFlowGate(fc, ByAttribute("tenant"))
 		in := make(chan *source.Message, 400)
+		all := map[string][]*source.Message{}
+		queue := func(tenant string, i int) {
+			m := tenantMsg(tenant, i)
+			all[tenant] = append(all[tenant], m)
+			in <- m
+		}
 		for i := range 300 {
-			in <- tenantMsg("flood", i)
+			queue("flood", i)
 		}
 		for i := range 30 {
-			in <- tenantMsg("a", i)
-			in <- tenantMsg("b", i)
+			queue("a", i)
+			queue("b", i)
 		}
 		close(in)
+		tenants := []string{"flood", "a", "b"}
+		// held counts each tenant's messages that hold a permit of the
+		// gate; waiting, those it has not admitted yet (neither held nor
+		// settled: only the consumer settles).
+		count := func() (held, waiting map[string]int) {
+			held, waiting = map[string]int{}, map[string]int{}
+			for tenant, ms := range all {
+				for _, m := range ms {
+					permitted := false
+					message.Of(m).Holders(func(h message.Holder) bool {
+						_, permitted = h.(*keyedPermit)
+						return !permitted
+					})
+					switch {
+					case permitted:
+						held[tenant]++
+					case m.Outcome() == source.Pending:
+						waiting[tenant]++
+					}
+				}
+			}
+			return held, waiting
+		}
 		g := stage.NewGroup(context.Background())
 		out := gate.Run(g, in)
-		time.Sleep(time.Millisecond) // the gate takes in what its bound allows
-		synctest.Wait()
+		synctest.Wait() // the gate takes in what its bound allows and admits what the budget allows
 
 		handed := map[string]int{}
-		var order []string
+		prev, _ := count()
+		if prev["flood"] != 6 {
+			t.Fatalf("first admitted %v, want the flood's 6 (it came first and alone)", prev)
+		}
+		shared := false // the three have held 2 each
 		for m := range out {
-			tenant := m.Attributes["tenant"]
-			handed[tenant]++
-			order = append(order, tenant)
+			handed[m.Attributes["tenant"]]++
 			time.Sleep(10 * time.Millisecond)
 			m.Ack()
+			synctest.Wait() // the gate admits the next message
+
+			held, waiting := count()
+			total, active := 0, 0
+			for _, tenant := range tenants {
+				total += held[tenant]
+				if held[tenant] > 0 || waiting[tenant] > 0 {
+					active++
+				}
+			}
+			anyWaiting := waiting["flood"]+waiting["a"]+waiting["b"] > 0
+			if anyWaiting && total != 6 || total > 6 {
+				t.Fatalf("tenants hold %v (%d permits) with %v waiting, want the budget of 6 spent whole", held, total, waiting)
+			}
+			share := 6 / max(active, 1)
+			for _, tenant := range tenants {
+				if held[tenant] <= prev[tenant] || prev[tenant] < share {
+					continue
+				}
+				for _, other := range tenants {
+					if other != tenant && waiting[other] > 0 && held[other] < share {
+						t.Fatalf("tenant %s given a permit at %d of its share %d while %s waited at %d (held %v, waiting %v)",
+							tenant, prev[tenant], share, other, held[other], held, waiting)
+					}
+				}
+			}
+			if held["flood"] == 2 && held["a"] == 2 && held["b"] == 2 {
+				shared = true
+			}
+			if shared && waiting["a"]+waiting["b"] > 0 && (held["flood"] != 2 || held["a"] != 2 || held["b"] != 2) {
+				t.Fatalf("tenants hold %v while a and b still wait (%v), want 2 each", held, waiting)
+			}
+			if held["a"]+held["b"] == 0 && waiting["a"]+waiting["b"] == 0 {
+				if want := min(6, held["flood"]+waiting["flood"]); held["flood"] != want {
+					t.Fatalf("a and b are through but the flood holds %d, want %d (the whole budget)", held["flood"], want)
+				}
+			}
+			prev = held
 		}
 		if err := g.Wait(); err != nil {
 			t.Fatal(err)
 		}
+		if !shared {
+			t.Fatal("the three tenants never held 2 each")
+		}
 		if handed["flood"] != 300 || handed["a"] != 30 || handed["b"] != 30 {
 			t.Fatalf("handed on %v, want every message once", handed)
-		}
-		// The first 6 admitted are the flood's (it came first and was
-		// alone); from then on a and b wait too, and the three share:
-		// count each one's part up to the last message of a or b.
-		window := map[string]int{}
-		last := 0
-		for i, tenant := range order {
-			if tenant == "a" || tenant == "b" {
-				last = i
-			}
-		}
-		for _, tenant := range order[6 : last+1] {
-			window[tenant]++
-		}
-		total := window["flood"] + window["a"] + window["b"]
-		t.Logf("shares while all three waited: %v of %d", window, total)
-		for _, tenant := range []string{"flood", "a", "b"} {
-			if d := window[tenant]*3 - total; d < -6 || d > 6 {
-				t.Fatalf("tenant %s got %d of %d while all three waited, want a third (±2)", tenant, window[tenant], total)
-			}
 		}
 		if fc.Outstanding() != 0 {
 			t.Fatalf("%d permits held after every message settled", fc.Outstanding())
