@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,32 +104,50 @@ func TestPublishLongLines(t *testing.T) {
 
 // TestInterruptExitCodes: Ctrl-C (the command's context cancelled) stops
 // demo with exit 130 and "interrupted", not "context canceled"; tail,
-// which runs until stopped, exits 0.
+// which runs until stopped, exits 0. Each is interrupted once it is at
+// work: demo has printed a progress line, tail has its stream open.
 func TestInterruptExitCodes(t *testing.T) {
-	interrupt := func(args ...string) (int, string) {
+	interrupt := func(working func(stdout string) bool, args ...string) (int, string) {
 		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
 		done := make(chan struct{})
+		var out, errb syncBuffer
 		var code int
-		var stderr string
 		go func() {
 			defer close(done)
-			code, _, stderr = cliCtx(ctx, "", args...)
+			code = run(ctx, args, strings.NewReader(""), &out, &errb)
 		}()
-		time.Sleep(time.Second) // let it start; the assertion is on the exit, not on this wait
+		waitFor(t, fmt.Sprintf("%q at work", args), func() bool {
+			select {
+			case <-done:
+				t.Fatalf("%q ended before the interrupt: exit %d, stderr %q", args, code, errb.String())
+			default:
+			}
+			return working(out.String())
+		})
 		cancel()
 		select {
 		case <-done:
 		case <-time.After(30 * time.Second):
 			t.Fatalf("%q did not stop within 30 s of the interrupt", args)
 		}
-		return code, stderr
+		return code, errb.String()
 	}
-	code, stderr := interrupt("demo", "--progress", "lines")
+	code, stderr := interrupt(func(stdout string) bool { return strings.Contains(stdout, "\ndemo ") },
+		"demo", "--progress", "lines")
 	if code != exitInterrupted || !strings.Contains(stderr, "interrupted") || strings.Contains(stderr, "context canceled") {
 		t.Errorf("demo: exit %d, stderr %q; want 130 and \"interrupted\"", code, stderr)
 	}
 	s := newTestServer(t, pubsubtest.SubscriptionConfig{})
-	code, stderr = interrupt(append([]string{"tail", s.sub}, s.endpoint()...)...)
+	streaming := func(string) bool {
+		for _, st := range s.srv.Streams(s.sub) {
+			if st.Open {
+				return true
+			}
+		}
+		return false
+	}
+	code, stderr = interrupt(streaming, append([]string{"tail", s.sub}, s.endpoint()...)...)
 	if code != exitOK {
 		t.Errorf("tail: exit %d, stderr %q; want 0", code, stderr)
 	}
