@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -384,23 +385,48 @@ func TestKnownModackRevivesLapsedLease(t *testing.T) {
 	})
 }
 
-// spinStub fails its first call at once; every later call takes 500 ms.
+// spinStub fails its first call at once; its second call stays in flight
+// until release is closed; it records every call's ack ids.
 type spinStub struct {
 	pubsubpb.SubscriberClient
+	first, second chan struct{} // closed when the first (second) call starts
+	release       chan struct{}
+
 	mu    sync.Mutex
-	calls int
+	calls [][]string
 }
 
-func (s *spinStub) Acknowledge(context.Context, *pubsubpb.AcknowledgeRequest, ...grpc.CallOption) (*emptypb.Empty, error) {
+func newSpinStub() *spinStub {
+	return &spinStub{first: make(chan struct{}), second: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (s *spinStub) Acknowledge(ctx context.Context, r *pubsubpb.AcknowledgeRequest, _ ...grpc.CallOption) (*emptypb.Empty, error) {
 	s.mu.Lock()
-	s.calls++
-	first := s.calls == 1
+	s.calls = append(s.calls, slices.Clone(r.AckIds))
+	n := len(s.calls)
 	s.mu.Unlock()
-	if first {
+	switch n {
+	case 1:
+		close(s.first)
 		return nil, status.Error(codes.Unavailable, "proptest: first call fails")
+	case 2:
+		close(s.second)
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	time.Sleep(500 * time.Millisecond)
 	return &emptypb.Empty{}, nil
+}
+
+func (s *spinStub) call(i int) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i < len(s.calls) {
+		return s.calls[i]
+	}
+	return nil
 }
 
 // TestKnownAckRetrySpins: a retry that falls due while every slot of its
@@ -413,28 +439,74 @@ func (s *spinStub) Acknowledge(context.Context, *pubsubpb.AcknowledgeRequest, ..
 // retries whose kind has a free slot; a completion dispatches the others.
 //
 // Found by TestAcknowledgerSplitting (ackIDs 904, maxIDLength 300,
-// failures 1, maxInFlight 1, latency 300ms). In real time here: the
-// acknowledger should be idle while the second call is in flight.
+// failures 1, maxInFlight 1, latency 300ms). In real time here: ack "a"
+// fails at once and waits for its retry (a random backoff of at most
+// 100 ms); ack "b" takes the one slot and stays in flight; once the retry
+// is due the acknowledger must idle, not spin, and "a" goes when "b"
+// returns. Should a's backoff be shorter than the microseconds between
+// the two calls, a's retry takes the slot and the case is not set up:
+// the attempt is discarded (never judged) and set up again, at most five
+// times.
 func TestKnownAckRetrySpins(t *testing.T) {
-	stub := &spinStub{}
+	for range 5 {
+		if spinCase(t) {
+			return
+		}
+	}
+	t.Fatal("five attempts, and a's retry always went before b: the case was never set up")
+}
+
+// spinCase runs one attempt of TestKnownAckRetrySpins; false when the case
+// was not set up.
+func spinCase(t *testing.T) (setUp bool) {
+	stub := newSpinStub()
 	a, err := ack.New(stub, "projects/p/subscriptions/s", ack.Config{MaxInFlight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Ack("a") // fails at once: retried after a backoff of at most 100 ms
-	time.Sleep(10 * time.Millisecond)
-	a.Ack("b") // the kind is idle: sent now, in flight for 500 ms
-	time.Sleep(150 * time.Millisecond)
+	defer func() {
+		if err := a.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	defer func() {
+		select {
+		case <-stub.release:
+		default:
+			close(stub.release)
+		}
+	}()
+	wait := func(what string, ch <-chan struct{}) {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s never started", what)
+		}
+	}
+	a.Ack("a") // sent at once (nothing in flight); fails; retried after its backoff
+	wait("the first call", stub.first)
+	a.Ack("b") // the kind is idle again: sent now, and held in flight
+	wait("the second call", stub.second)
+	if got := stub.call(1); !slices.Equal(got, []string{"b"}) {
+		return false // a's retry went first
+	}
+	time.Sleep(150 * time.Millisecond) // pacing: a's retry (≤ 100 ms) is due now, its slot busy
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	time.Sleep(250 * time.Millisecond) // the retry is due; its slot is busy
+	time.Sleep(250 * time.Millisecond)
 	runtime.ReadMemStats(&after)
-	if err := a.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	if n := after.Mallocs - before.Mallocs; n > 100_000 {
 		t.Errorf("%d allocations in 250 ms while one ack waited for the slot of the call in flight: the retry timer spins", n)
 	}
+	if got := stub.call(2); got != nil {
+		t.Fatalf("a third call (%q) went while the one slot was busy", got)
+	}
+	close(stub.release)
+	waitFor(t, "a's retry", 10*time.Second, func() bool { return stub.call(2) != nil })
+	if got := stub.call(2); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("the call after b's carried %q, want a's retry", got)
+	}
+	return true
 }
 
 // runHeld runs s with one worker whose handler waits on h; stop releases
