@@ -46,7 +46,11 @@ type Options[T, R any] struct {
 }
 
 // ParallelMap returns a flow that applies f to each element with n fixed
-// worker goroutines (n < 1 is treated as 1).
+// worker goroutines (n < 1 is treated as 1). An error from f, or a panic
+// in it (recovered as a *stage.PanicError), fails the group and so ends
+// the pipeline, unless Options.OnError turns it into a result: over
+// messages, an OnError that nacks the message and emits nothing keeps
+// the pipeline going.
 func ParallelMap[T, R any](n int, f func(context.Context, T) (R, error), opt Options[T, R]) stage.Flow[T, R] {
 	n = max(n, 1)
 	pm := &parallelMap[T, R]{n: n, f: f, opt: opt}

@@ -54,7 +54,7 @@
 //     key over 1,024 bytes, or a request over 10 MB — each with
 //     INVALID_ARGUMENT in the service's words.
 //   - Dial and ClientConn receive at most the 20 MiB
-//     that connect.Dial allows, so a test sees the limits a user's
+//     that pubsubflow.Dial allows, so a test sees the limits a user's
 //     connection has.
 //   - The subscription features of the service, with its ranges and errors:
 //     dead-letter policy (5–100 attempts, INVALID_ARGUMENT outside; the

@@ -160,12 +160,12 @@ func (s *Server) targetLocked() string {
 
 // dialOptions are the options a client needs to reach the server:
 // plaintext, and with WithBufconn a dialer to the in-memory listener (which
-// follows the server across Restart), and the receive limit connect.Dial
+// follows the server across Restart), and the receive limit pubsubflow.Dial
 // sets (20 MiB), so tests see what users see.
 func (s *Server) dialOptions() []grpc.DialOption {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		// The receive limit of connect.Dial (a user's dial), not more, so a
+		// The receive limit of pubsubflow.Dial (a user's dial), not more, so a
 		// test sees what a user would.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.MaxReceiveMessageBytes)),
 	}
@@ -181,7 +181,7 @@ func (s *Server) dialOptions() []grpc.DialOption {
 }
 
 // Dial returns a new client connection to the server, owned by the caller:
-// plaintext, with the 20 MiB receive limit connect.Dial sets (so a test
+// plaintext, with the 20 MiB receive limit pubsubflow.Dial sets (so a test
 // sees what a user's connection sees), and with WithBufconn a dialer to the
 // in-memory listener that follows the server across Restart. extra options
 // come after those. The context is unused (grpc.NewClient connects lazily)

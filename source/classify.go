@@ -41,7 +41,7 @@ type classifier func(f Failure) bool
 //     server: the source's own cancellation ends it before it asks), and a
 //     stream the server closed without a status (io.EOF, or OK);
 //   - UNAUTHENTICATED once, since the token may have expired or been
-//     revoked in flight; connections made by connect.Dial drop their cached
+//     revoked in flight; connections made by pubsubflow.Dial drop their cached
 //     token when a call fails with UNAUTHENTICATED, so the retry carries a
 //     fresh one. UNAUTHENTICATED right after UNAUTHENTICATED is terminal.
 //
@@ -82,7 +82,7 @@ type ReceiveTooLargeError struct{ Err error }
 // Error names the option to raise.
 func (e *ReceiveTooLargeError) Error() string {
 	return fmt.Sprintf("a received message exceeds this connection's receive limit; the service sends messages up to 10 MB: "+
-		"dial with grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(%d)) (as connect.Dial does): %v", limits.MaxReceiveMessageBytes, e.Err)
+		"dial with grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(%d)) (as pubsubflow.Dial does): %v", limits.MaxReceiveMessageBytes, e.Err)
 }
 
 // Unwrap returns the gRPC error.

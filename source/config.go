@@ -41,7 +41,8 @@ type Config struct {
 
 	// StreamAckDeadline is the ack deadline the server applies to messages
 	// delivered on the streams, in whole seconds (rounded up). 0 means 60 s;
-	// otherwise 10–600 s. SetStreamAckDeadline changes it later.
+	// otherwise 10–600 s. A fused step with an AckDeadline (flow.EagerTrack)
+	// changes it later, to the deadline its leases use.
 	StreamAckDeadline time.Duration
 
 	// ClientID identifies this subscriber to the server across streams and
@@ -176,7 +177,7 @@ func (c Config) withDefaults() Config {
 //     the channel is closed (nil: at once); an exactly-once lease waits
 //     there for its receipt modack;
 //   - AckDeadline() time.Duration: the deadline the step's leases use; the
-//     streams adopt it (SetStreamAckDeadline), so a message's deadline
+//     streams adopt it as their stream ack deadline, so a message's deadline
 //     before its first lease extension is already the one its processing
 //     needs (the first such step counts);
 //   - Unsent([]*Message): sees what a run received but will not hand on,

@@ -15,7 +15,8 @@
 //     messages/bytes (divided among the streams, so the server never sees N
 //     times the budget) and protocol_version 1. Every later request is built
 //     from the zero value: heartbeats carry nothing initial-only, and at
-//     most a new stream_ack_deadline_seconds (SetStreamAckDeadline).
+//     most a new stream_ack_deadline_seconds (when a fused step's
+//     AckDeadline changes, e.g. flow.EagerTrack's adaptive lease).
 //   - A heartbeat goes out every HeartbeatInterval (30 s); a stream whose
 //     server has not answered within HeartbeatTimeout (15 s) after a
 //     heartbeat, while the source was waiting to receive, is treated as dead

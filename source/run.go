@@ -128,8 +128,8 @@ func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage) []*Message {
 }
 
 // Stop ends the streams of every run, now and to come: each run hands on
-// nothing more, settles what it had received but not handed on (see
-// run.unsent) and closes its output, so a pipeline downstream finishes
+// nothing more, nacks what it had received but not handed on (after a
+// fused step's Unsent has seen it) and closes its output, so a pipeline downstream finishes
 // what it holds and ends. Messages already handed on are not touched.
 // Stop is for a graceful end (a Subscriber drains with it); Close after
 // the pipelines have ended.

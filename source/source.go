@@ -79,7 +79,7 @@ var (
 // Subscribe validates cfg and returns a Source that reads the subscription
 // through client when it runs. It opens no stream yet; it starts the
 // acknowledger, which Close stops. client is typically
-// pubsubpb.NewSubscriberClient(conn) for a connection from connect.Dial or
+// pubsubpb.NewSubscriberClient(conn) for a connection from pubsubflow.Dial or
 // a caller's own; tests may pass any implementation.
 func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 	if client == nil {
@@ -172,7 +172,7 @@ func (s *Source) StreamAckDeadline() time.Duration {
 	return time.Duration(s.deadline.Load()) * time.Second
 }
 
-// SetStreamAckDeadline changes the stream ack deadline (clamped to
+// setStreamAckDeadline changes the stream ack deadline (clamped to
 // 10–600 s, rounded up to whole seconds). Open streams announce it at
 // once in a request that carries nothing else (the API allows
 // stream_ack_deadline_seconds on any request); new streams start with it.
@@ -203,9 +203,9 @@ func (s *Source) properties() (exactlyOnce, ordered bool) {
 // Run starts the streams under g and returns the merged output, one
 // element per received message (RunBatches without the batches).
 //
-// A message waiting here for downstream to take it is re-checked as it
-// would lapse, like a batch (see send): a lapsed copy is expired, not
-// handed on.
+// A message waiting here for downstream to take it is re-checked when
+// its deadline would lapse, as RunBatches does for a batch: a lapsed copy
+// is expired, not handed on.
 func (s *Source) Run(g *stage.Group) <-chan *Message {
 	r := s.newRun()
 	in := s.runBatches(g, r)
