@@ -15,6 +15,9 @@ import (
 // it). It uses grpc.NewClient, so it does not wait for the connection; ctx
 // bounds only the lookup of Application Default Credentials. Wrap the
 // connection with pubsubpb.NewSubscriberClient or NewPublisherClient.
+// It raises gRPC's receive limit to 20 MiB per message (gRPC's default,
+// 4 MiB, is below the 10 MB messages the service delivers);
+// ConnectOptions.DialOptions, applied last, may change that.
 func Dial(ctx context.Context, o ConnectOptions) (*grpc.ClientConn, error) {
 	opts, target, err := dialOptions(ctx, o)
 	if err != nil {

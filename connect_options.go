@@ -51,7 +51,7 @@ type ConnectOptions struct {
 	// means Application Default Credentials with scope (unless Insecure).
 	TokenSource oauth2.TokenSource
 
-	// UserAgent is the gRPC user agent; empty means defaultUserAgent.
+	// UserAgent is the gRPC user agent; empty means "pubsubflow".
 	UserAgent string
 
 	// UnaryInterceptors and StreamInterceptors are chained, in order, on

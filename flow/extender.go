@@ -93,9 +93,33 @@ func (l *lease) Done(_ any, now time.Time) { l.e.release(l, l.m.Outcome() == sou
 // Extender tracks the leases of received messages and keeps extending them
 // until they are settled or pass the maximum extension. Make it with
 // NewExtender and stop it with Close. One Extender may serve any number of
-// sources, subscriptions and Subscribers: it extends each message on the
-// subscription the message names. Its methods are safe for concurrent
-// use; Track and Confirmed never wait for an RPC.
+// sources, subscriptions and Subscribers, and it outlives every stream
+// restart: it extends each message on the subscription the message names.
+// Its methods are safe for concurrent use, and leasing a message
+// (EagerTrack) never waits for an RPC.
+//
+// A message is leased on receipt (EagerTrack): its receipt
+// ModifyAckDeadline, which sets the deadline the Strategy yields, is
+// queued and sent within a few milliseconds, batched with others. A
+// background loop then extends, with jitter, the leases that would expire
+// before its next tick plus the margin (ExtenderConfig.Margin), until the
+// message is settled or has been extended for ExtenderConfig.MaxExtension;
+// then the lease is dropped, the message is settled as source.Expired and
+// the server redelivers it. A lease whose deadline comes without a
+// confirmed extension (failing modacks, a stalled process) is dropped the
+// same way at once, and a modack that succeeds after that does not revive
+// it.
+//
+// The modacks go out through a sender per subscription that serves this
+// Extender alone, so a slow ack RPC of a source never delays an extension:
+// requests are split at 1000 ack ids and 512 KiB, and transient failures
+// are retried with backoff for up to ExtenderConfig.RetryDeadline.
+//
+// On exactly-once subscriptions deadlines are at least 60 s, a message is
+// handed on only once its receipt modack has been confirmed (Tracker.Ready),
+// and a message whose receipt modack fails, or whose ack id the server
+// reports as failed for good, is dropped and settled as source.Expired.
+// See Strategy for how the deadline is chosen.
 type Extender struct {
 	client pubsubpb.SubscriberClient
 	cfg    ExtenderConfig

@@ -67,8 +67,8 @@ type ExtenderConfig struct {
 	// every tick, so a lease is dropped up to one tick (a quarter of the
 	// deadline with Adaptive) after it passed the limit.
 	MaxExtension time.Duration
-	// Margin is the safety margin (zero: defaultMargin). The margin in
-	// effect is min(Margin, deadline/2).
+	// Margin is the safety margin (zero: 5 s). The margin in effect is
+	// min(Margin, deadline/2).
 	Margin time.Duration
 	// MaxInFlight bounds concurrent ModifyAckDeadline RPCs per subscription
 	// (zero: 4).

@@ -20,7 +20,7 @@ import (
 // own settle path, whatever ends it: there is nothing to pair. The budget
 // also remembers what the server still counts (a settled message until
 // its ack or nack is final), so a stream opened meanwhile asks the server
-// only for room it has really released (OpenLane).
+// only for room it has really released (see Gate.Open).
 //
 // All methods are safe for concurrent use; one FlowControl may be shared
 // by several gates, streams and subscriptions. The Publisher uses its

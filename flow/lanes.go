@@ -45,7 +45,7 @@ func (c *laneCount) release(size int64) {
 // each message takes its permit record (one slab for the batch).
 //
 // The stream stops reading while Room is false, and it asked the server
-// only for what OpenLane granted, so the count stays within the limits
+// only for what openLane granted, so the count stays within the limits
 // whenever the server keeps to the grant (it may exceed MaxBytes by one
 // message when a single message is larger than the room left).
 func (fc *FlowControl) receive(lane int, ms []*source.Message) {
@@ -80,7 +80,7 @@ func (fc *FlowControl) receive(lane int, ms []*source.Message) {
 	}
 }
 
-// OpenLane is asked before a stream opens: it returns a lane for the
+// openLane is asked before a stream opens: it returns a lane for the
 // stream and the flow-control limits its initial request may ask the
 // server for (0 in a dimension: unlimited on the wire), or ok false when
 // there is not enough room to open a stream now; the caller then waits for

@@ -82,7 +82,7 @@ func (p *fixedPolicy) interval() time.Duration { return p.f.every }
 func (p *fixedPolicy) record(time.Duration)    {}
 
 // AdaptiveConfig bounds the deadline Adaptive chooses. Zero fields mean
-// defaultAdaptiveMin and defaultAdaptiveMax.
+// the defaults: 10 s for Min and 600 s for Max.
 type AdaptiveConfig struct {
 	// Min is the shortest deadline requested (default 10 s; at least 1 s).
 	Min time.Duration

@@ -38,8 +38,7 @@ var errNilExtender = errors.New("flow: EagerTrack needs an Extender")
 // receipt modack was confirmed (Ready). A message settled while buffered
 // (its lease expired, say) is skipped.
 type Tracker struct {
-	// MaxBuffer bounds the messages a standalone tracker holds (0:
-	// defaultTrackBuffer).
+	// MaxBuffer bounds the messages a standalone tracker holds (0: 1000).
 	MaxBuffer int
 	// Logger receives the one warning about a buffer before the stage
 	// (nil: slog.Default()).
@@ -50,7 +49,7 @@ type Tracker struct {
 }
 
 // EagerTrack returns the eager lease-tracking stage on ext with a buffer
-// of maxBuffer messages when it runs standalone (0: defaultTrackBuffer).
+// of maxBuffer messages when it runs standalone (0: 1000).
 // Like every stage it also runs inside a go-streams graph through
 // pipeline.NewStreamsFlow.
 func EagerTrack(ext *Extender, maxBuffer int) *Tracker {

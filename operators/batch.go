@@ -57,14 +57,14 @@ type BatchOptions[T any] struct {
 	Key func(T) string
 	// MaxOpen bounds the open batches (distinct keys being collected);
 	// when a new key needs one and MaxOpen are open, the oldest is emitted
-	// first. Zero means defaultMaxOpen.
+	// first. Zero means 1000.
 	MaxOpen int
 	// MaxWaiting bounds the closed batches waiting to be emitted (for
 	// downstream to take them, or, in Ordered mode, for their key's
 	// previous batch to be released): while that many wait the stage does
 	// not receive. One input chunk (RunBatches), and batches closed by
 	// Wait, Idle or MaxOpen, which hold no new elements, may take it past
-	// the bound until they are emitted. Zero means defaultMaxWaiting.
+	// the bound until they are emitted. Zero means 16.
 	MaxWaiting int
 	// Ordered emits a key's next batch only after the previous one was
 	// released with Batcher.Release: at most one batch per key is in

@@ -12,8 +12,9 @@ import (
 // that reaches it unsettled was processed successfully: it gets
 // p.OnSuccess (ack by default). A message already settled (the handler
 // acked or nacked it, or Apply ran) is left as it is. The settling itself
-// — permits, lease, the batched RPC — is done by the message's bound
-// Settler, so the sink never blocks on an RPC.
+// — permits, lease, the batched RPC — is done by the message's own settle
+// path, owned by the source that received it, so the sink never blocks on
+// an RPC.
 //
 // Run returns nil when its input closes, the context's error when the
 // group is cancelled first, or p's validation error.

@@ -1,7 +1,9 @@
 // Package stage holds the building blocks every pubsubflow stage is made of:
 // a Group that owns the goroutines of one running pipeline (context, first
-// error, wait), the Source/Flow/Sink interfaces stages implement, a ring
-// buffer, and Eager, the bounded eager-pull stage.
+// error, wait), the Source/Flow/Sink interfaces stages implement (with their
+// Func adapters, and Fuser), Eager, the bounded eager-pull stage, and the
+// helpers Send and Recv (channel operations that give up when the context
+// is done) and Safe (a panic turned into a *PanicError).
 //
 // Eager is the answer to one bug shape: a one-in-one-out step that does its
 // bookkeeping only when downstream asks for the next element. Eager receives

@@ -52,11 +52,13 @@ const (
 // what it prints.
 const adminUsageTail = `
 
-Names are full (projects/P/topics/T) or bare ids with --project or
-$PUBSUB_PROJECT_ID. It connects to $PUBSUB_EMULATOR_HOST when set (pubsubflow
-emulator, Google's emulator), otherwise to Pub/Sub with Application Default
-Credentials; each call waits at most --connect-timeout. It prints a table,
-or with --json the API's JSON. Durations are written 90s, 1h30m or 7d.
+Names are full (projects/P/topics/T) or bare ids with --project, else the
+first set of $PUBSUB_PROJECT_ID, $GOOGLE_CLOUD_PROJECT and
+$CLOUDSDK_CORE_PROJECT. It connects to $PUBSUB_EMULATOR_HOST when set
+(pubsubflow emulator, Google's emulator), otherwise to Pub/Sub with
+Application Default Credentials; each call waits at most --connect-timeout.
+It prints a table, or with --json the API's JSON. Durations are written
+90s, 1h30m or 7d.
 Exit codes: 0 ok, 1 the call failed (not found, already exists, refused by
 the service, unreachable), 2 bad usage.`
 

@@ -22,7 +22,8 @@ consumes --subscription on real Pub/Sub or PUBSUB_EMULATOR_HOST), consumes
 them with --parallelism workers whose handler takes --handler-delay, on
 --streams streams, and reports throughput, processing latency (receipt →
 handled) and ack latency (ack → its Acknowledge RPC returned) percentiles,
-redeliveries and expirations.
+redeliveries, expirations and peak outstanding (the client's sampled every
+100 ms).
 
 --compare-naive runs, after ours, the demand-driven tracker (a
 subscriber that takes a message's lease only when a worker pulls the
@@ -41,8 +42,8 @@ redeliveries and acks over time, one panel per run.
 --trace FILE traces the runs with OpenTelemetry (our publisher and
 Subscriber; the naive shape is not traced) and writes every span to FILE
 as one JSON object per line: name, trace_id, span_id, parent_span_id,
-kind, start, end, status, attributes, events, links. No collector is
-needed; jq reads it.`, nArgs(0, "no arguments"), func(ctx context.Context, env cliEnv, _ []string) error {
+kind, scope, start, end, duration_ns, status, status_description,
+attributes, events, links. No collector is needed; jq reads it.`, nArgs(0, "no arguments"), func(ctx context.Context, env cliEnv, _ []string) error {
 		return runBench(ctx, env, o)
 	})
 	fs := c.Flags()

@@ -21,8 +21,9 @@ stream ack deadline is 10 s: a tracker that leases messages only when the
 handler asks for them lets what waits expire and be redelivered (see
 'pubsubflow bench --compare-naive'); the Subscriber leases every message on
 receipt, so it shows 0 redeliveries and 0 expirations. Live progress is a
-bar on a terminal and plain lines otherwise; the run ends with a table.
-Exit code 1 if anything was redelivered or expired.`, nArgs(0, "no arguments"), func(ctx context.Context, env cliEnv, _ []string) error {
+bar on a terminal and plain lines otherwise; the run ends with a table
+(the subscriber's peak outstanding there is sampled every 100 ms). Exit
+code 1 if anything was redelivered or expired.`, nArgs(0, "no arguments"), func(ctx context.Context, env cliEnv, _ []string) error {
 		return runDemo(ctx, env, s)
 	})
 	s.register(c.Flags())

@@ -34,7 +34,7 @@ type endpointFlags struct {
 }
 
 func (e *endpointFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&e.project, "project", "", "project of short resource names (default $PUBSUB_PROJECT_ID or $GOOGLE_CLOUD_PROJECT)")
+	fs.StringVar(&e.project, "project", "", "project of short resource names (default $PUBSUB_PROJECT_ID, else $GOOGLE_CLOUD_PROJECT, else $CLOUDSDK_CORE_PROJECT)")
 	fs.StringVar(&e.endpoint, "endpoint", "", "host:port to connect to (default $PUBSUB_EMULATOR_HOST, else pubsub.googleapis.com:443)")
 	fs.BoolVar(&e.insecure, "insecure", false, "plaintext, no credentials, for --endpoint (implied by PUBSUB_EMULATOR_HOST)")
 	fs.DurationVar(&e.check, "connect-timeout", defaultCheckTimeout, "how long to wait for the endpoint to answer before giving up")

@@ -15,8 +15,9 @@ subscriptions seek --snapshot" restores on any subscription of the same
 topic.`,
 		snapshotsCreateCommand(o),
 		listCommand(o, snapshotResource, "list a project's snapshots", `
-Lists the snapshots of the project (--project, else $PUBSUB_PROJECT_ID)
-with their topic and expiry.`),
+Lists the snapshots of the project (--project, else the first set of
+$PUBSUB_PROJECT_ID, $GOOGLE_CLOUD_PROJECT and $CLOUDSDK_CORE_PROJECT) with
+their topic and expiry.`),
 		deleteCommand(o, snapshotResource, "delete a snapshot", "Deletes SNAPSHOT."))
 }
 

@@ -28,8 +28,9 @@ emulator or Pub/Sub itself.`,
 		subscriptionsCreateCommand(o),
 		getCommand(o, subscriptionResource, "print a subscription", "Prints SUBSCRIPTION's settings."),
 		listCommand(o, subscriptionResource, "list a project's subscriptions", `
-Lists the subscriptions of the project (--project, else $PUBSUB_PROJECT_ID)
-with their topic, ack deadline and the settings beyond the defaults.`),
+Lists the subscriptions of the project (--project, else the first set of
+$PUBSUB_PROJECT_ID, $GOOGLE_CLOUD_PROJECT and $CLOUDSDK_CORE_PROJECT) with
+their topic, ack deadline and the settings beyond the defaults.`),
 		deleteCommand(o, subscriptionResource, "delete a subscription",
 			"Deletes SUBSCRIPTION and the messages it kept; its open streams end."),
 		subscriptionsSeekCommand(o))

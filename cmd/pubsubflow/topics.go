@@ -16,7 +16,9 @@ emulator or Pub/Sub itself.`,
 		topicsCreateCommand(o),
 		getCommand(o, topicResource, "print a topic", "Prints TOPIC's settings."),
 		listCommand(o, topicResource, "list a project's topics",
-			"Lists the topics of the project (--project, else $PUBSUB_PROJECT_ID)."),
+			`
+Lists the topics of the project (--project, else the first set of
+$PUBSUB_PROJECT_ID, $GOOGLE_CLOUD_PROJECT and $CLOUDSDK_CORE_PROJECT).`),
 		deleteCommand(o, topicResource, "delete a topic", `
 Deletes TOPIC. Its subscriptions remain, detached from any topic (their
 topic reads "_deleted-topic_"), until they are deleted too.`))
