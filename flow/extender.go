@@ -167,7 +167,7 @@ type Extender struct {
 // go through client, at most MaxInFlight at once per subscription.
 func NewExtender(client pubsubpb.SubscriberClient, cfg ExtenderConfig) (*Extender, error) {
 	if client == nil {
-		return nil, errors.New("lease: nil SubscriberClient")
+		return nil, errors.New("flow: nil SubscriberClient")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -92,17 +92,17 @@ type ExtenderConfig struct {
 func (c ExtenderConfig) Validate() error {
 	switch {
 	case c.StreamAckDeadline != 0 && (c.StreamAckDeadline < time.Second || c.StreamAckDeadline > maxDeadline):
-		return fmt.Errorf("lease: StreamAckDeadline %v must be within 1s–600s", c.StreamAckDeadline)
+		return fmt.Errorf("flow: StreamAckDeadline %v must be within 1s–600s", c.StreamAckDeadline)
 	case c.MaxExtension > 0 && c.MaxExtension < cmp.Or(c.StreamAckDeadline, defaultStreamAckDeadline):
-		return fmt.Errorf("lease: MaxExtension %v is shorter than the stream ack deadline %v: every lease would end before its first extension", c.MaxExtension, cmp.Or(c.StreamAckDeadline, defaultStreamAckDeadline))
+		return fmt.Errorf("flow: MaxExtension %v is shorter than the stream ack deadline %v: every lease would end before its first extension", c.MaxExtension, cmp.Or(c.StreamAckDeadline, defaultStreamAckDeadline))
 	case c.Margin < 0:
-		return fmt.Errorf("lease: Margin %v must not be negative", c.Margin)
+		return fmt.Errorf("flow: Margin %v must not be negative", c.Margin)
 	case c.MaxInFlight < 0:
-		return fmt.Errorf("lease: MaxInFlight %d must not be negative", c.MaxInFlight)
+		return fmt.Errorf("flow: MaxInFlight %d must not be negative", c.MaxInFlight)
 	case c.RetryDeadline < 0:
-		return fmt.Errorf("lease: RetryDeadline %v must not be negative", c.RetryDeadline)
+		return fmt.Errorf("flow: RetryDeadline %v must not be negative", c.RetryDeadline)
 	case c.CloseTimeout < 0:
-		return fmt.Errorf("lease: CloseTimeout %v must not be negative", c.CloseTimeout)
+		return fmt.Errorf("flow: CloseTimeout %v must not be negative", c.CloseTimeout)
 	}
 	return checkStrategy(c.Strategy)
 }

@@ -82,7 +82,7 @@ func ExampleFixed() {
 	fmt.Println(bad.Validate())
 	// Output:
 	// <nil>
-	// lease: Fixed interval 1m0s must be shorter than the deadline 10s
+	// flow: Fixed interval 1m0s must be shorter than the deadline 10s
 }
 
 // Adaptive follows the 99th percentile of receipt→ack latency within its

@@ -189,8 +189,8 @@ func (e *Extender) tick() time.Duration {
 
 // Why leases are dropped (the Err of their event.Expired).
 var (
-	errLapsed       = errors.New("lease: deadline passed without a confirmed extension; the server may redeliver")
-	errMaxExtension = errors.New("lease: past the maximum extension; the server redelivers")
+	errLapsed       = errors.New("flow: deadline passed without a confirmed extension; the server may redeliver")
+	errMaxExtension = errors.New("flow: past the maximum extension; the server redelivers")
 )
 
 // expire settles leases the extender dropped as Expired, outside the mutex

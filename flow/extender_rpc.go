@@ -45,7 +45,7 @@ func (e *Extender) senderLocked(sub string) *ack.Acknowledger {
 			Logger: e.log,
 		})
 		if err != nil { // the config was validated: cannot happen
-			panic(fmt.Sprintf("lease: acknowledger for %s: %v", sub, err))
+			panic(fmt.Sprintf("flow: acknowledger for %s: %v", sub, err))
 		}
 		e.senders[sub] = a
 	}
@@ -186,7 +186,7 @@ func (e *Extender) report() {
 	f.extensions, f.last = 0, nil
 	f.mu.Unlock()
 	if extensions > 0 {
-		e.log.Warn("lease: extensions failed; the next tick retries, or the leases lapse", "count", extensions, "err", last)
+		e.log.Warn("flow: extensions failed; the next tick retries, or the leases lapse", "count", extensions, "err", last)
 	}
 }
 

@@ -31,8 +31,8 @@ func TestConfigValidate(t *testing.T) {
 		"adaptive min > max":        {Strategy: Adaptive(AdaptiveConfig{Min: 30 * time.Second, Max: 20 * time.Second})},
 	}
 	for name, cfg := range bad {
-		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), "lease: ") {
-			t.Errorf("%s: Validate() = %v, want a lease: error", name, err)
+		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), "flow: ") {
+			t.Errorf("%s: Validate() = %v, want a flow: error", name, err)
 		}
 		if _, err := NewExtender(&capture{}, cfg); err == nil {
 			t.Errorf("%s: NewExtender accepted it", name)

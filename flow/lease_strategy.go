@@ -64,11 +64,11 @@ type fixed struct{ every, d time.Duration }
 func (f fixed) validate() error {
 	switch {
 	case f.d < time.Second || f.d > maxDeadline:
-		return fmt.Errorf("lease: Fixed deadline %v must be within 1s–600s", f.d)
+		return fmt.Errorf("flow: Fixed deadline %v must be within 1s–600s", f.d)
 	case f.every <= 0:
-		return fmt.Errorf("lease: Fixed interval %v must be positive", f.every)
+		return fmt.Errorf("flow: Fixed interval %v must be positive", f.every)
 	case f.every >= f.d:
-		return fmt.Errorf("lease: Fixed interval %v must be shorter than the deadline %v", f.every, f.d)
+		return fmt.Errorf("flow: Fixed interval %v must be shorter than the deadline %v", f.every, f.d)
 	}
 	return nil
 }
@@ -111,11 +111,11 @@ type adaptive struct{ cfg AdaptiveConfig }
 func (a adaptive) validate() error {
 	switch {
 	case a.cfg.Min < time.Second:
-		return fmt.Errorf("lease: Adaptive Min %v must be at least 1s", a.cfg.Min)
+		return fmt.Errorf("flow: Adaptive Min %v must be at least 1s", a.cfg.Min)
 	case a.cfg.Max > maxDeadline:
-		return fmt.Errorf("lease: Adaptive Max %v must be at most 600s", a.cfg.Max)
+		return fmt.Errorf("flow: Adaptive Max %v must be at most 600s", a.cfg.Max)
 	case a.cfg.Min > a.cfg.Max:
-		return fmt.Errorf("lease: Adaptive Min %v exceeds Max %v", a.cfg.Min, a.cfg.Max)
+		return fmt.Errorf("flow: Adaptive Min %v exceeds Max %v", a.cfg.Min, a.cfg.Max)
 	}
 	return nil
 }
