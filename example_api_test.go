@@ -50,7 +50,7 @@ func ExampleSubscriberConfig_Validate() {
 	}
 	// Output:
 	// pubsubflow: SubscriberConfig: pubsubflow/source: StreamAckDeadline 5s must be 0 (60 s) or within 10s–10m0s
-	// pubsubflow: SubscriberConfig (Lease, MaxExtension): lease: Fixed interval 1m0s must be shorter than the deadline 30s
+	// pubsubflow: SubscriberConfig (Lease, MaxExtension): flow: Fixed interval 1m0s must be shorter than the deadline 30s
 }
 
 // Process is Run's processing stage, for a pipeline of your own; this one
