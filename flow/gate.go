@@ -52,8 +52,9 @@ func (gt *Gate) Receive(lane int, ms []*source.Message) { gt.fc.receive(lane, ms
 // Open grants a new stream a lane and the limits of its initial request
 // (source.Budget); 0 in a dimension means unlimited on the wire. ok is
 // false when a stream cannot open now (not enough room, or all 256 lanes
-// in use): the caller waits for Wake and asks again. The limits are the stream's share (0:
-// unlimited) cut down to the room the server has released: the budget,
+// in use): the caller waits for Wake and asks again. The limits are the
+// stream's share (0: unlimited) cut down to the room the server has
+// released: the budget,
 // less every message the server may still count (held, or settled with an
 // ack or nack not final yet) and what the other open streams may still be
 // sent under their grants, so the server never sees more than the budget
