@@ -22,7 +22,7 @@ type job struct {
 	receipt bool      // the receipt modack (else an extension)
 }
 
-// sender is the acknowledger that sends the modacks of sub (nil after
+// senderLocked is the acknowledger that sends the modacks of sub (nil after
 // Close). Called with mu held.
 func (e *Extender) senderLocked(sub string) *ack.Acknowledger {
 	if e.closed {
