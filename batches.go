@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,12 @@ func (o BatchOptions) Validate() error {
 // OnSuccess (default ack) to the messages it left unsettled, an error
 // OnFailure (default nack). A panic nacks the unsettled messages. It must
 // return when ctx is done.
+//
+// The slice is the handler's to change: the library settles from its own
+// record of the batch, so a handler that filters ms in place, sets an
+// element to nil or reslices it still has every message it was handed,
+// and left unsettled, acked on nil (nacked on an error). To keep a message
+// out of that, settle it (m.Nack()).
 type BatchHandler func(ctx context.Context, ms []*Message) error
 
 // RunBatches is Run for a handler that takes batches: parallelism workers
@@ -234,7 +241,9 @@ func (w *batchWorkers) run(g *stage.Group, next func(ctx context.Context) bool) 
 
 // handle runs the handler on the unsettled messages of b, settles what
 // it left by its result, and then releases b (its key's next batch may
-// go).
+// go). The handler gets a copy of the batch's record: whatever it does to
+// its slice (filters it in place, sets elements to nil, reslices), what
+// is settled is what it was handed.
 func (w *batchWorkers) handle(ctx context.Context, b []*Message) {
 	defer w.release(b)
 	s := w.s
@@ -256,7 +265,7 @@ func (w *batchWorkers) handle(ctx context.Context, b []*Message) {
 		}
 	}
 	s.c.inHandler.Add(1)
-	err := s.safeHandleBatch(ctx, w.h, live)
+	err := s.safeHandleBatch(ctx, w.h, live, slices.Clone(live))
 	s.c.inHandler.Add(-1)
 	var n int64
 	for _, m := range live {
@@ -274,9 +283,10 @@ func (w *batchWorkers) handle(ctx context.Context, b []*Message) {
 	w.settling.Add(-n)
 }
 
-// safeHandleBatch calls h, turning a panic into a *stage.PanicError
-// after nacking the messages h left unsettled.
-func (s *Subscriber) safeHandleBatch(ctx context.Context, h BatchHandler, ms []*Message) (err error) {
+// safeHandleBatch calls h with handed (a copy of ms, h's to change),
+// turning a panic into a *stage.PanicError after nacking the messages of
+// ms that h left unsettled.
+func (s *Subscriber) safeHandleBatch(ctx context.Context, h BatchHandler, ms, handed []*Message) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &stage.PanicError{Value: p, Stack: debug.Stack()}
@@ -290,5 +300,5 @@ func (s *Subscriber) safeHandleBatch(ctx context.Context, h BatchHandler, ms []*
 			}
 		}
 	}()
-	return h(ctx, ms)
+	return h(ctx, handed)
 }

@@ -405,3 +405,59 @@ func TestRunBatchesBytes(t *testing.T) {
 		}
 	})
 }
+
+// TestRunBatchesSettlesWhatWasHanded: the handler's slice is its own. A
+// handler that filters it in place, sets an element to nil, or reslices
+// it and appends over the record, and returns nil, has exactly the
+// messages it was handed acked, each once, under a budget of 20 (a message
+// left unsettled would hold its permit until shutdown and stall the run).
+func TestRunBatchesSettlesWhatWasHanded(t *testing.T) {
+	for name, mangle := range map[string]func(ms []*Message){
+		"filter in place": func(ms []*Message) {
+			kept := ms[:0]
+			for _, m := range ms {
+				if n, _ := strconv.Atoi(string(m.Data)); n%5 != 0 {
+					kept = append(kept, m)
+				}
+			}
+			clear(ms[len(kept):])
+		},
+		"nil elements": func(ms []*Message) {
+			ms[0] = nil
+			ms[len(ms)-1] = nil
+		},
+		"reslice": func(ms []*Message) {
+			head := ms[:1]
+			for range len(ms) - 1 {
+				head = append(head, ms[0]) // writes over the rest of the batch
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEnv(t, pubsubtest.WithBufconn())
+				ids := e.publish(t, 100, nil)
+				s := e.subscriber(t, SubscriberConfig{MaxOutstandingMessages: 20})
+				var mu sync.Mutex
+				handed := map[string]int{}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := runBatchesAsync(ctx, s, 2, BatchOptions{Size: 10, Wait: time.Second}, func(ctx context.Context, ms []*Message) error {
+					mu.Lock()
+					for _, m := range ms {
+						handed[m.ID]++
+					}
+					mu.Unlock()
+					mangle(ms)
+					return nil
+				})
+				waitFor(t, "100 acks", 5*time.Minute, func() bool { return e.srv.SubscriptionStats(e.sub).Acked == 100 })
+				stopRun(t, s, cancel, done)
+				for _, id := range ids {
+					if st := e.srv.MessageStats(id); st.Acks != 1 || st.Deliveries != 1 || handed[id] != 1 {
+						t.Fatalf("message %s handed %d times: %+v", id, handed[id], st)
+					}
+				}
+			})
+		})
+	}
+}

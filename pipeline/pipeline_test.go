@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/reugn/go-streams"
 	gsflow "github.com/reugn/go-streams/flow"
@@ -154,6 +155,46 @@ func TestWrongTypeIsAnError(t *testing.T) {
 	if !errors.As(err, &te) {
 		t.Fatalf("err = %v, want *TypeError", err)
 	}
+}
+
+// TestWrongTypeEndsAtOnce: a wrong element type ends the pipeline while
+// its source still has more to give (it never ends on its own here): the
+// other stages are cancelled, and the source's stage sees it.
+func TestWrongTypeEndsAtOnce(t *testing.T) {
+	sourceStopped := make(chan struct{})
+	endless := stage.SourceFunc[int](func(g *stage.Group) <-chan int {
+		out := make(chan int)
+		g.Go(func(ctx context.Context) error {
+			defer close(sourceStopped)
+			defer close(out)
+			for i := 0; stage.Send(ctx, out, i); i++ {
+			}
+			return nil
+		})
+		return out
+	})
+	topology := Streams[int, int](func(g *stage.Group, in streams.Source) streams.Outlet {
+		return in.Via(gsflow.NewMap(func(v int) any {
+			if v == 100 {
+				return "oops"
+			}
+			return v
+		}, 1))
+	}, StreamsOptions[int]{})
+	done := make(chan error, 1)
+	go func() {
+		done <- From(endless).Via(topology).To(ForEach(func(context.Context, int) error { return nil }))
+	}()
+	select {
+	case err := <-done:
+		var te *TypeError
+		if !errors.As(err, &te) || te.Got != "oops" {
+			t.Fatalf("err = %v, want the *TypeError of the string", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pipeline did not end on the wrong type")
+	}
+	<-sourceStopped
 }
 
 // TestFilteredElementsAreReportedLost: what a go-streams Filter drops is

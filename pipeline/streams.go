@@ -49,38 +49,40 @@ func pumpOut[T any](g *stage.Group, in <-chan T, inlet chan<- any) {
 }
 
 // pumpIn copies a go-streams outlet into a typed channel. A wrong type
-// fails the group. After cancellation it keeps draining the outlet until it
-// closes (handing elements to dropped), because a go-streams operator
-// blocked on an unconditional send would otherwise leak its goroutine.
+// fails the group at once, so every other stage stops and settles what it
+// holds. After that, or after cancellation, it keeps draining the outlet
+// until it closes (handing elements to dropped), because a go-streams
+// operator blocked on an unconditional send would otherwise leak its
+// goroutine.
 func pumpIn[T any](g *stage.Group, outlet <-chan any, out chan<- T, dropped func(any)) {
 	g.Go(func(ctx context.Context) error {
 		defer close(out)
 		defer func() {
 			for v := range outlet {
-				if dropped != nil {
-					dropped(v)
-				}
+				discard(dropped, v)
 			}
 		}()
 		for v := range outlet {
 			t, err := cast[T](v)
 			if err != nil {
-				if dropped != nil {
-					dropped(v)
-				}
+				discard(dropped, v)
+				g.Fail(err) // now: the drain above ends only once the graph does
 				return err
 			}
-			select {
-			case out <- t:
-			case <-ctx.Done():
-				if dropped != nil {
-					dropped(v)
-				}
+			if !stage.Send(ctx, out, t) {
+				discard(dropped, v)
 				return nil
 			}
 		}
 		return nil
 	})
+}
+
+// discard hands v to dropped, if set.
+func discard(dropped func(any), v any) {
+	if dropped != nil {
+		dropped(v)
+	}
 }
 
 // StreamsOptions configure Streams.
