@@ -18,7 +18,7 @@
 //
 //	pipeline.From(src).Via(flow.EagerTrack(ext, 0), flow.FlowGate(fc), …)
 //
-// — they are fused into the source (they are source.Steps): they run where
+// — they are fused into the source (they are each a source.Step): they run where
 // each StreamingPull response is decoded, the gate is also the streams'
 // Budget (they read only while there is room, and each stream asks the
 // server only for the room left), and the tracker's deadline becomes the

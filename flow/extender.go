@@ -157,7 +157,7 @@ type Extender struct {
 	senders  map[string]*ack.Acknowledger
 	failures failures // modack failures not yet logged
 
-	wake      chan struct{} // cap 1: Track queued a receipt modack
+	wake      chan struct{} // cap 1: track queued a receipt modack
 	quit      chan struct{} // closed by Close
 	loopDone  chan struct{}
 	closeOnce sync.Once
@@ -315,7 +315,7 @@ func (e *Extender) leaseOf(m *source.Message) *lease {
 	return found
 }
 
-// Confirmed tells whether m may be handed on. It returns nil when m's
+// confirmed tells whether m may be handed on. It returns nil when m's
 // receipt modack has been confirmed, when m's subscription is not
 // exactly-once, or when m is not tracked (never, or no longer: released,
 // expired, or dropped because its receipt modack failed permanently, in
@@ -361,7 +361,7 @@ func (e *Extender) release(l *lease, ack bool, now time.Time) {
 	}
 }
 
-// Deadline is the deadline the strategy yields now, in whole seconds: what
+// currentDeadline is the deadline the strategy yields now, in whole seconds: what
 // the stream should use as its ack deadline and what new leases get.
 // Messages of exactly-once subscriptions get at least 60 s.
 func (e *Extender) currentDeadline() time.Duration {
@@ -373,7 +373,7 @@ func (e *Extender) currentDeadline() time.Duration {
 	return time.Duration(e.deadline.Load())
 }
 
-// Len is the number of leases held, counted (no counter is kept on the
+// leaseCount is the number of leases held, counted (no counter is kept on the
 // hot path): O(leases), for Stats.
 func (e *Extender) leaseCount() int {
 	e.mu.Lock()

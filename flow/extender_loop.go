@@ -13,7 +13,7 @@ import (
 )
 
 // loop is the extender's one scheduling goroutine: it flushes receipt
-// modacks shortly after Track queued them, and on every tick extends the
+// modacks shortly after track queued them, and on every tick extends the
 // leases that are due and drops those lapsed or past the maximum
 // extension. It never waits for an RPC: modacks are queued with their
 // subscription's sender.
@@ -96,7 +96,7 @@ func (e *Extender) flushReceipts() {
 	b := batcher{size: n}
 	for _, s := range e.pending {
 		for i := range s {
-			// Skip leases released since Track queued them.
+			// Skip leases released since track queued them.
 			if l := &s[i]; l.e != nil && !l.gone.Load() && l.state == stateReceipt {
 				b.add(l, e.deadlineFor(l, d))
 			}

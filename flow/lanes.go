@@ -36,7 +36,7 @@ func (c *laneCount) release(size int64) {
 	c.msgs.Add(-1)
 }
 
-// Receive is FlowGate's receipt step: it counts every message of a batch
+// receive is FlowGate's receipt step: it counts every message of a batch
 // that a stream on lane just decoded as outstanding, at once and without
 // refusing any — they are already in the client's hands, and a count
 // that left some out would under-report what the client holds. Each
@@ -128,7 +128,7 @@ func (fc *FlowControl) openLane(shareMsgs, shareBytes int64) (lane int, msgs, by
 	return free, msgs, bytes, true
 }
 
-// CloseLane records that lane's stream has ended: what it was granted
+// closeLane records that lane's stream has ended: what it was granted
 // returns to the budget (its messages stay counted, now against no
 // stream), and waiters on Wake are woken.
 func (fc *FlowControl) closeLane(lane int) {

@@ -30,7 +30,7 @@ type Strategy interface {
 	validate() error
 }
 
-// Check reports why s cannot work, or nil (nil s is the default).
+// checkStrategy reports why s cannot work, or nil (nil s is the default).
 func checkStrategy(s Strategy) error {
 	if s == nil {
 		return nil

@@ -355,9 +355,9 @@ func (m *machine) release(*rapid.T) {
 	m.settle()
 }
 
-// Faults are bounded so that the invariants must hold under them: the
-// lease extender's safety margin (5 s) covers "the RPC's latency and a
-// retry or two" (flow.DefaultMargin), so at most 2 failures of 1 s each
+// faultCooldown bounds the faults so that the invariants must hold under
+// them: the lease extender's safety margin (flow.ExtenderConfig.Margin,
+// 5 s) covers "the RPC's latency and a retry or two", so at most 2 failures of 1 s each
 // plus backoff may hit one extension. A fault takes effect only if the
 // method had none injected for faultCooldown, so that two injections never
 // stack on one retrying request; otherwise the action does nothing.

@@ -31,7 +31,7 @@
 //     keeps the gRPC status (status.Code works on it); a run of failures
 //     longer than ReconnectTimeout ends it with an *UnreachableError.
 //   - The receipt steps (Steps: flow.EagerTrack, flow.FlowGate, fused with
-//     With or by pipeline.Via) run on each response's messages on the
+//     With or by Pipeline.Via) run on each response's messages on the
 //     stream's goroutine, right after it is decoded and before any of them
 //     waits anywhere. Malformed elements (an empty or repeated ack id, an
 //     ack id without a message) are refused before that, counted in Stats.

@@ -119,7 +119,7 @@ func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 }
 
 // Fuse returns a copy of s that runs f as one of its receipt steps, if f
-// is a Step (pipeline.Via calls it for the flow right after a source). The
+// is a Step (Pipeline.Via calls it for the flow right after a source). The
 // copy shares everything else with s: client id, settle path, held
 // messages. ok is false, and s unchanged, for any other flow.
 func (s *Source) Fuse(f stage.Flow[*Message, *Message]) (stage.Source[*Message], bool) {
@@ -193,7 +193,7 @@ func (c *core) deadlineChanged() <-chan struct{} {
 	return c.deadlineCh
 }
 
-// Properties reports the subscription's properties as the server last sent
+// properties reports the subscription's properties as the server last sent
 // them (false, false before the first response).
 func (s *Source) properties() (exactlyOnce, ordered bool) {
 	p := s.props.Load()

@@ -40,7 +40,7 @@ func (f SinkFunc[T]) Run(g *Group, in <-chan T) error { return f(g, in) }
 // Fuser is a Source that can take the flow written right after it into
 // itself: run it in place instead of as a stage of its own (a StreamingPull
 // source runs its receipt steps where it decodes a response, before any
-// message waits anywhere). pipeline.Via asks; Fuse returns the source to
+// message waits anywhere). Pipeline.Via asks; Fuse returns the source to
 // use instead, or ok false to run f as a stage as usual.
 type Fuser[T any] interface {
 	Source[T]

@@ -117,8 +117,8 @@ func (a *Acknowledger) Modack(ackID string, seconds int32) *Result {
 }
 
 // ModackWithResult is Modack with exactly-once handling (see
-// AckWithResult); the lease manager uses it to have receipt modacks
-// confirmed.
+// AckWithResult): its Result settles when the server confirmed the
+// deadline.
 func (a *Acknowledger) ModackWithResult(ackID string, seconds int32) *Result {
 	return a.enqueue(batchKey{kind: kindModack, seconds: clampSeconds(seconds), eo: true}, ackID)
 }
@@ -189,7 +189,7 @@ func DelaySeconds(d time.Duration) int32 {
 func clampSeconds(s int32) int32 { return min(max(s, 0), MaxModackSeconds) }
 
 // enqueue is the hot path: an append under the lock; a dispatch only when
-// a batch is full or the flow budget asks for its acks now.
+// a batch is full or its kind may go now (sendNowLocked).
 func (a *Acknowledger) enqueue(key batchKey, ackID string) *Result {
 	var r *Result
 	if key.eo {

@@ -42,15 +42,16 @@ type Config struct {
 	Gap time.Duration
 	// RPCTimeout bounds one attempt (0: DefaultRPCTimeout).
 	RPCTimeout time.Duration
-	// ExactlyOnce makes Ack, Nack and Modack behave like their WithResult
-	// forms: every ack id gets a Result that settles when the server
-	// confirmed it. The WithResult forms switch it on per ack id.
+	// ExactlyOnce makes Ack, Nack and Modack behave like AckWithResult,
+	// NackWithResult and ModackWithResult: every ack id gets a Result that
+	// settles when the server confirmed it. Those three switch it on per
+	// ack id.
 	ExactlyOnce bool
 	// OnAcked, if set, is called once for every ack id queued with Ack or
 	// AckWithResult when its fate is final: confirmed, failed for good, or
-	// abandoned at Close. The lease manager uses it to keep extending a
-	// lease until its ack has reached the server, so a slow Acknowledge
-	// cannot let it lapse. It runs on the acknowledger's goroutines, after
+	// abandoned at Close: a holder of leases can keep extending one until
+	// its ack has reached the server, so a slow Acknowledge cannot let it
+	// lapse. It runs on the acknowledger's goroutines, after
 	// its lock is released, and must not block.
 	OnAcked func(ackIDs []string)
 	// Confirmed, if set, is told at once about all the tags of a request
