@@ -75,7 +75,7 @@ func ExampleSubscriber_Source() {
 	process := operators.ParallelMap(4, func(ctx context.Context, m *pubsubflow.Message) (*pubsubflow.Message, error) {
 		bytes.Add(int64(len(m.Data)))
 		return m, nil // reaching Acknowledge without an outcome means ack
-	}, operators.Options[*pubsubflow.Message, *pubsubflow.Message]{})
+	})
 
 	go func() {
 		for srv.SubscriptionStats(subscription).Acked < 100 {

@@ -30,7 +30,7 @@ func TestGoStreamsFanOutIntoOneAcknowledge(t *testing.T) {
 		return operators.ParallelMap(2, func(ctx context.Context, m *Message) (*Message, error) {
 			c.Add(1)
 			return m, nil
-		}, operators.Options[*Message, *Message]{})
+		})
 	}
 	topology := Streams(func(g *stage.Group, in streams.Source) streams.Outlet {
 		br := gsflow.RoundRobin(in, 2)

@@ -54,7 +54,7 @@ func ExampleGate_Receive() {
 			most.CompareAndSwap(most.Load(), cur)
 		}
 		return m, nil
-	}, operators.Options[*source.Message, *source.Message]{})
+	})
 	done := 0
 	ackAll := pipeline.ForEach(func(_ context.Context, m *source.Message) error {
 		m.Ack() // permit and lease given back, ack sent by the source

@@ -141,7 +141,7 @@ func TestSeedTrackingCoversBufferedMessages(t *testing.T) {
 			case <-ctx.Done():
 			}
 			return m, nil
-		}, operators.Options[*source.Message, *source.Message]{})
+		})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
@@ -221,7 +221,7 @@ func TestSeedGateBoundsWhatTheServerDelivers(t *testing.T) {
 			case <-ctx.Done():
 			}
 			return m, nil
-		}, operators.Options[*source.Message, *source.Message]{})
+		})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {

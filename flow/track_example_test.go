@@ -48,7 +48,7 @@ func ExampleEagerTrack() {
 	}
 	process := operators.ParallelMap(2, func(_ context.Context, m *source.Message) (*source.Message, error) {
 		return m, nil // the handler; leases are extended meanwhile
-	}, operators.Options[*source.Message, *source.Message]{})
+	})
 
 	acked := 0
 	err = pipeline.FromContext(ctx, src.With(flow.EagerTrack(ext, 0))).

@@ -119,7 +119,7 @@ func trkBlocked() stage.Flow[*source.Message, *source.Message] {
 	return operators.ParallelMap(1, func(ctx context.Context, m *source.Message) (*source.Message, error) {
 		<-ctx.Done()
 		return m, ctx.Err()
-	}, operators.Options[*source.Message, *source.Message]{})
+	})
 }
 
 func trkDiscard() stage.Sink[*source.Message] {
@@ -228,7 +228,7 @@ func trkE2E(t *testing.T, wire trkWire) pubsubtest.SubStats {
 			case <-ctx.Done():
 			}
 			return m, nil
-		}, operators.Options[*source.Message, *source.Message]{})
+		})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
@@ -398,7 +398,7 @@ func TestEagerTrackSkipsSettledWhileBuffered(t *testing.T) {
 			case <-ctx.Done():
 			}
 			return m, nil
-		}, operators.Options[*source.Message, *source.Message]{})
+		})
 		err := make(chan error, 1)
 		go func() {
 			err <- pipeline.From(pipeline.Slice(msgs...)).Via(EagerTrack(ext, 0), handler).To(trkDiscard())

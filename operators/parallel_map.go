@@ -50,26 +50,40 @@ type Options[T, R any] struct {
 // in it (recovered as a *stage.PanicError), fails the group and so ends
 // the pipeline, unless Options.OnError turns it into a result: over
 // messages, an OnError that nacks the message and emits nothing keeps
-// the pipeline going.
-func ParallelMap[T, R any](n int, f func(context.Context, T) (R, error), opt Options[T, R]) stage.Flow[T, R] {
-	n = max(n, 1)
-	pm := &parallelMap[T, R]{n: n, f: f, opt: opt}
+// the pipeline going. opts is at most one Options; without it the map is
+// Unordered with no error handler. More than one fails the group.
+func ParallelMap[T, R any](n int, f func(context.Context, T) (R, error), opts ...Options[T, R]) stage.Flow[T, R] {
+	var opt Options[T, R]
+	switch len(opts) {
+	case 0:
+	case 1:
+		opt = opts[0]
+	default:
+		return failing[T, R](fmt.Errorf("operators: ParallelMap takes at most one Options, got %d", len(opts)))
+	}
+	pm := &parallelMap[T, R]{n: max(n, 1), f: f, opt: opt}
 	switch opt.Mode {
 	case Ordered:
 		return stage.FlowFunc[T, R](pm.ordered)
 	case Keyed:
 		if opt.Key == nil {
-			return stage.FlowFunc[T, R](func(g *stage.Group, in <-chan T) <-chan R {
-				g.Fail(fmt.Errorf("operators: ParallelMap in Keyed mode needs Options.Key"))
-				out := make(chan R)
-				close(out)
-				return out
-			})
+			return failing[T, R](fmt.Errorf("operators: ParallelMap in Keyed mode needs Options.Key"))
 		}
 		return stage.FlowFunc[T, R](pm.keyed)
 	default:
 		return unorderedFlow[T, R]{pm}
 	}
+}
+
+// failing is a flow that fails its group with err and emits nothing: how a
+// misconfigured operator ends the pipeline it is wired into.
+func failing[T, R any](err error) stage.Flow[T, R] {
+	return stage.FlowFunc[T, R](func(g *stage.Group, in <-chan T) <-chan R {
+		g.Fail(err)
+		out := make(chan R)
+		close(out)
+		return out
+	})
 }
 
 type parallelMap[T, R any] struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -97,7 +99,7 @@ func TestUnorderedReachesN(t *testing.T) {
 					<-release
 					return i, nil
 				}
-				out := ParallelMap(n, f, Options[int, int]{}).Run(g, source(g, seq(3*n)))
+				out := ParallelMap(n, f).Run(g, source(g, seq(3*n)))
 				synctest.Wait()
 				if got := running.Load(); got != int64(n) {
 					t.Fatalf("%d calls running, want %d", got, n)
@@ -269,3 +271,23 @@ func benchmarkParallelMap(b *testing.B, mode Mode) {
 func BenchmarkParallelMapUnordered(b *testing.B) { benchmarkParallelMap(b, Unordered) }
 func BenchmarkParallelMapOrdered(b *testing.B)   { benchmarkParallelMap(b, Ordered) }
 func BenchmarkParallelMapKeyed(b *testing.B)     { benchmarkParallelMap(b, Keyed) }
+
+// TestParallelMapOptionsOptional: without Options the map runs unordered
+// with inferred types; two Options fail the group with an error saying so.
+func TestParallelMapOptionsOptional(t *testing.T) {
+	double := func(_ context.Context, v int) (int, error) { return 2 * v, nil }
+	g := stage.NewGroup(context.Background())
+	sum := 0
+	for v := range ParallelMap(3, double).Run(g, pipeline.Slice(1, 2, 3).Run(g)) {
+		sum += v
+	}
+	if err := g.Wait(); err != nil || sum != 12 {
+		t.Fatalf("no options: sum %d, err %v; want 12, nil", sum, err)
+	}
+	g = stage.NewGroup(context.Background())
+	for range ParallelMap(3, double, Options[int, int]{}, Options[int, int]{Mode: Ordered}).Run(g, pipeline.Slice(1).Run(g)) {
+	}
+	if err := g.Wait(); err == nil || !strings.Contains(err.Error(), "at most one Options") {
+		t.Fatalf("two options: %v, want an error naming at most one Options", err)
+	}
+}

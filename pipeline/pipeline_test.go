@@ -35,7 +35,7 @@ func items(n int) []*item {
 }
 
 func double() stage.Flow[int, int] {
-	return operators.ParallelMap(2, func(_ context.Context, v int) (int, error) { return 2 * v, nil }, operators.Options[int, int]{})
+	return operators.ParallelMap(2, func(_ context.Context, v int) (int, error) { return 2 * v, nil })
 }
 
 func TestFromViaTo(t *testing.T) {
@@ -71,7 +71,7 @@ func TestStageErrorCancelsRest(t *testing.T) {
 			return 0, boom
 		}
 		return v, nil
-	}, operators.Options[int, int]{})
+	})
 	err := From(Slice(ints(1000)...)).Via(failing).To(ForEach(func(context.Context, int) error { return nil }))
 	if !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want boom", err)
@@ -98,7 +98,7 @@ func TestFanOutAndMergeWithGoStreams(t *testing.T) {
 	const n = 2000
 	var branchA, branchB atomic.Int64
 	counting := func(c *atomic.Int64) stage.Flow[int, int] {
-		return operators.ParallelMap(2, func(_ context.Context, v int) (int, error) { c.Add(1); return v, nil }, operators.Options[int, int]{})
+		return operators.ParallelMap(2, func(_ context.Context, v int) (int, error) { c.Add(1); return v, nil })
 	}
 	topology := Streams[int, int](func(g *stage.Group, in streams.Source) streams.Outlet {
 		branches := gsflow.RoundRobin(in, 2)

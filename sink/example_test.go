@@ -57,7 +57,7 @@ func ExampleAcknowledge() {
 			src.Stop()
 		}
 		return m, nil
-	}, operators.Options[*source.Message, *source.Message]{})
+	})
 
 	err = pipeline.From(src).
 		Via(flow.EagerTrack(ext, 0), work).

@@ -66,7 +66,7 @@ func ExampleSubscribe() {
 			src.Stop() // all in: end the streams
 		}
 		return m, nil
-	}, operators.Options[*source.Message, *source.Message]{})
+	})
 
 	err = pipeline.From(src).
 		Via(flow.EagerTrack(ext, 0), flow.FlowGate(budget), work).

@@ -151,7 +151,7 @@ type topology struct {
 func (t *topology) flow() stage.Flow[*pubsubflow.Message, *pubsubflow.Message] {
 	return pubsubflow.Streams(func(g *stage.Group, in streams.Source) streams.Outlet {
 		branches := gsflow.Split(in, func(m *pubsubflow.Message) bool { return m.Attributes["kind"] == "order" })
-		orders := branches[0].Via(pipeline.NewStreamsFlow(g, operators.ParallelMap(4, t.order, operators.Options[*pubsubflow.Message, *pubsubflow.Message]{})))
+		orders := branches[0].Via(pipeline.NewStreamsFlow(g, operators.ParallelMap(4, t.order)))
 		events := branches[1].Via(gsflow.NewMap(t.event, 1))
 		return gsflow.Merge(orders, events)
 	})

@@ -115,7 +115,7 @@ func Start(ctx context.Context, client pubsubpb.SubscriberClient, subscription s
 		defer c.finished.Add(1)
 		cfg.Handler(ctx, m)
 		return m, nil
-	}, operators.Options[*source.Message, *source.Message]{})
+	})
 	track := flow.EagerTrack(c.ext, 1)
 	track.Logger = slog.New(slog.DiscardHandler)
 
