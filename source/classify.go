@@ -28,9 +28,9 @@ type Failure struct {
 	Previous error
 }
 
-// classifier decides whether a failed stream is reopened (true) or ends
+// Classifier decides whether a failed stream is reopened (true) or ends
 // the source (false). It is called on the failing stream's goroutine.
-type classifier func(f Failure) bool
+type Classifier func(f Failure) bool
 
 // DefaultClassifier is the documented restart policy. It reopens the
 // stream (true) for:

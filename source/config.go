@@ -81,7 +81,7 @@ type Config struct {
 
 	// Classify decides whether a stream failure is retried; nil means
 	// DefaultClassifier.
-	Classify classifier
+	Classify Classifier
 
 	// ReconnectTimeout bounds how long a stream may keep failing (an
 	// endpoint that never answers, a network that is down) without one

@@ -59,7 +59,7 @@ func (p *path) Settle(mi any, o uint32, delay time.Duration) {
 // ended before it was settled (past max extension, or its deadline passed
 // without a confirmed extension): the server may have given it out again,
 // so an ack of this copy does not count.
-var ErrLeaseExpired = errors.New("pubsubflow: the message's lease expired before it was settled")
+var ErrLeaseExpired = errors.New("pubsubflow/source: the message's lease expired before it was settled")
 
 // ackTag is a message as the acknowledger's Tag: it hears when the
 // message's ack or nack is final.
@@ -313,13 +313,13 @@ var (
 	// ErrAckRefused: the server refused the ack id for good (a
 	// PERMANENT_FAILURE_* reason such as an expired ack id, or a status
 	// that is not retried).
-	ErrAckRefused = errors.New("pubsubflow: ack refused")
+	ErrAckRefused = errors.New("pubsubflow/source: ack refused")
 	// ErrAckRetriesExhausted: transient failures lasted past the retry
 	// deadline (60 s; 600 s exactly-once).
-	ErrAckRetriesExhausted = errors.New("pubsubflow: ack retries exhausted")
+	ErrAckRetriesExhausted = errors.New("pubsubflow/source: ack retries exhausted")
 	// ErrClosed: the source was closed before the ack or nack was
 	// confirmed, or it was made after Close.
-	ErrClosed = errors.New("pubsubflow: closed")
+	ErrClosed = errors.New("pubsubflow/source: closed")
 )
 
 // Error describes the failure: kind, ack id, reason and the RPC's error.

@@ -81,7 +81,7 @@ func (s *Source) terminal(i int, err error) error {
 	} else {
 		err = explain(err)
 	}
-	err = fmt.Errorf("pubsubflow: subscription %s: %w", s.cfg.Subscription, err)
+	err = fmt.Errorf("pubsubflow/source: subscription %s: %w", s.cfg.Subscription, err)
 	s.emit(event.Event{Kind: event.Terminal, Stream: i, Err: err})
 	return err
 }

@@ -106,8 +106,8 @@ func (t *tracer) settled(m *Message, o uint32) {
 }
 
 var (
-	errExpired = errors.New("pubsubflow: lease ended before the message was settled (past max extension, its deadline passed unconfirmed, or its exactly-once receipt failed)")
-	errClosed  = errors.New("pubsubflow: source closed before the server confirmed the message's outcome")
+	errExpired = errors.New("pubsubflow/source: lease ended before the message was settled (past max extension, its deadline passed unconfirmed, or its exactly-once receipt failed)")
+	errClosed  = errors.New("pubsubflow/source: source closed before the server confirmed the message's outcome")
 )
 
 // end ends m's subscribe span once, with result and, if failed is set, an

@@ -66,12 +66,21 @@ func quickstart(ctx context.Context) error {
 	err = sub.Run(ctx, 8, func(ctx context.Context, m *pubsubflow.Message) error {
 		return handle(ctx, m.Data)
 	})
+	if err != nil {
+		return err
+	}
 	err = sub.RunBatches(ctx, 4, pubsubflow.BatchOptions{Size: 500}, func(ctx context.Context, ms []*pubsubflow.Message) error {
 		return insertAll(ctx, ms) // nil acks the batch, an error nacks it; m.Nack() a bad row alone
 	})
+	if err != nil {
+		return err
+	}
 	err = pipeline.From(sub.Source()).
 		Via(operators.ParallelMap(8, enrich)). // enrich: func(context.Context, *pubsubflow.Message) (*pubsubflow.Message, error)
 		To(sub.Acknowledge())
+	if err != nil {
+		return err
+	}
 	fanOut := pubsubflow.Streams(func(g *stage.Group, in streams.Source) streams.Outlet {
 		br := gsflow.RoundRobin(in, 2) // gsflow: github.com/reugn/go-streams/flow
 		return gsflow.Merge(br[0].Via(pipeline.NewStreamsFlow(g, a)), br[1].Via(pipeline.NewStreamsFlow(g, b)))
