@@ -92,9 +92,9 @@ func TestPublishLongLines(t *testing.T) {
 	if len(got) != 2 || len(got[1].Data) != len(long) {
 		t.Fatalf("%d messages on the server, want 2 with the 1 MiB line intact", len(got))
 	}
-	tooLong := strings.Repeat("y", maxLine+1)
+	tooLong := strings.Repeat("y", maxLineBytes(nil, "")+1)
 	code, stdout, stderr = cli(t, "before\n"+tooLong+"\nafter\n", append([]string{"publish", s.topic}, s.endpoint()...)...)
-	if code != exitFailure || !strings.Contains(stderr, "line 2 is longer than 10000000 bytes") || len(strings.Fields(stdout)) != 1 {
+	if code != exitFailure || !strings.Contains(stderr, "line 2 is longer than 9,999,615 bytes") || len(strings.Fields(stdout)) != 1 {
 		t.Fatalf("exit %d, stdout %q, stderr %.200q; want exit 1 naming line 2 and the limit, and line 1 published", code, stdout, stderr)
 	}
 	if strings.Contains(stderr, "token too long") {

@@ -19,8 +19,9 @@
 // connect to PUBSUB_EMULATOR_HOST when it is set, and otherwise to Pub/Sub
 // with Application Default Credentials; completing a resource name asks
 // the same server. Exit codes: 0 success, 1 runtime failure, 2 bad usage,
-// 130 interrupted. Every command takes --help; the commands are
-// github.com/spf13/cobra's (cli.go).
+// 130 interrupted; a second SIGINT or SIGTERM ends the process at once.
+// Every command takes --help; the commands are github.com/spf13/cobra's
+// (cli.go).
 package main
 
 import (
@@ -32,11 +33,23 @@ import (
 
 func main() { os.Exit(mainExit()) }
 
-// mainExit runs the CLI on the process's arguments and streams; SIGINT and
-// SIGTERM cancel the command's context, and every command stops cleanly on
-// that.
+// mainExit runs the CLI on the process's arguments and streams. The first
+// SIGINT or SIGTERM cancels the command's context, and every command stops
+// cleanly on that; the signals' default action is restored first, so a
+// second one ends the process at once, even while a command drains.
 func mainExit() int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case <-sigs:
+			signal.Stop(sigs)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	return run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 }
