@@ -635,10 +635,16 @@ func (o *observer) Settled(mi any, out uint32) {
 		}
 		checkEffect = m.opts.SideEffect != nil
 	}
+	// The delivery's text is taken under mu: the ledger's RPC handlers
+	// write its history concurrently.
+	var desc string
+	if checkEffect {
+		desc = d.String()
+	}
 	l.mu.Unlock()
 	if checkEffect && !m.opts.SideEffect(msg) {
-		l.problems.add(propEffect, "message %s (ack id %s) acked at %s before its side effect was recorded: %v",
-			d.msgID, short(d.ackID), now.Format("04:05.000"), d)
+		l.problems.add(propEffect, "message %s (ack id %s) acked at %s before its side effect was recorded: %s",
+			d.msgID, short(d.ackID), now.Format("04:05.000"), desc)
 	}
 }
 
