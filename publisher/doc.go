@@ -1,6 +1,7 @@
 // Package publisher publishes messages to one Pub/Sub topic through a
-// batching worker, and offers the publish step of a pipeline (Stage,
-// Forward).
+// batching worker, and offers the publish step of a pipeline (Stage). It
+// imports nothing of the subscriber side; pubsubflow.Forward joins the
+// two in a relay.
 //
 // Publish never sends an RPC itself: it takes a flow-control permit, adds
 // the message to the open batch of its ordering key and returns a Result

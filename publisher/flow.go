@@ -5,17 +5,43 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-
-	"github.com/pubsubflow/pubsubflow/flow"
 )
 
-// flowQueue is the wait queue in front of a flow.FlowControl, which counts
-// the published, unsettled messages and bytes (and admits a message larger
-// than the byte limit when nothing else is outstanding). Blocked Publish
+// flowCount counts the published, unsettled messages and bytes against
+// their limits. A message larger than the byte limit is admitted only when
+// no bytes are outstanding, so it cannot wait forever.
+type flowCount struct {
+	maxMsgs, maxBytes int64
+
+	mu          sync.Mutex // serializes admissions; releases only subtract
+	msgs, bytes atomic.Int64
+}
+
+// tryAcquire counts one message of size bytes if the limits allow it now,
+// and reports whether it did.
+func (c *flowCount) tryAcquire(size int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, b := c.msgs.Load(), c.bytes.Load()
+	if n >= c.maxMsgs || (b > 0 && b+int64(size) > c.maxBytes) {
+		return false
+	}
+	c.msgs.Add(1)
+	c.bytes.Add(int64(size))
+	return true
+}
+
+// release uncounts n messages totalling bytes.
+func (c *flowCount) release(n, bytes int) {
+	c.bytes.Add(-int64(bytes))
+	c.msgs.Add(-int64(n))
+}
+
+// flowQueue is the wait queue in front of a flowCount. Blocked Publish
 // calls wait in FIFO order, so a large message is not starved by a stream
 // of small ones and one goroutine's publishes keep their order.
 type flowQueue struct {
-	fc       *flow.FlowControl
+	fc       flowCount
 	failFast bool
 
 	mu      sync.Mutex
@@ -31,7 +57,7 @@ type flowWaiter struct {
 }
 
 func newFlowQueue(c FlowConfig) *flowQueue {
-	return &flowQueue{fc: flow.NewFlowControl(int64(c.MaxMessages), int64(c.MaxBytes)), failFast: c.FailFast}
+	return &flowQueue{fc: flowCount{maxMsgs: int64(c.MaxMessages), maxBytes: int64(c.MaxBytes)}, failFast: c.FailFast}
 }
 
 // tryAcquire takes a permit for one message of size bytes if one is free
@@ -43,7 +69,7 @@ func newFlowQueue(c FlowConfig) *flowQueue {
 // read the queue empty before the waiter was in it, and the waiter is
 // granted by the next release, which grants under q.mu.
 func (q *flowQueue) tryAcquire(size int) bool {
-	return q.queued.Load() == 0 && q.fc.TryAcquire(size)
+	return q.queued.Load() == 0 && q.fc.tryAcquire(size)
 }
 
 // acquire takes a permit for one message of size bytes, waiting for room
@@ -54,14 +80,14 @@ func (q *flowQueue) acquire(ctx context.Context, size int) error {
 		q.mu.Unlock()
 		return ErrClosed
 	}
-	if len(q.waiters) == 0 && q.fc.TryAcquire(size) {
+	if len(q.waiters) == 0 && q.fc.tryAcquire(size) {
 		q.mu.Unlock()
 		return nil
 	}
 	if q.failFast {
 		q.mu.Unlock()
 		return fmt.Errorf("%w: %d messages / %d bytes outstanding (limits %d / %d), message of %d bytes",
-			ErrFlowControlled, q.fc.Outstanding(), q.fc.OutstandingBytes(), q.fc.MaxMessages(), q.fc.MaxBytes(), size)
+			ErrFlowControlled, q.fc.msgs.Load(), q.fc.bytes.Load(), q.fc.maxMsgs, q.fc.maxBytes, size)
 	}
 	w := &flowWaiter{size: size, ready: make(chan struct{})}
 	q.waiters = append(q.waiters, w)
@@ -98,14 +124,14 @@ func (q *flowQueue) acquire(ctx context.Context, size int) error {
 // the waiters that now fit. The counts drop before q.mu is taken, so an
 // acquire that found no room under q.mu and queued is granted here.
 func (q *flowQueue) release(n, bytes int) {
-	q.fc.ReleaseN(n, bytes)
+	q.fc.release(n, bytes)
 	q.mu.Lock()
 	q.grantLocked()
 	q.mu.Unlock()
 }
 
 func (q *flowQueue) grantLocked() {
-	for len(q.waiters) > 0 && q.fc.TryAcquire(q.waiters[0].size) {
+	for len(q.waiters) > 0 && q.fc.tryAcquire(q.waiters[0].size) {
 		w := q.waiters[0]
 		q.waiters[0] = nil
 		q.waiters = q.waiters[1:]
@@ -129,5 +155,5 @@ func (q *flowQueue) close() {
 
 // outstanding returns the messages and bytes held now.
 func (q *flowQueue) outstanding() (msgs, bytes int) {
-	return int(q.fc.Outstanding()), int(q.fc.OutstandingBytes())
+	return int(q.fc.msgs.Load()), int(q.fc.bytes.Load())
 }

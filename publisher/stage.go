@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -96,27 +95,4 @@ func publishOne[T any](ctx context.Context, p *Publisher, toMsg func(T) *Message
 		return failed(invalid("", "stage conversion returned nil"))
 	}
 	return p.Publish(ctx, m)
-}
-
-// Forward returns a sink that publishes toMsg(m) for each received message
-// m (a pubsubflow.Message, from a Subscriber's Source), through Stage, and
-// settles m only after its publish settled: Ack when the publish
-// succeeded, Nack when it failed, so the server redelivers the input. It
-// is the end of a relay: subscribe → transform → Forward. The sink ends
-// when its input closes and every publish has settled; it does not close
-// p. When the group is cancelled first, inputs whose publish had not
-// settled are left unsettled for their owner's shutdown path (a
-// Subscriber nacks what is left), since their publish may still succeed.
-func Forward(p *Publisher, toMsg func(*source.Message) *Message, parallelism int) stage.Sink[*source.Message] {
-	flow := Stage(p, toMsg, parallelism)
-	return stage.SinkFunc[*source.Message](func(g *stage.Group, in <-chan *source.Message) error {
-		for o := range flow.Run(g, in) {
-			if o.Err == nil {
-				o.In.Ack()
-			} else {
-				o.In.Nack()
-			}
-		}
-		return nil
-	})
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // The relay's topology (Run's: the subscriber's source into
-// publisher.Forward with transform) checked by the state machine: besides
+// pubsubflow.Forward with transform) checked by the state machine: besides
 // the library's invariants, no input is acked before its output was
 // published (the side effect), whatever fails and restarts meanwhile.
 func TestRelayProperties(t *testing.T) {
@@ -29,7 +29,7 @@ func TestRelayProperties(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		err = env.From(ctx).To(publisher.Forward(pub, transform, 500))
+		err = env.From(ctx).To(pubsubflow.Forward(pub, transform, 500))
 		return errors.Join(err, pub.Close())
 	}, proptest.Options{SideEffect: out.published})
 }

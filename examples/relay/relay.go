@@ -32,7 +32,7 @@ const countPoll = 10 * time.Millisecond
 
 // Run relays Options.Subscription to Options.Topic:
 //
-//	sub.Source() → publisher.Forward(transform)
+//	sub.Source() → pubsubflow.Forward(transform)
 //
 // The Subscriber's source leases every input and counts it against the flow
 // budget on receipt; Forward acks an input only once its output was
@@ -57,7 +57,7 @@ func Run(ctx context.Context, w io.Writer, opt Options) error {
 
 	done := make(chan error, 1)
 	go func() {
-		done <- pipeline.From(sub.Source()).To(publisher.Forward(pub, transform, 500))
+		done <- pipeline.From(sub.Source()).To(pubsubflow.Forward(pub, transform, 500))
 	}()
 	err = waitForEnd(ctx, sub, opt.Count, done)
 	// Close drains: the streams stop, Forward settles what it is publishing,
