@@ -29,6 +29,9 @@ var _ source.Step = (*book)(nil)
 const settledFirst = math.MaxUint64
 
 func (b *book) Receive(_ int, ms []*Message) {
+	if len(ms) > 0 {
+		b.s.own(ms[0]) // once: Streams finds the subscriber by its messages
+	}
 	nodes := make([]message.HoldNode, len(ms))
 	for i, m := range ms {
 		message.Of(m).Hold(m, &nodes[i], b)

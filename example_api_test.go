@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/reugn/go-streams"
@@ -114,8 +115,10 @@ func ExampleSubscriber_ClientID() {
 	// Output: worker-7
 }
 
-// Streams embeds go-streams operators between a subscriber's stages; a
-// message a go-streams Filter drops is nacked, not lost.
+// Streams embeds go-streams operators between a subscriber's stages. A
+// message a go-streams Filter drops never comes out of the sub-graph:
+// Hold after it went in it is settled with Lost — here Ack, the graph
+// does not want it — and counted.
 func ExampleStreams() {
 	srv, subscription := embedded(20)
 	defer srv.Close()
@@ -130,11 +133,35 @@ func ExampleStreams() {
 			fmt.Sscanf(string(m.Data), "order %d", &n)
 			return n%2 == 0
 		}, 1))
-	})
-	closed := closeWhenAcked(sub, 10)
+	}, pubsubflow.StreamsOptions{Hold: 100 * time.Millisecond, Lost: pubsubflow.Ack})
+	closed := closeWhenAcked(sub, 20)
 	err = pipeline.From(sub.Source()).Via(even).To(sub.Acknowledge())
-	fmt.Println("pipeline:", err, "close:", <-closed, "acked:", sub.Stats().Acked)
-	// Output: pipeline: <nil> close: <nil> acked: 10
+	st := sub.Stats()
+	fmt.Println("pipeline:", err, "close:", <-closed, "acked:", st.Acked, "dropped by the graph:", st.StreamsLost)
+	// Output: pipeline: <nil> close: <nil> acked: 20 dropped by the graph: 10
+}
+
+// Filter settles what it drops at once, with the outcome it is given:
+// Ack, processed and not wanted.
+func ExampleFilter() {
+	srv, subscription := embedded(20)
+	defer srv.Close()
+	sub, err := pubsubflow.NewSubscriber(context.Background(), subscription,
+		pubsubflow.SubscriberConfig{Conn: srv.ClientConn()})
+	if err != nil {
+		panic(err)
+	}
+	var kept atomic.Int64
+	even := pubsubflow.Filter(func(m *pubsubflow.Message) bool {
+		var n int
+		fmt.Sscanf(string(m.Data), "order %d", &n)
+		return n%2 == 0
+	}, pubsubflow.Ack)
+	count := pipeline.Filter(func(*pubsubflow.Message) bool { kept.Add(1); return true }, func(*pubsubflow.Message) {})
+	closed := closeWhenAcked(sub, 20)
+	err = pipeline.From(sub.Source()).Via(even, count).To(sub.Acknowledge())
+	fmt.Println("pipeline:", err, "close:", <-closed, "kept:", kept.Load(), "acked:", sub.Stats().Acked)
+	// Output: pipeline: <nil> close: <nil> kept: 10 acked: 20
 }
 
 // Stats is a cheap snapshot: what was received and settled, and what the
@@ -189,7 +216,7 @@ func ExampleSubscriber_Acknowledge() {
 			m.Nack() // settled here: Acknowledge leaves it alone
 		}
 		return true
-	}, nil)
+	}, func(*pubsubflow.Message) {}) // keep drops nothing
 	closed := closeWhenAcked(sub, 4) // the nacked ones come back and are acked
 	err = pipeline.From(sub.Source()).Via(nackOdd).To(sub.Acknowledge())
 	st := sub.Stats()

@@ -217,10 +217,10 @@ func TestPanickingStageEndsPipelineCleanly(t *testing.T) {
 			return pipeline.From(s.Source()).To(pipeline.ForEach(func(context.Context, *Message) error { panic("x") }))
 		},
 		"Filter": func(s *Subscriber) error {
-			return pipeline.From(s.Source()).Via(pipeline.Filter(func(*Message) bool { panic("x") }, nil)).To(s.Acknowledge())
+			return pipeline.From(s.Source()).Via(pipeline.Filter(func(*Message) bool { panic("x") }, func(m *Message) { m.Nack() })).To(s.Acknowledge())
 		},
 		"go-streams": func(s *Subscriber) error {
-			return pipeline.From(s.Source()).Via(Streams(func(*stage.Group, streams.Source) streams.Outlet { panic("x") })).To(s.Acknowledge())
+			return pipeline.From(s.Source()).Via(Streams(func(*stage.Group, streams.Source) streams.Outlet { panic("x") }, StreamsOptions{})).To(s.Acknowledge())
 		},
 		"own stage": func(s *Subscriber) error {
 			own := stage.FlowFunc[*Message, *Message](func(g *stage.Group, in <-chan *Message) <-chan *Message {

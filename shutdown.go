@@ -82,6 +82,7 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 // closeParts releases what NewSubscriber made; safe on a partly built one
 // (failed: construction failed, so stop what was started too).
 func (s *Subscriber) closeParts(failed bool) {
+	s.disown()
 	if failed {
 		if s.src != nil {
 			_ = s.src.Close(context.Background())

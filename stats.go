@@ -41,6 +41,10 @@ type Stats struct {
 	// one response (the copy dropped), an ack id without a message
 	// (nacked). No handler sees them.
 	EmptyAckIDs, DuplicateAckIDs, MissingMessages uint64
+	// StreamsLost counts messages that went into a go-streams sub-graph
+	// (Streams) and had not come out within its Hold, settled then with
+	// its Lost outcome.
+	StreamsLost uint64
 	// AckDeadline is the current lease deadline.
 	AckDeadline time.Duration
 	// LastError is the most recent stream, lease or ack error.
@@ -52,6 +56,7 @@ type Stats struct {
 // from its parts' Stats.
 type counters struct {
 	inHandler, handed, settledHanded atomic.Int64
+	streamsLost                      atomic.Uint64 // settled by a Streams Hold
 
 	mu      sync.Mutex
 	lastErr error // a handler's panic

@@ -1,21 +1,293 @@
 package pubsubflow
 
 import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
 	"github.com/reugn/go-streams"
 
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/pipeline"
+	"github.com/pubsubflow/pubsubflow/sink"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
+// DefaultStreamsHold is StreamsOptions.Hold's default: longer than the
+// windows and batch intervals a stream graph commonly holds messages in
+// (seconds, up to a minute), so a working graph's messages are not settled
+// under it; and short next to the lease's MaxExtension (an hour), so a
+// message a graph dropped holds its flow permit for a minute, not until
+// its lease ends or the subscriber shuts down.
+const DefaultStreamsHold = time.Minute
+
+// streamsWarnEvery is how often, at most, Streams logs the messages it
+// settled for a sub-graph (the Warn carries the count since the last).
+const streamsWarnEvery = time.Minute
+
+// StreamsOptions configure Streams. The zero value is the production
+// default: a message that goes into the sub-graph and has not come out a
+// minute later is nacked (redelivered: never lost), counted in
+// Stats.StreamsLost, and logged.
+type StreamsOptions struct {
+	// Name names the sub-graph in the log (default: the file and line of
+	// the Streams call).
+	Name string
+	// Hold is the longest a message may stay inside the sub-graph without
+	// coming out (default DefaultStreamsHold): then it is settled with
+	// Lost. Messages that went in close together are settled together, so
+	// each is settled between 7/8 Hold and Hold after it went in. Set it
+	// above the longest a window or batch of the graph holds a message; a
+	// graph that holds nothing on purpose (a Filter, Maps) does best with a
+	// few seconds, since what it drops holds the flow budget until then.
+	Hold time.Duration
+	// Lost is the outcome of such a message (zero: Nack, because the
+	// library cannot tell a message the graph dropped on purpose from one
+	// a window held too long, and a nack loses neither). Ack when the
+	// graph drops what it does not want (a go-streams Filter): the message
+	// was processed, the server forgets it. Nack, or NackAfter, when a
+	// message the graph did not let out must be tried again; a graph that
+	// drops it every time then gets it back every Hold, for ever (bound
+	// that with a dead-letter topic). NoOp lets its deadline pass.
+	Lost Outcome
+	// NackDelay is the delay of a NackAfter Lost, 0–600 s.
+	NackDelay time.Duration
+	// Logger receives the Warns (nil: the Logger of the messages'
+	// Subscriber if it has one, else slog.Default()).
+	Logger *slog.Logger
+}
+
+// Validate reports a bad option, naming it.
+func (o StreamsOptions) Validate() error {
+	var errs []error
+	if o.Hold < 0 {
+		errs = append(errs, fmt.Errorf("pubsubflow: StreamsOptions.Hold %v: want > 0 (0 = default %v)", o.Hold, DefaultStreamsHold))
+	}
+	switch o.Lost {
+	case 0, Ack, Nack, NackAfter, NoOp:
+	default:
+		errs = append(errs, fmt.Errorf("pubsubflow: StreamsOptions.Lost %v: want ack, nack, nack-after or no-op", o.Lost))
+	}
+	if o.NackDelay < 0 || o.NackDelay > 600*time.Second {
+		errs = append(errs, fmt.Errorf("pubsubflow: StreamsOptions.NackDelay %v: want 0–600s", o.NackDelay))
+	}
+	return errors.Join(errs...)
+}
+
 // Streams embeds a go-streams sub-graph (fan-out, filters, windows…)
-// between a Subscriber's stages, for *Message elements. A message that the
-// graph drops instead of passing on (a go-streams Filter, a window at
-// shutdown) does not vanish: when the sub-graph closes it is nacked, so the
-// server redelivers it. Until then its lease keeps being extended (up to
-// the max extension); filter with pipeline.Filter, which nacks at once,
-// where that matters.
-func Streams(build func(g *stage.Group, in streams.Source) streams.Outlet) stage.Flow[*Message, *Message] {
+// between a Subscriber's stages, for *Message elements; build is as in
+// pipeline.Streams. Its outlet must emit *Message (flatten a window's or
+// a batch's slices with a go-streams Flatten); another type ends the
+// pipeline at once with a *pipeline.TypeError, the other stages stop and
+// what was handed out is nacked.
+//
+// A message that goes in and does not come out — a go-streams Filter
+// dropped it, a window holds it — is never held silently: Hold after it
+// went in it is settled with the Lost outcome (see StreamsOptions),
+// counted in the Subscriber's Stats.StreamsLost, and logged: one Warn
+// naming the sub-graph with the count, at most once a minute. A sub-graph
+// that holds half the Subscriber's MaxOutstandingMessages or more, at
+// every check (each Hold/2) for longer than Hold, gets a Warn too: it
+// holds the budget, and the subscriber receives little else. When the
+// sub-graph closes (the pipeline ends), what is still inside is nacked.
+// To drop messages on purpose, pubsubflow.Filter settles them at once.
+// Invalid options end the pipeline with the error of Validate.
+func Streams(build func(g *stage.Group, in streams.Source) streams.Outlet, opt StreamsOptions) stage.Flow[*Message, *Message] {
+	if err := opt.Validate(); err != nil {
+		return failing(err)
+	}
+	if opt.Name == "" {
+		opt.Name = "go-streams sub-graph"
+		if _, file, line, ok := runtime.Caller(1); ok {
+			opt.Name = fmt.Sprintf("go-streams sub-graph at %s:%d", filepath.Base(file), line)
+		}
+	}
+	if opt.Hold == 0 {
+		opt.Hold = DefaultStreamsHold
+	}
+	if opt.Lost == 0 {
+		opt.Lost = Nack
+	}
+	w := &graphWatch{opt: opt}
 	return pipeline.Streams[*Message, *Message](build, pipeline.StreamsOptions[*Message]{
-		Lost: func(m *Message) { m.Nack() },
+		Lost:  func(m *Message) { m.Nack() },
+		Hold:  opt.Hold,
+		Late:  w.late,
+		Watch: w.watch,
 	})
+}
+
+// failing is a flow that ends its pipeline with err.
+func failing(err error) stage.Flow[*Message, *Message] {
+	return stage.FlowFunc[*Message, *Message](func(g *stage.Group, _ <-chan *Message) <-chan *Message {
+		g.Fail(err)
+		out := make(chan *Message)
+		close(out)
+		return out
+	})
+}
+
+// graphWatch settles, counts and logs what one Streams sub-graph held too
+// long, over every run of its flow.
+type graphWatch struct {
+	opt StreamsOptions
+
+	mu        sync.Mutex
+	unlogged  int       // settled since the last Warn
+	lastWarn  time.Time // zero: none yet
+	crowdFrom time.Time // first check that found the graph crowded; zero: not crowded
+	crowdSaid bool      // this crowding was logged
+	// owner and subscription of the messages last settled, for the Warn.
+	owner        *Subscriber
+	subscription string
+}
+
+// late settles the messages that have been inside for Hold.
+func (w *graphWatch) late(ms []*Message) {
+	n := 0
+	for _, m := range ms {
+		if sink.Settle(m, w.opt.Lost, w.opt.NackDelay) {
+			n++
+		}
+	}
+	owner := ownerOf(ms[0])
+	if owner != nil {
+		owner.c.streamsLost.Add(uint64(n))
+	}
+	w.mu.Lock()
+	w.unlogged += n
+	w.owner, w.subscription = owner, ms[0].Subscription
+	w.mu.Unlock()
+	w.flush()
+}
+
+// flush logs the messages settled since the last Warn, unless a Warn
+// went out less than streamsWarnEvery ago (the count then waits for a
+// later sweep or check).
+func (w *graphWatch) flush() {
+	w.mu.Lock()
+	now := time.Now()
+	if w.unlogged == 0 || !w.lastWarn.IsZero() && now.Sub(w.lastWarn) < streamsWarnEvery {
+		w.mu.Unlock()
+		return
+	}
+	count, owner, subscription := w.unlogged, w.owner, w.subscription
+	w.unlogged, w.lastWarn = 0, now
+	w.mu.Unlock()
+	w.logger(owner).Warn("pubsubflow: messages went into a go-streams sub-graph and did not come out within its Hold; settled (set StreamsOptions.Lost to ack what the graph drops on purpose, or Hold above its windows)",
+		"graph", w.opt.Name, "count", count, "hold", w.opt.Hold, "outcome", w.opt.Lost, "subscription", subscription)
+}
+
+// watch logs, once per spell, a graph that has held half the budget or
+// more at every check for longer than Hold, and the settled messages a
+// Warn has not counted yet.
+func (w *graphWatch) watch(inside int, oldest *Message) {
+	var owner *Subscriber
+	if oldest != nil {
+		owner = ownerOf(oldest)
+	}
+	limit := int64(0)
+	if owner != nil {
+		limit = owner.fc.MaxMessages()
+	}
+	crowded := limit > 0 && int64(inside)*2 >= limit
+	now := time.Now()
+	w.mu.Lock()
+	switch {
+	case !crowded:
+		w.crowdFrom, w.crowdSaid = time.Time{}, false
+	case w.crowdFrom.IsZero():
+		w.crowdFrom = now
+	}
+	say := crowded && !w.crowdSaid && now.Sub(w.crowdFrom) > w.opt.Hold
+	if say {
+		w.crowdSaid = true
+	}
+	w.mu.Unlock()
+	if say {
+		w.logger(owner).Warn("pubsubflow: a go-streams sub-graph has held half the flow budget or more for longer than its Hold; the subscriber receives little else",
+			"graph", w.opt.Name, "inside", inside, "max_outstanding_messages", limit, "hold", w.opt.Hold, "subscription", oldest.Subscription)
+	}
+	w.flush() // a count held back by the rate limit
+}
+
+func (w *graphWatch) logger(owner *Subscriber) *slog.Logger {
+	switch {
+	case w.opt.Logger != nil:
+		return w.opt.Logger
+	case owner != nil && owner.cfg.Logger != nil:
+		return owner.cfg.Logger
+	}
+	return slog.Default()
+}
+
+// owners maps a Subscriber's settle path (the one all its messages are
+// bound to) to the Subscriber, so that Streams, which any pipeline may
+// use, counts and logs what it settles in that Subscriber's name.
+var owners sync.Map
+
+// ownership is a Subscriber's entry in owners.
+type ownership struct {
+	once sync.Once
+	path atomic.Pointer[message.Path]
+}
+
+// own records s as the owner of m's settle path (on its first message).
+func (s *Subscriber) own(m *Message) {
+	s.owned.once.Do(func() {
+		p := message.Of(m).Path
+		if p == nil {
+			return
+		}
+		s.owned.path.Store(&p)
+		owners.Store(p, s)
+	})
+}
+
+// disown removes s from owners when it closes.
+func (s *Subscriber) disown() {
+	if p := s.owned.path.Load(); p != nil {
+		owners.Delete(*p)
+	}
+}
+
+// ownerOf is the Subscriber m came from, or nil (a hand-built chain).
+func ownerOf(m *Message) *Subscriber {
+	p := message.Of(m).Path
+	if p == nil {
+		return nil
+	}
+	if s, ok := owners.Load(p); ok {
+		return s.(*Subscriber)
+	}
+	return nil
+}
+
+// Filter is the message filter: it passes on the messages keep reports
+// true for and settles every other one at once with drop, which says what
+// the drop means and must be one of:
+//
+//   - Ack: processed, not wanted; the server forgets the message.
+//   - Nack: try again. The server redelivers it at once, and if keep
+//     refuses it again it is nacked again: a message keep always refuses
+//     goes round as fast as the stream carries it, for ever (a nack loop).
+//     Nack only what keep may accept later, and bound it with a
+//     dead-letter topic (max delivery attempts) on the subscription; to
+//     try again later, use pipeline.Filter with m.NackAfter(d).
+//   - NoOp: send nothing; the server redelivers the message when its
+//     deadline passes.
+//
+// Any other drop ends the pipeline with an error, at once.
+func Filter(keep func(*Message) bool, drop Outcome) stage.Flow[*Message, *Message] {
+	switch drop {
+	case Ack, Nack, NoOp:
+	default:
+		return failing(fmt.Errorf("pubsubflow: Filter: drop %v: want ack (not wanted), nack (try again) or no-op", drop))
+	}
+	return pipeline.Filter(keep, func(m *Message) { sink.Settle(m, drop, 0) })
 }

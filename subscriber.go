@@ -48,6 +48,7 @@ type Subscriber struct {
 	tracing *subTracer // nil unless TracerProvider is set
 	c       counters
 	ordered bool
+	owned   ownership // the entry that lets Streams find the subscriber
 
 	life *lifecycle
 }
@@ -220,6 +221,7 @@ func (s *Subscriber) Stats() Stats {
 		EmptyAckIDs:      ss.EmptyAckIDs,
 		DuplicateAckIDs:  ss.DuplicateAckIDs,
 		MissingMessages:  ss.MissingMessages,
+		StreamsLost:      s.c.streamsLost.Load(),
 		AckDeadline:      es.Deadline,
 		LastError:        last,
 	}

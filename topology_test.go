@@ -35,7 +35,7 @@ func TestGoStreamsFanOutIntoOneAcknowledge(t *testing.T) {
 	topology := Streams(func(g *stage.Group, in streams.Source) streams.Outlet {
 		br := gsflow.RoundRobin(in, 2)
 		return gsflow.Merge(br[0].Via(pipeline.NewStreamsFlow(g, branch(&a))), br[1].Via(pipeline.NewStreamsFlow(g, branch(&b))))
-	})
+	}, StreamsOptions{})
 	done := make(chan error, 1)
 	go func() { done <- pipeline.From(s.Source()).Via(topology).To(s.Acknowledge()) }()
 	waitFor(t, "1000 acks", 30*time.Second, func() bool { return e.srv.SubscriptionStats(e.sub).Acked == 1000 })
@@ -66,7 +66,7 @@ func TestGoStreamsFilterNacksDropped(t *testing.T) {
 			n, _ := strconv.Atoi(string(m.Data))
 			return n%2 == 0
 		}, 1))
-	})
+	}, StreamsOptions{})
 	done := make(chan error, 1)
 	go func() { done <- pipeline.From(s.Source()).Via(topology).To(s.Acknowledge()) }()
 	waitFor(t, "50 acks", 30*time.Second, func() bool { return e.srv.SubscriptionStats(e.sub).Acked >= 50 })

@@ -197,7 +197,7 @@ func trkFused(ctx context.Context, src *source.Source, ext *Extender) pipeline.P
 // trkStage runs EagerTrack as a standalone eager stage right behind the
 // source (a pass-through in between keeps it from being fused).
 func trkStage(ctx context.Context, src *source.Source, ext *Extender) pipeline.Pipeline[*source.Message] {
-	pass := pipeline.Filter(func(*source.Message) bool { return true }, nil)
+	pass := pipeline.Filter(func(*source.Message) bool { return true }, func(m *source.Message) { m.Nack() })
 	return pipeline.FromContext(ctx, src).Via(pass, EagerTrack(ext, 0))
 }
 

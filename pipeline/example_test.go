@@ -13,7 +13,7 @@ import (
 )
 
 func ExampleFrom() {
-	odd := pipeline.Filter(func(v int) bool { return v%2 == 1 }, nil)
+	odd := pipeline.Filter(func(v int) bool { return v%2 == 1 }, func(int) {}) // an even number means nothing here
 	sum := 0
 	err := pipeline.From(pipeline.Slice(1, 2, 3, 5)).Via(odd).
 		To(pipeline.ForEach(func(_ context.Context, v int) error { sum += v; return nil }))
@@ -86,7 +86,7 @@ func ExampleFromContext() {
 }
 
 // Filter drops what keep refuses, and hands each dropped element to the
-// second function (a message pipeline nacks there).
+// second function (for messages, see pubsubflow.Filter).
 func ExampleFilter() {
 	var dropped []int
 	even := pipeline.Filter(func(v int) bool { return v%2 == 0 }, func(v int) { dropped = append(dropped, v) })
@@ -123,7 +123,7 @@ func ExampleSlice() {
 // operators.
 func ExampleNewStreamsFlow() {
 	g := stage.NewGroup(context.Background())
-	aboveOne := pipeline.NewStreamsFlow(g, pipeline.Filter(func(v int) bool { return v > 1 }, nil))
+	aboveOne := pipeline.NewStreamsFlow(g, pipeline.Filter(func(v int) bool { return v > 1 }, func(int) {}))
 	var sum atomic.Int64
 	sink := pipeline.NewStreamsSink(g, pipeline.ForEach(func(_ context.Context, v int) error { sum.Add(int64(v)); return nil }))
 	pipeline.NewStreamsSource(g, pipeline.Slice(1, 2, 3)).Via(aboveOne).To(sink)

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 
 	"github.com/pubsubflow/pubsubflow/stage"
 )
@@ -41,11 +42,20 @@ func ForEach[T any](f func(context.Context, T) error) stage.Sink[T] {
 }
 
 // Filter is a flow that keeps the elements for which keep returns true and
-// hands every other element to dropped (if not nil), so nothing vanishes
-// silently.
+// hands every other element to dropped, which is required: a Filter with
+// a nil dropped ends the pipeline with an error at once, so nothing it
+// drops can vanish. For messages, dropped says what the drop means
+// (pubsubflow.Filter takes the outcome itself): m.Ack() — processed, not
+// wanted; m.Nack() — try again, redelivered at once, and if keep refuses
+// it again, nacked again, for ever; m.NackAfter(d) — try again after d.
 func Filter[T any](keep func(T) bool, dropped func(T)) stage.Flow[T, T] {
 	return stage.FlowFunc[T, T](func(g *stage.Group, in <-chan T) <-chan T {
 		out := make(chan T)
+		if keep == nil || dropped == nil {
+			g.Fail(errors.New("pipeline: Filter needs keep and dropped (dropped says what a dropped element means)"))
+			close(out)
+			return out
+		}
 		g.Go(func(ctx context.Context) error {
 			defer close(out)
 			for {
@@ -54,9 +64,7 @@ func Filter[T any](keep func(T) bool, dropped func(T)) stage.Flow[T, T] {
 					return nil
 				}
 				if !keep(v) {
-					if dropped != nil {
-						dropped(v)
-					}
+					dropped(v)
 					continue
 				}
 				if !stage.Send(ctx, out, v) {

@@ -1,10 +1,12 @@
 package pipeline
 
 import (
+	"container/list"
 	"context"
 	"fmt"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/reugn/go-streams"
 	gsflow "github.com/reugn/go-streams/flow"
@@ -91,26 +93,43 @@ type StreamsOptions[In any] struct {
 	// type, or arriving after cancellation.
 	Dropped func(v any)
 	// Lost receives, when the sub-graph has closed, every element that went
-	// in and never came out (filtered, or held by a window at shutdown).
-	// It applies only when In is a pointer type and the sub-graph's output
-	// type is In; a message pipeline uses it to nack what a foreign
-	// operator dropped instead of letting it vanish.
+	// in and never came out (filtered, or held by a window at shutdown),
+	// and that Late did not get. Lost, Late and Watch apply only when In is
+	// a pointer type and the sub-graph's output type is In (elements are
+	// told apart by identity); a message pipeline uses them to settle what
+	// a foreign operator dropped instead of letting it vanish.
 	Lost func(v In)
+	// Hold, with Late, bounds how long an element may stay inside: Late
+	// receives, in one call per sweep, the elements that have been inside
+	// for Hold, and they are forgotten (one that comes out later still
+	// passes on). A sweep runs when the oldest element inside reaches Hold
+	// and takes with it those that went in up to Hold/8 after it, so a
+	// burst is handed over at once: each element between 7/8 Hold and Hold
+	// after it went in. Zero: Late is never called.
+	Hold time.Duration
+	Late func(vs []In)
+	// Watch, if set (with Hold), is called every Hold/2 while the
+	// sub-graph runs, with the number of elements inside and the oldest of
+	// them (the zero In when none is).
+	Watch func(inside int, oldest In)
 }
 
 // Streams embeds a go-streams sub-graph as one flow of ours. build receives
 // the group the flow runs in (for NewStreamsFlow adapters of our own stages
 // inside the graph) and the input as a streams.Source, and returns the
-// graph's outlet. Elements of the wrong type end the pipeline with a
-// *TypeError.
+// graph's outlet. An element of the wrong type ends the pipeline at once
+// with a *TypeError: the other stages are cancelled.
 func Streams[In, Out any](build func(g *stage.Group, in streams.Source) streams.Outlet, opt StreamsOptions[In]) stage.Flow[In, Out] {
-	track := opt.Lost != nil && reflect.TypeFor[In]().Kind() == reflect.Pointer &&
-		reflect.TypeFor[In]() == reflect.TypeFor[Out]()
+	track := (opt.Lost != nil || opt.Late != nil || opt.Watch != nil) &&
+		reflect.TypeFor[In]().Kind() == reflect.Pointer && reflect.TypeFor[In]() == reflect.TypeFor[Out]()
 	return stage.FlowFunc[In, Out](func(g *stage.Group, in <-chan In) <-chan Out {
-		var inside *lossTracker[In]
+		var inside *tracker[In]
 		if track {
-			inside = newLossTracker[In]()
+			inside = newTracker(opt)
 			in = tap(g, in, inside.enter)
+			if opt.Hold > 0 && (opt.Late != nil || opt.Watch != nil) {
+				g.Go(func(ctx context.Context) error { inside.sweep(ctx); return nil })
+			}
 		}
 		src := &StreamsSource[In]{out: make(chan any)}
 		pumpOut(g, in, src.out)
@@ -124,12 +143,13 @@ func Streams[In, Out any](build func(g *stage.Group, in streams.Source) streams.
 		pumpIn(g, outlet.Out(), mid, opt.Dropped)
 		g.Go(func(ctx context.Context) error {
 			defer close(out)
-			defer inside.report(opt.Lost)
+			defer inside.close()
 			for v := range mid {
 				inside.leave(any(v).(In))
 				select {
 				case out <- v:
 				case <-ctx.Done():
+					inside.lost(any(v).(In)) // out of the graph, but not passed on
 				}
 			}
 			return nil
@@ -138,39 +158,158 @@ func Streams[In, Out any](build func(g *stage.Group, in streams.Source) streams.
 	})
 }
 
-// lossTracker records, by identity, the elements inside a sub-graph. Entry
-// and exit run on two goroutines, hence the mutex.
-type lossTracker[T any] struct {
+// tracker records, by identity and in the order they went in, the
+// elements inside a sub-graph. Entry, exit and the sweeps run on three
+// goroutines, hence the mutex.
+type tracker[T any] struct {
+	opt StreamsOptions[T]
+
 	mu     sync.Mutex
-	inside map[any]struct{}
+	inside map[any]*list.Element // of entry[T], in order
+	order  list.List
+	closed bool          // close ran: what enters now is lost at once
+	done   chan struct{} // closed by close: the sweeps end
 }
 
-func newLossTracker[T any]() *lossTracker[T] { return &lossTracker[T]{inside: map[any]struct{}{}} }
+type entry[T any] struct {
+	v  T
+	at time.Time
+}
 
-func (l *lossTracker[T]) enter(v T) {
-	l.mu.Lock()
-	l.inside[v] = struct{}{}
-	l.mu.Unlock()
+func newTracker[T any](opt StreamsOptions[T]) *tracker[T] {
+	return &tracker[T]{opt: opt, inside: map[any]*list.Element{}, done: make(chan struct{})}
+}
+
+// enter records v; after close (the graph has ended, v can never come
+// out) it hands v to Lost instead.
+func (t *tracker[T]) enter(v T) {
+	t.mu.Lock()
+	closed := t.closed
+	if _, ok := t.inside[v]; !ok && !closed {
+		t.inside[v] = t.order.PushBack(entry[T]{v, time.Now()})
+	}
+	t.mu.Unlock()
+	if closed {
+		t.lost(v)
+	}
+}
+
+// lost hands v to Lost, if set.
+func (t *tracker[T]) lost(v T) {
+	if t.opt.Lost != nil {
+		t.opt.Lost(v)
+	}
 }
 
 // leave forgets v on its first way out; a fanned-out copy is not a loss.
-func (l *lossTracker[T]) leave(v T) {
-	l.mu.Lock()
-	delete(l.inside, v)
-	l.mu.Unlock()
+func (t *tracker[T]) leave(v T) {
+	t.mu.Lock()
+	if e, ok := t.inside[v]; ok {
+		t.order.Remove(e)
+		delete(t.inside, v)
+	}
+	t.mu.Unlock()
 }
 
-func (l *lossTracker[T]) report(lost func(T)) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for v := range l.inside {
-		lost(v.(T))
+// close ends the sweeps and hands what is still inside to Lost.
+func (t *tracker[T]) close() {
+	close(t.done)
+	t.mu.Lock()
+	t.closed = true
+	left := t.takeLocked(func(entry[T]) bool { return true })
+	t.mu.Unlock()
+	for _, v := range left {
+		t.lost(v)
 	}
+}
+
+// takeLocked removes and returns the oldest elements while ok says so.
+func (t *tracker[T]) takeLocked(ok func(entry[T]) bool) []T {
+	var vs []T
+	for e := t.order.Front(); e != nil && ok(e.Value.(entry[T])); e = t.order.Front() {
+		en := t.order.Remove(e).(entry[T])
+		delete(t.inside, en.v)
+		vs = append(vs, en.v)
+	}
+	return vs
+}
+
+// sweep hands Late the elements inside for Hold, and calls Watch every
+// Hold/2, until close or ctx ends (build may panic: then close never
+// runs). It wakes at least every Hold/2, so an element that
+// goes in while it waits is swept in time: its Hold ends after that.
+func (t *tracker[T]) sweep(ctx context.Context) {
+	hold := t.opt.Hold
+	timer := time.NewTimer(hold / 2)
+	defer timer.Stop()
+	tick := time.Now().Add(hold / 2)
+	for {
+		select {
+		case <-timer.C:
+		case <-t.done:
+			return
+		case <-ctx.Done():
+			return
+		}
+		now := time.Now()
+		watch := !now.Before(tick)
+		if watch {
+			tick = now.Add(hold / 2)
+		}
+		t.mu.Lock()
+		late := t.lateLocked(now)
+		next, n, oldest := tick, t.order.Len(), *new(T)
+		if f := t.order.Front(); f != nil {
+			e := f.Value.(entry[T])
+			oldest = e.v
+			if d := e.at.Add(hold); d.Before(next) {
+				next = d
+			}
+		}
+		t.mu.Unlock()
+		if len(late) > 0 && t.opt.Late != nil {
+			t.opt.Late(late)
+		}
+		if watch && t.opt.Watch != nil {
+			t.opt.Watch(n, oldest)
+		}
+		timer.Reset(max(next.Sub(time.Now()), 0))
+	}
+}
+
+// lateLocked takes the elements to hand Late at now: none unless the
+// oldest has been inside for Hold, else those that went in up to Hold/8
+// after it.
+func (t *tracker[T]) lateLocked(now time.Time) []T {
+	f := t.order.Front()
+	if f == nil {
+		return nil
+	}
+	first := f.Value.(entry[T]).at
+	if first.Add(t.opt.Hold).After(now) {
+		return nil
+	}
+	cut := first.Add(t.opt.Hold / 8)
+	return t.takeLocked(func(e entry[T]) bool { return !e.at.After(cut) })
 }
 
 // tap calls f for each element on its way through.
 func tap[T any](g *stage.Group, in <-chan T, f func(T)) <-chan T {
-	return Filter(func(v T) bool { f(v); return true }, nil).Run(g, in)
+	out := make(chan T)
+	g.Go(func(ctx context.Context) error {
+		defer close(out)
+		for {
+			v, ok := stage.Recv(ctx, in)
+			if !ok {
+				return nil
+			}
+			f(v) // before the graph can see it (and let it out)
+			if !stage.Send(ctx, out, v) {
+				return nil
+			}
+		}
+	})
+	return out
 }
 
 // StreamsSource adapts one of our sources (or a typed channel) to

@@ -114,7 +114,7 @@ func ExampleSource_fanOut() {
 			return m
 		}, 1))
 		return gsflow.Merge(orderBranch, eventBranch)
-	})
+	}, pubsubflow.StreamsOptions{})
 
 	err = pipeline.From(src).
 		Via(flow.EagerTrack(ext, 0), flow.FlowGate(flow.NewFlowControl(10, 0)), fanOut).

@@ -154,7 +154,7 @@ func (t *topology) flow() stage.Flow[*pubsubflow.Message, *pubsubflow.Message] {
 		orders := branches[0].Via(pipeline.NewStreamsFlow(g, operators.ParallelMap(4, t.order)))
 		events := branches[1].Via(gsflow.NewMap(t.event, 1))
 		return gsflow.Merge(orders, events)
-	})
+	}, pubsubflow.StreamsOptions{})
 }
 
 // order is the orders branch: an amount in cents, or a nack.

@@ -84,7 +84,7 @@ func quickstart(ctx context.Context) error {
 	fanOut := pubsubflow.Streams(func(g *stage.Group, in streams.Source) streams.Outlet {
 		br := gsflow.RoundRobin(in, 2) // gsflow: github.com/reugn/go-streams/flow
 		return gsflow.Merge(br[0].Via(pipeline.NewStreamsFlow(g, a)), br[1].Via(pipeline.NewStreamsFlow(g, b)))
-	})
+	}, pubsubflow.StreamsOptions{})
 	err = pipeline.From(sub.Source()).Via(fanOut).To(sub.Acknowledge())
 	return err
 }
