@@ -2,7 +2,9 @@ package publisher
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +19,7 @@ import (
 )
 
 // Publisher publishes to one topic through a batching worker. Make it with
-// New or NewFromClient and stop it with Close; its methods are safe for
+// Dial, New or NewFromClient and stop it with Close; its methods are safe for
 // concurrent use.
 type Publisher struct {
 	client     pubsubpb.PublisherClient
@@ -61,6 +63,8 @@ type Publisher struct {
 	stats counters
 
 	tracing *pubTracer // nil unless Config.TracerProvider is set
+
+	conn io.Closer // the connection Dial made, closed by Shutdown; nil from New
 }
 
 type counters struct {
@@ -410,12 +414,12 @@ func (p *Publisher) Flush(ctx context.Context) error {
 // Close is Shutdown without a deadline: it refuses new messages, flushes
 // everything (each batch within its RetryDeadline), and stops every
 // goroutine the Publisher started. Later calls return the first one's
-// result. It does not close the connection.
+// result. It closes the connection only when Dial made it.
 func (p *Publisher) Close() error { return p.Shutdown(context.Background()) }
 
 // Shutdown refuses new messages (they fail with ErrClosed, as do Publish
-// calls blocked on flow control), flushes everything and stops every
-// goroutine the Publisher started. If ctx is done first, RPCs in flight
+// calls blocked on flow control), flushes everything, stops every
+// goroutine the Publisher started and closes the connection Dial made. If ctx is done first, RPCs in flight
 // and retries are abandoned, the messages not yet published fail, and
 // Shutdown returns ctx's error once every goroutine has exited.
 func (p *Publisher) Shutdown(ctx context.Context) error {
@@ -432,6 +436,9 @@ func (p *Publisher) Shutdown(ctx context.Context) error {
 		close(p.stop)
 		p.wg.Wait()
 		p.cancel()
+		if p.conn != nil {
+			err = errors.Join(err, p.conn.Close())
+		}
 		p.closeErr = err
 	})
 	return p.closeErr

@@ -1,4 +1,4 @@
-package pubsubflow
+package connect
 
 import (
 	"context"
@@ -17,8 +17,8 @@ import (
 // connection with pubsubpb.NewSubscriberClient or NewPublisherClient.
 // It raises gRPC's receive limit to 20 MiB per message (gRPC's default,
 // 4 MiB, is below the 10 MB messages the service delivers);
-// ConnectOptions.DialOptions, applied last, may change that.
-func Dial(ctx context.Context, o ConnectOptions) (*grpc.ClientConn, error) {
+// Options.DialOptions, applied last, may change that.
+func Dial(ctx context.Context, o Options) (*grpc.ClientConn, error) {
 	opts, target, err := dialOptions(ctx, o)
 	if err != nil {
 		return nil, err
@@ -32,9 +32,9 @@ func Dial(ctx context.Context, o ConnectOptions) (*grpc.ClientConn, error) {
 
 // dialOptions returns the target and the gRPC dial options Dial would use,
 // for callers that build their connection themselves. They accept received
-// messages up to maxReceiveMessageSize; ConnectOptions.DialOptions come last and
+// messages up to maxReceiveMessageSize; Options.DialOptions come last and
 // may change that.
-func dialOptions(ctx context.Context, o ConnectOptions) ([]grpc.DialOption, string, error) {
+func dialOptions(ctx context.Context, o Options) ([]grpc.DialOption, string, error) {
 	if err := o.Validate(); err != nil {
 		return nil, "", err
 	}

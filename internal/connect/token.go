@@ -1,4 +1,4 @@
-package pubsubflow
+package connect
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package pubsubflow
+package connect
 
 import (
 	"context"
@@ -31,28 +31,28 @@ const testSub = "projects/p/subscriptions/sub"
 
 func TestResolveEndpoint(t *testing.T) {
 	t.Setenv(EmulatorHostEnv, "")
-	if r := (ConnectOptions{}).resolve(); r.target != DefaultEndpoint || r.insecure {
+	if r := (Options{}).resolve(); r.target != DefaultEndpoint || r.insecure {
 		t.Fatalf("default: got %+v, want TLS to %s", r, DefaultEndpoint)
 	}
 	t.Setenv(EmulatorHostEnv, "localhost:8085")
-	if r := (ConnectOptions{}).resolve(); r.target != "localhost:8085" || !r.insecure {
+	if r := (Options{}).resolve(); r.target != "localhost:8085" || !r.insecure {
 		t.Fatalf("emulator: got %+v, want plaintext to localhost:8085", r)
 	}
 	// An explicit endpoint wins over the emulator and keeps its own security.
-	if r := (ConnectOptions{Endpoint: "example.com:443"}).resolve(); r.target != "example.com:443" || r.insecure {
+	if r := (Options{Endpoint: "example.com:443"}).resolve(); r.target != "example.com:443" || r.insecure {
 		t.Fatalf("explicit: got %+v", r)
 	}
 }
 
 func TestValidate(t *testing.T) {
 	ts := oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "x"})
-	if err := (ConnectOptions{Insecure: true, TokenSource: ts}).Validate(); err == nil {
+	if err := (Options{Insecure: true, TokenSource: ts}).Validate(); err == nil {
 		t.Fatal("Insecure with TokenSource: want an error")
 	}
-	if err := (ConnectOptions{UnaryInterceptors: []grpc.UnaryClientInterceptor{nil}}).Validate(); err == nil {
+	if err := (Options{UnaryInterceptors: []grpc.UnaryClientInterceptor{nil}}).Validate(); err == nil {
 		t.Fatal("nil interceptor: want an error")
 	}
-	if err := (ConnectOptions{}).Validate(); err != nil {
+	if err := (Options{}).Validate(); err != nil {
 		t.Fatalf("zero options: %v", err)
 	}
 }
@@ -64,7 +64,7 @@ func TestDialTLSTokenRoutingInterceptors(t *testing.T) {
 	cert, pool := selfSigned(t)
 	echo, addr := startEcho(t, cert)
 	var unary, stream atomic.Int32
-	cc, err := Dial(context.Background(), ConnectOptions{
+	cc, err := Dial(context.Background(), Options{
 		Endpoint:    addr,
 		TokenSource: oauth2.StaticTokenSource(&oauth2.Token{AccessToken: "tok-123", TokenType: "Bearer"}),
 		UserAgent:   "ua-test",
@@ -117,7 +117,7 @@ func TestDialEmulatorPlaintext(t *testing.T) {
 	echo, addr := startEcho(t, nil)
 	t.Setenv(EmulatorHostEnv, addr)
 	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", filepath.Join(t.TempDir(), "absent.json")) // ADC must not be consulted
-	cc, err := Dial(context.Background(), ConnectOptions{})
+	cc, err := Dial(context.Background(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestDialADC(t *testing.T) {
 
 	cert, pool := selfSigned(t)
 	echo, addr := startEcho(t, cert)
-	cc, err := Dial(context.Background(), ConnectOptions{
+	cc, err := Dial(context.Background(), Options{
 		Endpoint:    addr,
 		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool}))},
 	})
@@ -189,7 +189,7 @@ func TestADCRefreshAfterUnauthenticated(t *testing.T) {
 	cert, pool := selfSigned(t)
 	echo, addr := startEcho(t, cert)
 	echo.reject = 1
-	cc, err := Dial(context.Background(), ConnectOptions{
+	cc, err := Dial(context.Background(), Options{
 		Endpoint:    addr,
 		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool}))},
 	})
@@ -230,7 +230,7 @@ func TestADCRefreshAfterUnauthenticated(t *testing.T) {
 func TestDialADCMissing(t *testing.T) {
 	t.Setenv(EmulatorHostEnv, "")
 	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", filepath.Join(t.TempDir(), "absent.json"))
-	if _, err := Dial(context.Background(), ConnectOptions{}); err == nil || !strings.Contains(err.Error(), "application default credentials") {
+	if _, err := Dial(context.Background(), Options{}); err == nil || !strings.Contains(err.Error(), "application default credentials") {
 		t.Fatalf("err = %v, want an application default credentials error", err)
 	}
 }
