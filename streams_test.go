@@ -132,32 +132,3 @@ func TestStreamsOptionsErrors(t *testing.T) {
 		}
 	}
 }
-
-// TestFilterSettlesDropsAtOnce: Filter settles what keep refuses with its
-// drop outcome as it drops it; an outcome that is not Ack, Nack or NoOp
-// is an error.
-func TestFilterSettlesDropsAtOnce(t *testing.T) {
-	e := newEnv(t)
-	e.publish(t, 100, nil)
-	s := e.subscriber(t, SubscriberConfig{MaxOutstandingMessages: 10})
-	odd := Filter(func(m *Message) bool {
-		i, _ := strconv.Atoi(string(m.Data))
-		return i%2 == 1
-	}, Ack)
-	done := make(chan error, 1)
-	go func() { done <- pipeline.From(s.Source()).Via(odd).To(s.Acknowledge()) }()
-	waitFor(t, "100 acks", 30*time.Second, func() bool { return e.srv.SubscriptionStats(e.sub).Acked == 100 })
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	for _, bad := range []Outcome{0, NackAfter, Outcome(42)} {
-		err := pipeline.From(pipeline.Slice[*Message]()).Via(Filter(func(*Message) bool { return true }, bad)).
-			To(pipeline.ForEach(func(context.Context, *Message) error { return nil }))
-		if err == nil || !strings.Contains(err.Error(), "Filter: drop") {
-			t.Errorf("drop %v: got %v", bad, err)
-		}
-	}
-}

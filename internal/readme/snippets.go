@@ -81,6 +81,11 @@ func quickstart(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	orders := pubsubflow.Filter(func(m *pubsubflow.Message) bool { return m.Attributes["type"] == "order" }, pubsubflow.Ack)
+	err = pipeline.From(sub.Source()).Via(orders).To(sub.Acknowledge())
+	if err != nil {
+		return err
+	}
 	fanOut := pubsubflow.Streams(func(g *stage.Group, in streams.Source) streams.Outlet {
 		br := gsflow.RoundRobin(in, 2) // gsflow: github.com/reugn/go-streams/flow
 		return gsflow.Merge(br[0].Via(pipeline.NewStreamsFlow(g, a)), br[1].Via(pipeline.NewStreamsFlow(g, b)))
