@@ -83,7 +83,7 @@
 //
 // Tests read counters (SubscriptionStats, MessageStats, MethodStats,
 // Streams) and inject faults (FailNext, FailNextAckIDs, SetLatency,
-// KillStreams, StallStreams, Restart).
+// StallEvery, KillStreams, StallStreams, Restart).
 //
 // A Server starts no package-level goroutine and shares no state; Close
 // stops every goroutine it started. Its lock is never held across a send,

@@ -19,6 +19,12 @@ type methodState struct {
 	failN    int
 	failCode codes.Code
 	latency  time.Duration
+
+	// stallEvery > 0 holds back the answer of every stallEvery-th call
+	// (counted by stallSeen since StallEvery) for stallFor.
+	stallEvery int
+	stallSeen  int
+	stallFor   time.Duration
 }
 
 func (m *methodState) noteRequest(size int) {
@@ -42,20 +48,35 @@ func shortMethod(full string) string {
 	return full[strings.LastIndexByte(full, '/')+1:]
 }
 
-// beginCall counts a call and takes the faults injected for it: the
-// latency to add and the error to fail with (nil: none).
-func (s *Server) beginCall(method string) (time.Duration, error) {
+// callFaults are the faults injected into one call: the latency to add
+// before it runs, the error to fail with instead (nil: none), and how long
+// to hold back its answer after it ran.
+type callFaults struct {
+	latency time.Duration
+	fail    error
+	stall   time.Duration
+}
+
+// beginCall counts a call and takes the faults injected for it.
+func (s *Server) beginCall(method string) callFaults {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.methodLocked(method)
 	m.stats.Calls++
-	var err error
+	f := callFaults{latency: m.latency}
 	if m.failN > 0 {
 		m.failN--
 		m.stats.Injected++
-		err = status.Error(m.failCode, "pubsubtest: injected fault")
+		f.fail = status.Error(m.failCode, "pubsubtest: injected fault")
 	}
-	return m.latency, err
+	if m.stallEvery > 0 {
+		m.stallSeen++
+		if m.stallSeen%m.stallEvery == 0 {
+			m.stats.Stalled++
+			f.stall = m.stallFor
+		}
+	}
+	return f
 }
 
 func (s *Server) endCall(method string, err error) {
@@ -88,21 +109,35 @@ func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 }
 
 // runCall applies the injected latency, then the injected failure, then
-// runs the call.
+// runs the call and holds back its answer when it is stalled.
 func (s *Server) runCall(ctx context.Context, method string, call func() (any, error)) (any, error) {
-	latency, fail := s.beginCall(method)
-	if latency > 0 {
-		switch err := s.waitDone(ctx, latency); {
-		case err == errClosed:
-			return nil, status.Error(codes.Unavailable, "pubsubtest: server closed")
-		case err != nil:
-			return nil, status.FromContextError(err).Err()
-		}
+	f := s.beginCall(method)
+	if err := s.pause(ctx, f.latency); err != nil {
+		return nil, err
 	}
-	if fail != nil {
-		return nil, fail
+	if f.fail != nil {
+		return nil, f.fail
 	}
-	return call()
+	resp, err := call()
+	if err := s.pause(ctx, f.stall); err != nil {
+		return nil, err // the call's effect stays, as when a reply is lost
+	}
+	return resp, err
+}
+
+// pause waits d (nothing for d ≤ 0) and returns the status to end the
+// call with when the caller cancelled or the server closed first.
+func (s *Server) pause(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	switch err := s.waitDone(ctx, d); {
+	case err == errClosed:
+		return status.Error(codes.Unavailable, "pubsubtest: server closed")
+	case err != nil:
+		return status.FromContextError(err).Err()
+	}
+	return nil
 }
 
 // FailNext makes the next n calls of method fail with code (and the
@@ -124,6 +159,21 @@ func (s *Server) SetLatency(method string, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.methodLocked(method).latency = d
+}
+
+// StallEvery holds back the answer of every k-th later call of method (the
+// k-th, 2k-th, … from now: a fraction 1/k, deterministically) for d: the
+// call runs at once, so its effect (a Publish's messages) is applied, and
+// its answer is sent only after d, as a slow service's. A stalled call
+// ends early, with the caller's cancellation or UNAVAILABLE when the
+// server closes, and its effect stays. MethodStats.Stalled counts the
+// calls stalled. k = 0 removes the fault. It is meant for unary methods
+// ("Publish", "Acknowledge", …); a stalled StreamingPull only ends late.
+func (s *Server) StallEvery(method string, k int, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.methodLocked(method)
+	m.stallEvery, m.stallSeen, m.stallFor = max(k, 0), 0, d
 }
 
 // FailNextAckIDs makes the next n ack ids received on exactly-once

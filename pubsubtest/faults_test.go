@@ -3,6 +3,7 @@ package pubsubtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -157,6 +158,56 @@ func TestSetLatency(t *testing.T) {
 		recvN(t, sp, 1)
 		if d := time.Since(start); d != 2*time.Second {
 			t.Errorf("first message after %v, want 2s", d)
+		}
+	})
+}
+
+// StallEvery holds back the answer of exactly every k-th call for its
+// duration; the call's messages are stored at once, and a caller's
+// deadline ends the stall without undoing them.
+func TestStallEvery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := bubbleFixture(t, SubscriptionConfig{})
+		ctx := context.Background()
+		f.srv.StallEvery("Publish", 3, 2*time.Second)
+		req := &pubsubpb.PublishRequest{Topic: f.topic, Messages: []*pubsubpb.PubsubMessage{{Data: []byte("x")}}}
+		var took []time.Duration
+		for range 6 {
+			start := time.Now()
+			if _, err := f.pub.Publish(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			took = append(took, time.Since(start))
+		}
+		want := []time.Duration{0, 0, 2 * time.Second, 0, 0, 2 * time.Second}
+		if fmt.Sprint(took) != fmt.Sprint(want) {
+			t.Fatalf("calls took %v, want %v", took, want)
+		}
+		if st := f.srv.MethodStats("Publish"); st.Stalled != 2 || st.Calls != 6 {
+			t.Fatalf("stats %+v, want 2 of 6 stalled", st)
+		}
+		// The 9th call stalls; its deadline ends it, its message stays.
+		for range 2 {
+			if _, err := f.pub.Publish(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		if _, err := f.pub.Publish(short, req); status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("stalled Publish with a 500 ms deadline = %v", err)
+		}
+		if got := f.srv.SubscriptionStats("sub").Published; got != 9 {
+			t.Fatalf("server has %d messages, want 9", got)
+		}
+		f.srv.StallEvery("Publish", 0, 0)
+		for range 3 {
+			if _, err := f.pub.Publish(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := f.srv.MethodStats("Publish"); st.Stalled != 3 {
+			t.Fatalf("%d stalled after the fault was removed, want 3", st.Stalled)
 		}
 	})
 }

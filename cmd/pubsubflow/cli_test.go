@@ -56,6 +56,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"emulator", "--fail", "Publish=1:BOGUS"}, `unknown status code "BOGUS"`},
 		{[]string{"emulator", "--kill-code", "OK"}, "not an error"},
 		{[]string{"emulator", "--latency", "Pull=soon"}, "bad duration"},
+		{[]string{"emulator", "--stall", "Publish=0:2s"}, "K must be a positive integer"},
+		{[]string{"emulator", "--stall", "Publish=100"}, "bad duration"},
 		{[]string{"emulator", "--min-ack-deadline", "1h"}, "--min-ack-deadline 1h0m0s: want 0–600s"},
 		{[]string{"emulator", "--max-backlog-bytes", "-1"}, "--max-backlog-bytes -1: want ≥ 0"},
 	}

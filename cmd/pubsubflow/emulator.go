@@ -34,7 +34,9 @@ service, it sets a message's delivery attempt only on subscriptions with a
 dead-letter policy. Faults can be injected: streams killed every
 --kill-streams-every with --kill-code; a method's next N calls failed
 (--fail Acknowledge=3:UNAVAILABLE); a method delayed (--latency
-Publish=200ms).`, nArgs(0, "no arguments"), func(ctx context.Context, env cliEnv, _ []string) error {
+Publish=200ms); the answer of every K-th call of a method held back
+(--stall Publish=100:2s stalls 1% of Publish calls for 2s; the call's
+messages are stored at once, as by a slow service).`, nArgs(0, "no arguments"), func(ctx context.Context, env cliEnv, _ []string) error {
 		return runEmulator(ctx, env, o)
 	})
 	fs := c.Flags()
@@ -59,6 +61,11 @@ Publish=200ms).`, nArgs(0, "no arguments"), func(ctx context.Context, env cliEnv
 		o.latencies = append(o.latencies, f)
 		return err
 	})
+	fs.Func("stall", "METHOD=K:DURATION: hold back the answer of every K-th call of METHOD for DURATION; repeatable", func(s string) error {
+		f, err := parseStall(s)
+		o.stalls = append(o.stalls, f)
+		return err
+	})
 	return c
 }
 
@@ -78,6 +85,7 @@ type emulatorOptions struct {
 	killCode        codes.Code
 	fails           []fault
 	latencies       []fault
+	stalls          []fault
 }
 
 // fault is an injected fault: what it does to the server, and the line
@@ -178,6 +186,24 @@ func parseLatency(s string) (fault, error) {
 	return fault{func(srv *pubsubtest.Server) { srv.SetLatency(method, d) }, fmt.Sprintf("every %s call is delayed %v", method, d)}, nil
 }
 
+func parseStall(s string) (fault, error) {
+	method, rest, err := methodArg(s, "K:DURATION")
+	if err != nil {
+		return fault{}, err
+	}
+	kStr, dStr, _ := strings.Cut(rest, ":")
+	k, err := strconv.Atoi(kStr)
+	if err != nil || k < 1 {
+		return fault{}, fmt.Errorf("%q: K must be a positive integer", s)
+	}
+	d, err := time.ParseDuration(dStr)
+	if err != nil || d <= 0 {
+		return fault{}, fmt.Errorf("%q: bad duration", s)
+	}
+	return fault{func(srv *pubsubtest.Server) { srv.StallEvery(method, k, d) },
+		fmt.Sprintf("1 in every %d %s calls answers after %v", k, method, d)}, nil
+}
+
 func runEmulator(ctx context.Context, env cliEnv, o emulatorOptions) error {
 	if err := o.validate(); err != nil {
 		return err
@@ -194,7 +220,7 @@ func runEmulator(ctx context.Context, env cliEnv, o emulatorOptions) error {
 	if err != nil {
 		return err
 	}
-	faults := slices.Concat(o.fails, o.latencies)
+	faults := slices.Concat(o.fails, o.latencies, o.stalls)
 	for _, f := range faults {
 		f.apply(srv)
 	}
@@ -281,6 +307,9 @@ func printEmulatorStats(w io.Writer, srv *pubsubtest.Server, start time.Time) {
 		fmt.Fprintf(&b, " %s %d", m, st.Calls)
 		if st.Errors > 0 {
 			fmt.Fprintf(&b, " (%d errors, %d injected)", st.Errors, st.Injected)
+		}
+		if st.Stalled > 0 {
+			fmt.Fprintf(&b, " (%d stalled)", st.Stalled)
 		}
 	}
 	if st := srv.MethodStats("StreamingPull"); st.Errors > 0 {

@@ -204,6 +204,41 @@ func TestEmulatorServesPublishAndTail(t *testing.T) {
 	}
 }
 
+// --stall holds back the answer of exactly every K-th Publish call (the
+// call's messages are stored at once) and says so, and the counter line
+// counts the stalled calls.
+func TestEmulatorStallFlag(t *testing.T) {
+	ctx := t.Context()
+	const stall = 300 * time.Millisecond
+	addr, out, stop := startEmulator(t, "--stall", "Publish=2:300ms")
+	if !strings.Contains(out.String(), "fault: 1 in every 2 Publish calls answers after 300ms") {
+		t.Errorf("the emulator does not say its fault:\n%s", out.String())
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pub := pubsubpb.NewPublisherClient(conn)
+	topic := "projects/p-1/topics/stalled"
+	if _, err := pub.CreateTopic(ctx, &pubsubpb.Topic{Name: topic}); err != nil {
+		t.Fatal(err)
+	}
+	req := &pubsubpb.PublishRequest{Topic: topic, Messages: []*pubsubpb.PubsubMessage{{Data: []byte("x")}}}
+	for i := 1; i <= 4; i++ {
+		start := time.Now()
+		if _, err := pub.Publish(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); i%2 == 0 && took < stall {
+			t.Errorf("call %d took %v, want at least %v", i, took, stall)
+		}
+	}
+	if code := stop(); code != exitOK || !strings.Contains(out.String(), "Publish 4 (2 stalled)") {
+		t.Fatalf("emulator exit %d, want the counters to show 2 of 4 Publish calls stalled:\n%s", code, out.String())
+	}
+}
+
 // The emulator's memory bound: with --max-backlog-bytes, Publish fails with
 // RESOURCE_EXHAUSTED once the unacknowledged messages reach it, the
 // emulator keeps serving, and every message accepted is delivered.
