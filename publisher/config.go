@@ -53,6 +53,9 @@ type Config struct {
 	EnableOrdering bool
 	// Flow bounds what is published and not yet settled.
 	Flow FlowConfig
+	// Hedging sends a duplicate of a batch whose Publish is slow (off by
+	// default; see HedgingConfig: a hedge can publish a message twice).
+	Hedging HedgingConfig
 	// RetryDeadline bounds the time spent on one batch, retries included
 	// (default 60 s). The pause before each retry is drawn at random up
 	// to a ceiling that starts at BackoffMin (default 100 ms) and doubles
@@ -114,6 +117,9 @@ func (c Config) Validate() error {
 	check(c.MaxInFlightBatches < 0, "Config.MaxInFlightBatches %d must not be negative (0: %d)", c.MaxInFlightBatches, defaultMaxInFlightBatches)
 	check(c.Flow.MaxMessages < 0, "Config.Flow.MaxMessages %d must not be negative (0: %d)", c.Flow.MaxMessages, defaultFlowMaxMessages)
 	check(c.Flow.MaxBytes < 0, "Config.Flow.MaxBytes %d must not be negative (0: %d)", c.Flow.MaxBytes, defaultFlowMaxBytes)
+	for _, msg := range c.Hedging.problems() {
+		check(true, "%s", msg)
+	}
 	check(c.RetryDeadline < 0, "Config.RetryDeadline %v must not be negative (0: %v)", c.RetryDeadline, defaultRetryDeadline)
 	check(c.BackoffMin < 0, "Config.BackoffMin %v must not be negative (0: %v)", c.BackoffMin, defaultBackoffMin)
 	check(c.BackoffMax < 0, "Config.BackoffMax %v must not be negative (0: %v)", c.BackoffMax, defaultBackoffMax)
@@ -142,6 +148,7 @@ func (c Config) withDefaults() Config {
 	def(&c.MaxInFlightBatches, defaultMaxInFlightBatches)
 	def(&c.Flow.MaxMessages, defaultFlowMaxMessages)
 	def(&c.Flow.MaxBytes, defaultFlowMaxBytes)
+	c.Hedging = c.Hedging.withDefaults()
 	defDur(&c.RetryDeadline, defaultRetryDeadline)
 	defDur(&c.BackoffMin, defaultBackoffMin)
 	defDur(&c.BackoffMax, defaultBackoffMax)

@@ -27,6 +27,11 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Flow: FlowConfig{MaxBytes: -1}}, "Flow.MaxBytes"},
 		{Config{RetryDeadline: -1}, "RetryDeadline"},
 		{Config{BackoffMin: time.Minute, BackoffMax: time.Second}, "BackoffMin"},
+		{Config{Hedging: HedgingConfig{Delay: -1}}, "Hedging.Delay"},
+		{Config{Hedging: HedgingConfig{Delay: 2 * time.Minute}}, "Hedging.Delay"},
+		{Config{Hedging: HedgingConfig{MaxExtra: 6}}, "Hedging.MaxExtra"},
+		{Config{Hedging: HedgingConfig{Tokens: -1}}, "Hedging.Tokens"},
+		{Config{Hedging: HedgingConfig{SuccessesPerToken: 1001}}, "Hedging.SuccessesPerToken"},
 	} {
 		err := tc.cfg.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -34,6 +39,9 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	d := Config{}.withDefaults()
+	if h := d.Hedging; h.Delay != 0 || h.MaxExtra != 1 || h.Tokens != 10 || h.SuccessesPerToken != 10 {
+		t.Fatalf("hedging defaults %+v", h)
+	}
 	if d.MaxMessages != 100 || d.MaxBytes != 1_000_000 || d.Delay != 10*time.Millisecond || d.RetryDeadline != time.Minute {
 		t.Fatalf("defaults %+v", d)
 	}

@@ -26,6 +26,12 @@
 // not yet settled; at the limit Publish blocks (the default) or fails fast
 // with ErrFlowControlled.
 //
+// Hedging (Config.Hedging, off by default): a batch without an ordering
+// key whose Publish is slow gets a duplicate attempt after a delay; the
+// first success wins and the others are cancelled, within a token bucket
+// that successes refill. A hedge can publish a message twice, which
+// Pub/Sub's at-least-once delivery already allows for.
+//
 // Telemetry: Stats counts messages, batches and retries; Config.Logger
 // logs retries and failures; Config.TracerProvider traces each message as
 // Google's clients do.

@@ -65,11 +65,14 @@ type Publisher struct {
 	tracing *pubTracer // nil unless Config.TracerProvider is set
 
 	conn io.Closer // the connection Dial made, closed by Shutdown; nil from New
+
+	hedges *hedgeBucket // nil unless Config.Hedging.Delay is set
 }
 
 type counters struct {
 	published, failed, batches, retries atomic.Int64
 	calls                               atomic.Int64 // Publish calls, for the index in an invalid message's Error
+	hedged, hedgeWins, hedgesRefused    atomic.Int64
 }
 
 // Stats is a snapshot of a Publisher's counters.
@@ -82,6 +85,12 @@ type Stats struct {
 	// now: published and not yet settled.
 	OutstandingMessages int
 	OutstandingBytes    int
+	// HedgedAttempts counts the extra attempts Config.Hedging sent,
+	// HedgeWins the batches an extra attempt settled first, and
+	// HedgesRefused the extra attempts the token bucket refused.
+	HedgedAttempts int64
+	HedgeWins      int64
+	HedgesRefused  int64
 }
 
 // New returns a Publisher for topic ("projects/{project}/topics/{topic}")
@@ -124,6 +133,9 @@ func NewFromClient(client pubsubpb.PublisherClient, topic string, cfg Config) (*
 	}
 	if cfg.TracerProvider != nil {
 		p.tracing = newPubTracer(cfg.TracerProvider, topic)
+	}
+	if cfg.Hedging.Delay > 0 {
+		p.hedges = newHedgeBucket(cfg.Hedging)
 	}
 	p.batchLimit = min(cfg.MaxBytes, limits.MaxRequestBytes-p.topicBytes)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
@@ -454,5 +466,8 @@ func (p *Publisher) Stats() Stats {
 		Retries:             p.stats.retries.Load(),
 		OutstandingMessages: msgs,
 		OutstandingBytes:    bytes,
+		HedgedAttempts:      p.stats.hedged.Load(),
+		HedgeWins:           p.stats.hedgeWins.Load(),
+		HedgesRefused:       p.stats.hedgesRefused.Load(),
 	}
 }

@@ -35,7 +35,7 @@ func (p *Publisher) sendLoop() {
 		if b.spans != nil {
 			span = p.tracing.startPublish(b)
 		}
-		ids, msgErrs, err := p.publish(b)
+		ids, msgErrs, err := p.publish(b, span)
 		if span != nil {
 			p.tracing.endPublish(span, b, ids, msgErrs, err)
 		}
@@ -47,8 +47,9 @@ func (p *Publisher) sendLoop() {
 // publish sends one batch. When the request cannot be encoded, the
 // messages at fault fail on their own (msgErrs) and the rest are sent, so a
 // bad message never fails the others of its batch.
-func (p *Publisher) publish(b *batch) (ids []string, msgErrs []error, err error) {
-	ids, err = p.send(b.msgs)
+func (p *Publisher) publish(b *batch, span trace.Span) (ids []string, msgErrs []error, err error) {
+	hedge := p.hedges != nil && !b.ordered
+	ids, err = p.send(b.msgs, hedge, span)
 	if err == nil || !isEncodingError(err) {
 		return ids, nil, err
 	}
@@ -70,7 +71,7 @@ func (p *Publisher) publish(b *batch) (ids []string, msgErrs []error, err error)
 	}
 	ids = make([]string, len(b.msgs))
 	if len(good) > 0 {
-		gids, gerr := p.send(good)
+		gids, gerr := p.send(good, hedge, span)
 		for j, i := range at {
 			if gerr != nil {
 				msgErrs[i] = gerr
@@ -82,13 +83,23 @@ func (p *Publisher) publish(b *batch) (ids []string, msgErrs []error, err error)
 	return ids, msgErrs, nil
 }
 
-// send publishes msgs, retrying the failures Config.Retryable calls
-// transient with the library's backoff (internal/retry) until the retry
-// deadline. A request the client cannot encode is not retried.
-func (p *Publisher) send(msgs []*pubsubpb.PubsubMessage) ([]string, error) {
+// send publishes msgs within the retry deadline: one retrying attempt,
+// or, when hedge is set, hedged attempts (sendHedged).
+func (p *Publisher) send(msgs []*pubsubpb.PubsubMessage, hedge bool, span trace.Span) ([]string, error) {
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.RetryDeadline)
 	defer cancel()
 	req := &pubsubpb.PublishRequest{Topic: p.topic, Messages: msgs}
+	if hedge {
+		return p.sendHedged(ctx, span, func(ctx context.Context) ([]string, error) { return p.attempt(ctx, req) })
+	}
+	return p.attempt(ctx, req)
+}
+
+// attempt publishes req, retrying the failures Config.Retryable calls
+// transient with the library's backoff (internal/retry) until ctx's
+// deadline. A request the client cannot encode is not retried.
+func (p *Publisher) attempt(ctx context.Context, req *pubsubpb.PublishRequest) ([]string, error) {
+	msgs := req.Messages
 	backoff := retry.Backoff(p.cfg.BackoffMin, p.cfg.BackoffMax)
 	for attempt := 1; ; attempt++ {
 		resp, err := p.client.Publish(ctx, req)
