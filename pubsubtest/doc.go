@@ -82,7 +82,7 @@
 //     RESOURCE_EXHAUSTED, and nothing accepted is dropped.
 //
 // Tests read counters (SubscriptionStats, MessageStats, MethodStats,
-// Streams) and inject faults (FailNext, FailNextAckIDs, SetLatency,
+// Streams) and inject faults (FailNext, FailNextWith, FailNextAckIDs, SetLatency,
 // StallEvery, KillStreams, StallStreams, Restart).
 //
 // A Server starts no package-level goroutine and shares no state; Close

@@ -15,10 +15,10 @@ const methodStreamingPull = "StreamingPull"
 
 // methodState holds the counters and the injected faults of one RPC method.
 type methodState struct {
-	stats    MethodStats
-	failN    int
-	failCode codes.Code
-	latency  time.Duration
+	stats   MethodStats
+	failN   int
+	failSt  *status.Status
+	latency time.Duration
 
 	// stallEvery > 0 holds back the answer of every stallEvery-th call
 	// (counted by stallSeen since StallEvery) for stallFor.
@@ -67,7 +67,7 @@ func (s *Server) beginCall(method string) callFaults {
 	if m.failN > 0 {
 		m.failN--
 		m.stats.Injected++
-		f.fail = status.Error(m.failCode, "pubsubtest: injected fault")
+		f.fail = m.failSt.Err()
 	}
 	if m.stallEvery > 0 {
 		m.stallSeen++
@@ -146,10 +146,17 @@ func (s *Server) pause(ctx context.Context, d time.Duration) error {
 // "ModifyAckDeadline", "StreamingPull" (the stream fails as it opens),
 // "CreateSubscription", …. n = 0 cancels.
 func (s *Server) FailNext(method string, n int, code codes.Code) {
+	s.FailNextWith(method, n, status.New(code, "pubsubtest: injected fault"))
+}
+
+// FailNextWith is FailNext with the whole status to fail with, details
+// included: an errdetails.ErrorInfo, say, as the service attaches to most
+// errors (AIP-193).
+func (s *Server) FailNextWith(method string, n int, st *status.Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.methodLocked(method)
-	m.failN, m.failCode = n, code
+	m.failN, m.failSt = n, st
 }
 
 // SetLatency delays every later call of method by d before it runs (for

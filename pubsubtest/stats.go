@@ -60,7 +60,7 @@ type MessageStats struct {
 type MethodStats struct {
 	Calls    int64 // calls (for StreamingPull: streams opened)
 	Errors   int64 // calls that ended with an error, injected ones included
-	Injected int64 // calls failed by FailNext
+	Injected int64 // calls failed by FailNext or FailNextWith
 	Stalled  int64 // calls whose answer StallEvery held back
 	// Requests counts request messages (for StreamingPull every request on
 	// every stream) and MaxRequestBytes is the largest encoded one.
