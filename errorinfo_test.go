@@ -97,7 +97,7 @@ func TestAckErrorInfoWithoutReasonsRetried(t *testing.T) {
 func TestAckErrorInfoWithoutReasonsFails(t *testing.T) {
 	for _, eo := range []bool{false, true} {
 		t.Run(map[bool]string{false: "at-least-once", true: "exactly-once"}[eo], func(t *testing.T) {
-			e := newEnvSub(t, pubsubtest.SubscriptionConfig{ExactlyOnce: eo})
+			e := newEnvSub(t, pubsubtest.SubscriptionConfig{EnableExactlyOnceDelivery: eo})
 			e.publish(t, 5, nil)
 			e.srv.FailNextWith("Acknowledge", 1000, withInfo(t, codes.PermissionDenied, iamDenied))
 			l := &logs{}
@@ -155,7 +155,7 @@ func TestModackErrorInfoWithoutReasonsConfirmsNoLease(t *testing.T) {
 		e := newEnvSub(t, pubsubtest.SubscriptionConfig{AckDeadline: 10 * time.Second}, pubsubtest.WithBufconn())
 		e.publish(t, 5, nil)
 		e.srv.FailNextWith("ModifyAckDeadline", 1_000_000, withInfo(t, codes.PermissionDenied, iamDenied))
-		s := e.subscriber(t, SubscriberConfig{})
+		s := e.subscriber(t, SubscriberConfig{StreamAckDeadline: 10 * time.Second})
 		var mu sync.Mutex
 		var acks []bool
 		ctx, cancel := context.WithCancel(context.Background())
@@ -180,7 +180,7 @@ func TestModackErrorInfoWithoutReasonsConfirmsNoLease(t *testing.T) {
 		defer mu.Unlock()
 		for _, ok := range acks[:5] {
 			if ok {
-				t.Fatalf("Ack() = true on a message whose lease was never extended (acks %v)", acks)
+				t.Fatalf("Ack() = true on a message whose lease was never extended (acks %v); stats %+v; server %+v", acks, s.Stats(), e.srv.SubscriptionStats(e.sub))
 			}
 		}
 		if st := s.Stats(); st.Acked != 0 || st.Expired < 5 {

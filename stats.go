@@ -28,6 +28,9 @@ type Stats struct {
 	// Totals since the subscriber started.
 	Received    uint64
 	Redelivered uint64 // received with a delivery attempt above 1
+	// Acked counts the acks the server accepted and those on their way
+	// (Acking). An ack the server refused counts in AckFailures only; one
+	// that could not leave before the message's deadline, in Expired.
 	Acked       uint64
 	Nacked      uint64
 	NoOps       uint64

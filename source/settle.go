@@ -83,6 +83,9 @@ func (t *ackTag) AckDone(err error) {
 		err = ErrLeaseExpired
 	case err != nil:
 		c.c.ackFailures.Add(1)
+		if m.Outcome() == Ack {
+			c.c.ackRefused.Add(1)
+		}
 		err = ackError(err)
 	}
 	if r := m.result.Load(); r != nil {
@@ -134,11 +137,14 @@ type Stats struct {
 	// attempt above 1.
 	Received    uint64
 	Redelivered uint64
-	// Settled messages by outcome. An ack that could not be sent before
-	// the message's deadline counts as an expiry.
+	// Settled messages by outcome. Acked counts the acks the server
+	// accepted and those on their way (Acking): an ack it refused counts in
+	// AckFailures only, and one that could not be sent before the
+	// message's deadline counts as an expiry.
 	Acked, Nacked, NoOps, Expired uint64
-	// Unsettled is received − settled: what the source's messages hold
-	// now, wherever they are.
+	// Unsettled is what the source's messages hold now, wherever they
+	// are: Received less the settled ones (Acked, Nacked, NoOps, Expired
+	// and the acks refused).
 	Unsettled int64
 	// Acking counts acked messages whose ack is not final yet.
 	Acking int64
@@ -161,6 +167,7 @@ type counters struct {
 	acked, nacked, noops, expired atomic.Uint64
 	ackFailures, reconnects       atomic.Uint64
 	ackLapsed                     atomic.Uint64 // acks left out: their lease lapsed first
+	ackRefused                    atomic.Uint64 // acks that failed for good
 	emptyAckIDs, duplicateAckIDs  atomic.Uint64
 	missingMessages               atomic.Uint64
 	ackFinal                      atomic.Int64 // acks whose fate is final: Acking is acked − ackFinal
@@ -199,13 +206,13 @@ func (c *counters) stats(*ack.Acknowledger) Stats {
 	// The settled counts before received, and the final acks before the
 	// acks: a message counted in between shows up in the larger figure
 	// only, so Unsettled and Acking are never negative.
-	ackFinal, lapsed := c.ackFinal.Load(), c.ackLapsed.Load()
+	ackFinal, lapsed, refused := c.ackFinal.Load(), c.ackLapsed.Load(), c.ackRefused.Load()
 	acked, nacked, noops, expired := c.acked.Load(), c.nacked.Load(), c.noops.Load(), c.expired.Load()
 	received := c.received.Load()
 	return Stats{
 		Received:        received,
 		Redelivered:     c.redelivered.Load(),
-		Acked:           acked - lapsed,
+		Acked:           acked - lapsed - refused,
 		Nacked:          nacked,
 		NoOps:           noops,
 		Expired:         expired + lapsed,
