@@ -273,7 +273,7 @@ func (t *tracker[T]) sweep(ctx context.Context) {
 		if watch && t.opt.Watch != nil {
 			t.opt.Watch(n, oldest)
 		}
-		timer.Reset(max(next.Sub(time.Now()), 0))
+		timer.Reset(max(time.Until(next), 0))
 	}
 }
 
