@@ -34,16 +34,8 @@ func BenchmarkSideBySide(b *testing.B) {
 }
 
 func benchSideBySide(b *testing.B, workers int) {
-	srv, err := pubsubtest.NewServer()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Close()
+	srv, topic := benchServer(b)
 	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
 
 	ours, err := New(srv.ClientConn(), topic, Config{})
 	if err != nil {
@@ -127,4 +119,20 @@ func benchSideBySide(b *testing.B, workers int) {
 	b.ReportMetric(theirRate, "google-msgs/s")
 	b.ReportMetric(oursRate/theirRate, "ours/google")
 	b.ReportMetric(0, "ns/op")
+}
+
+// benchServer is a pubsubtest server with the topic "bench", closed when
+// the benchmark ends.
+func benchServer(b *testing.B) (*pubsubtest.Server, string) {
+	b.Helper()
+	srv, err := pubsubtest.NewServer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.Close() })
+	topic, err := srv.CreateTopic(context.Background(), "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return srv, topic
 }

@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -52,15 +53,9 @@ type HedgingConfig struct {
 }
 
 func (h HedgingConfig) withDefaults() HedgingConfig {
-	if h.MaxExtra == 0 {
-		h.MaxExtra = defaultHedgeMaxExtra
-	}
-	if h.Tokens == 0 {
-		h.Tokens = defaultHedgeTokens
-	}
-	if h.SuccessesPerToken == 0 {
-		h.SuccessesPerToken = defaultHedgeSuccessesPerToken
-	}
+	h.MaxExtra = cmp.Or(h.MaxExtra, defaultHedgeMaxExtra)
+	h.Tokens = cmp.Or(h.Tokens, defaultHedgeTokens)
+	h.SuccessesPerToken = cmp.Or(h.SuccessesPerToken, defaultHedgeSuccessesPerToken)
 	return h
 }
 

@@ -55,16 +55,8 @@ const (
 // hedgedLatencyRun is one run of BenchmarkHedgedLatency: each message's
 // latency, the duplicates stored, and the Publisher's last Stats.
 func hedgedLatencyRun(b *testing.B, h HedgingConfig) ([]time.Duration, int64, Stats) {
-	srv, err := pubsubtest.NewServer()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Close()
+	srv, topic := benchServer(b)
 	ctx := context.Background()
-	topic, err := srv.CreateTopic(ctx, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
 	sub, err := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "bench-sub", Topic: topic})
 	if err != nil {
 		b.Fatal(err)

@@ -6,8 +6,6 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
 // BenchmarkPublishTracing publishes 100-byte messages (b.N is the number
@@ -31,16 +29,8 @@ func BenchmarkPublishTracing(b *testing.B) {
 				defer stp.Shutdown(context.Background())
 				tp = stp
 			}
-			srv, err := pubsubtest.NewServer()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer srv.Close()
+			srv, topic := benchServer(b)
 			ctx := context.Background()
-			topic, err := srv.CreateTopic(ctx, "bench")
-			if err != nil {
-				b.Fatal(err)
-			}
 			p, err := New(srv.ClientConn(), topic, Config{TracerProvider: tp})
 			if err != nil {
 				b.Fatal(err)
