@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -47,8 +48,9 @@ type Classifier func(f Failure) bool
 //
 // It ends the source (false) for a received message larger than the
 // connection's own receive limit (RESOURCE_EXHAUSTED raised by the client,
-// see ReceiveTooLargeError: every retry would receive the same message),
-// and for everything else, notably NOT_FOUND, PERMISSION_DENIED,
+// see ReceiveTooLargeError: every retry would receive the same message;
+// a status the server sent with the same text is the server's, and
+// retried), and for everything else, notably NOT_FOUND, PERMISSION_DENIED,
 // INVALID_ARGUMENT and FAILED_PRECONDITION, which a retry cannot fix.
 func DefaultClassifier(f Failure) bool {
 	switch {
@@ -90,12 +92,25 @@ func (e *ReceiveTooLargeError) Unwrap() error { return e.Err }
 
 // isReceiveTooLarge reports whether err is gRPC's RESOURCE_EXHAUSTED for a
 // received message over the client's receive limit (raised by the client
-// itself, not a quota of the service).
+// itself, not a quota of the service): a *ReceiveTooLargeError, or a
+// status with gRPC's text that serverOrigin did not mark as the server's.
 func isReceiveTooLarge(err error) bool {
 	var tl *ReceiveTooLargeError
 	if errors.As(err, &tl) {
 		return true
 	}
+	var fs *fromServer
+	if errors.As(err, &fs) {
+		return false
+	}
+	return sizeErrorText(err)
+}
+
+// sizeErrorText reports whether err is a RESOURCE_EXHAUSTED status whose
+// message reads like one of gRPC's own receive-size errors (grpc-go's
+// rpc_util.go). The text alone does not say who raised it: see
+// serverOrigin.
+func sizeErrorText(err error) bool {
 	s, ok := status.FromError(err)
 	if !ok || s.Code() != codes.ResourceExhausted {
 		return false
@@ -117,6 +132,54 @@ func explain(err error) error {
 		return &ReceiveTooLargeError{Err: err}
 	case errors.Is(err, io.EOF):
 		return status.Error(codes.Unavailable, "stream closed by the server without a status")
+	}
+	return err
+}
+
+// fromServer marks a status the server sent whose message reads like one
+// of gRPC's own receive-size errors, so that nothing takes it for the
+// client's: it is classified by its code, as any other status of the
+// server (RESOURCE_EXHAUSTED is retried). Otherwise it is the status:
+// status.Code and status.FromError see it unchanged (GRPCStatus), and
+// errors.Is and errors.As reach it (Unwrap).
+type fromServer struct{ err error }
+
+func (e *fromServer) Error() string              { return e.err.Error() }
+func (e *fromServer) Unwrap() error              { return e.err }
+func (e *fromServer) GRPCStatus() *status.Status { return status.Convert(e.err) }
+
+// serverOrigin returns err, an error stream's Recv returned, marked as
+// the server's (fromServer) when its text reads like gRPC's own
+// receive-size error but the stream shows the server sent it.
+//
+// grpc-go raises that error in the client (parser.recvMsg in rpc_util.go,
+// from csAttempt.recvMsg) on reading the 5-byte header of a message frame
+// longer than the call's receive limit, and then resets the stream: the
+// server's response headers had arrived (a message frame cannot come
+// before them), and its trailers had not (closeStream keeps none for a
+// stream the client ends). A status the server sends arrives in its
+// trailers instead, or as a trailers-only answer when it sent no headers.
+// So the status is the server's when
+//
+//   - there were no response headers (Header returns nil: a trailers-only
+//     answer), or
+//   - the trailers carry metadata: any entry, status details
+//     (grpc-status-details-bin, such as AIP-193's ErrorInfo, which the
+//     service attaches to most errors) included.
+//
+// Left over is a status the server sends after its headers with nothing
+// in its trailers but code and message: grpc-go exposes nothing that tells
+// it from its own error, which it is then taken for. The one way the
+// client's own error can pass for the server's: the server's trailers were
+// read in the instant before the oversized frame was (the stream was
+// ending anyway); it is then retried, and the next receipt of the same
+// message ends the source as it should.
+func serverOrigin(stream grpc.ClientStream, err error) error {
+	if err == nil || !sizeErrorText(err) {
+		return err
+	}
+	if hdr, _ := stream.Header(); hdr == nil || len(stream.Trailer()) > 0 {
+		return &fromServer{err: err}
 	}
 	return err
 }

@@ -120,6 +120,7 @@ func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMs
 		if errors.Is(err, io.EOF) {
 			// Send reports only that the stream is gone; Recv has the status.
 			_, err = stream.Recv()
+			err = serverOrigin(stream, err)
 		}
 	}
 	if bound != nil && !bound.Stop() {
@@ -184,7 +185,7 @@ func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_Streami
 		resp, err := stream.Recv()
 		ka.recvEnd(resp)
 		if err != nil {
-			return healthy, err
+			return healthy, serverOrigin(stream, err)
 		}
 		healthy = true
 		if p := resp.GetSubscriptionProperties(); p != nil {
