@@ -66,19 +66,24 @@ type SubscriberConfig struct {
 	// timeout with an interval set below 15 s is lowered to the interval.
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
-	// Backoff is the delay between reconnects: gax-go's exponential
-	// backoff with full jitter, each delay at least Initial (zero Initial:
-	// 100 ms; zero Max: 60 s; zero Multiplier: 2). Reconnect decides which
-	// stream failures are reconnected (true) and which end Run (false);
-	// nil means source.DefaultClassifier.
+	// Backoff is the delay between reconnects: exponential with half
+	// jitter, delay k drawn from [cap/2, cap], cap = Initial·Multiplier^k
+	// up to Max, at least Initial (zero Initial: 100 ms; zero Max: 60 s;
+	// zero Multiplier: 2), reset only after a healthy stream: one that
+	// delivered a message or stayed open 10 s (see source.Config.Backoff).
+	// Reconnect decides which stream failures are reconnected (true) and
+	// which end Run (false); nil means source.DefaultClassifier.
 	Backoff   gax.Backoff
 	Reconnect func(source.Failure) bool
-	// ReconnectTimeout bounds how long the streams may keep failing to
-	// connect (an endpoint that never answers, a network that is down)
-	// without one healthy stream: then Run, and pipelines from Source, end
-	// with an *UnreachableError carrying the last status. Until then
-	// every attempt shows in Stats().Reconnects, Stats().LastError and the
-	// Logger. Default 2 min; Unlimited retries until the context ends.
+	// ReconnectTimeout bounds how long the streams may keep failing (an
+	// endpoint that never answers, a network that is down, a server that
+	// accepts each stream and drops it) without one healthy stream (one
+	// that delivered a message or stayed open 10 s), counted from the last
+	// healthy stream or the start: then Run, and pipelines from Source,
+	// end, within about a second of it, with a *source.UnreachableError
+	// carrying the last status. Until then every attempt shows in
+	// Stats().Reconnects, Stats().LastError and the Logger. Default 2 min;
+	// Unlimited retries until the context ends.
 	ReconnectTimeout time.Duration
 
 	// Lease chooses the deadline strategy: flow.Adaptive (the default: p99

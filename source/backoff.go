@@ -2,41 +2,47 @@ package source
 
 import (
 	"cmp"
+	"math/rand/v2"
 	"time"
 
 	gax "github.com/googleapis/gax-go/v2"
-
-	"github.com/pubsubflow/pubsubflow/internal/retry"
 )
 
-// Default reconnect delays, as Google's clients: from 100 ms, doubling up
-// to 60 s, with full jitter.
+// Default reconnect delays: from 100 ms, doubling up to 60 s.
 const (
 	defaultBackoffMin = 100 * time.Millisecond
 	defaultBackoffMax = 60 * time.Second
 )
 
-// delays is one stream's sequence of reconnect delays: gax-go's backoff
-// (internal/retry), each delay raised to at least the initial one so that
-// a failing stream is never reopened in a busy loop. Each stream keeps its
-// own, reset after a healthy stream.
+// delays is one stream's sequence of reconnect delays: exponential, with
+// half jitter. Delay k is drawn uniformly from [cap/2, cap], cap being
+// Initial·Multiplier^k up to Max, and is at least Initial. Half jitter,
+// not gax-go's full jitter (0, cap]: full jitter lets any delay be as
+// short as Initial, so a stream that fails again and again may reopen
+// every Initial however long it has failed; half jitter keeps the delays
+// growing (at least cap/2) and still spreads clients retrying together
+// over half the cap. Each stream keeps its own, reset only after a healthy
+// stream (see healthyAfter).
 type delays struct {
-	cfg gax.Backoff
-	bo  gax.Backoff
+	initial, most time.Duration
+	mult          float64
+	cap           time.Duration // cap of the next delay
 }
 
 func newDelays(cfg gax.Backoff) *delays {
-	if cfg.Initial <= 0 {
-		cfg.Initial = defaultBackoffMin
-	}
-	if cfg.Max <= 0 {
-		cfg.Max = defaultBackoffMax
-	}
-	mult := cmp.Or(cfg.Multiplier, 2)
-	cfg = retry.Backoff(cfg.Initial, cfg.Max)
-	cfg.Multiplier = mult
-	return &delays{cfg: cfg, bo: cfg}
+	initial := cmp.Or(max(cfg.Initial, 0), defaultBackoffMin)
+	most := max(cmp.Or(max(cfg.Max, 0), defaultBackoffMax), initial)
+	return &delays{initial: initial, most: most, mult: max(cmp.Or(cfg.Multiplier, 2), 1), cap: initial}
 }
 
-func (d *delays) next() time.Duration { return max(d.bo.Pause(), d.cfg.Initial) }
-func (d *delays) reset()              { d.bo = d.cfg }
+func (d *delays) next() time.Duration {
+	c := d.cap
+	if f := float64(c) * d.mult; f < float64(d.most) {
+		d.cap = time.Duration(f)
+	} else {
+		d.cap = d.most // also where the product would overflow
+	}
+	return max(c/2+rand.N(c-c/2+1), d.initial)
+}
+
+func (d *delays) reset() { d.cap = d.initial }

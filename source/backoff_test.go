@@ -7,22 +7,29 @@ import (
 	gax "github.com/googleapis/gax-go/v2"
 )
 
-func TestDelaysBounds(t *testing.T) {
+// TestDelaysHalfJitter: delay k is within [max(cap/2, Initial), cap], cap
+// doubling from Initial up to Max; the first after a reset is Initial;
+// the draws do spread over the range.
+func TestDelaysHalfJitter(t *testing.T) {
 	minD, maxD := 100*time.Millisecond, 2*time.Second
 	d := newDelays(gax.Backoff{Initial: minD, Max: maxD})
-	var hi time.Duration
-	for range 1000 {
+	c := minD
+	var lo, hi time.Duration = maxD, 0
+	for k := range 1000 {
 		v := d.next()
-		if v < minD || v > maxD {
-			t.Fatalf("delay %v outside [%v, %v]", v, minD, maxD)
+		if v < max(c/2, minD) || v > c {
+			t.Fatalf("delay %d = %v outside [%v, %v]", k, v, max(c/2, minD), c)
 		}
-		hi = max(hi, v)
+		if c == maxD {
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		c = min(2*c, maxD)
 	}
-	if hi < maxD/2 {
-		t.Fatalf("largest of 1000 delays %v: the sequence does not grow towards %v", hi, maxD)
+	if lo > maxD*6/10 || hi < maxD*9/10 {
+		t.Fatalf("delays at the cap span [%v, %v]: no jitter over [%v, %v]", lo, hi, maxD/2, maxD)
 	}
 	d.reset()
-	if v := d.next(); v != minD { // first draw is within (0, min], raised to min
+	if v := d.next(); v != minD { // first draw is within [min/2, min], raised to min
 		t.Fatalf("first delay after reset = %v, want %v", v, minD)
 	}
 	if v := newDelays(gax.Backoff{}).next(); v != defaultBackoffMin {
@@ -31,10 +38,16 @@ func TestDelaysBounds(t *testing.T) {
 }
 
 func TestDelaysKeepTheMultiplier(t *testing.T) {
-	if m := newDelays(gax.Backoff{Multiplier: 3}).cfg.Multiplier; m != 3 {
+	if m := newDelays(gax.Backoff{Multiplier: 3}).mult; m != 3 {
 		t.Fatalf("Multiplier %v, want the configured 3", m)
 	}
-	if m := newDelays(gax.Backoff{}).cfg.Multiplier; m != 2 {
+	if m := newDelays(gax.Backoff{}).mult; m != 2 {
 		t.Fatalf("Multiplier %v, want the default 2", m)
+	}
+	d := newDelays(gax.Backoff{Initial: time.Hour, Max: 1 << 62, Multiplier: 1e6})
+	for range 10 { // the cap saturates at Max, never overflows
+		if v := d.next(); v < time.Hour {
+			t.Fatalf("delay %v below Initial: the cap overflowed", v)
+		}
 	}
 }

@@ -22,7 +22,8 @@ type Failure struct {
 	// Code is status.Code(Err); codes.OK for io.EOF.
 	Code codes.Code
 	// Attempt counts consecutive failures since the last healthy stream (a
-	// stream that received a response), 1 for the first.
+	// stream that delivered a message or stayed open 10 s), 1 for the
+	// first.
 	Attempt int
 	// Previous is the failure before this one in the same run of
 	// consecutive failures (nil when Attempt is 1).

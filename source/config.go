@@ -73,10 +73,17 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 
-	// Backoff is the reconnect delay policy (gax-go's exponential backoff
-	// with full jitter, each delay at least Initial). Zero Initial means
-	// 100 ms, zero Max 60 s. Each stream runs its own sequence, reset after
-	// a healthy stream.
+	// Backoff is the reconnect delay policy: exponential with half jitter.
+	// The k-th delay since the last healthy stream is drawn uniformly from
+	// [cap/2, cap], cap = Initial·Multiplier^k up to Max, and is at least
+	// Initial (gax-go's type; its own full jitter is not used, since it
+	// lets every delay be as short as Initial). Zero Initial means 100 ms,
+	// zero Max 60 s, zero Multiplier 2. Each stream runs its own sequence,
+	// reset only after a healthy stream: one that delivered a message (a
+	// response with at least one received message) or stayed open 10 s.
+	// Empty responses do not make a stream healthy, so a server that
+	// answers each stream with one and then fails gets reconnects ever
+	// further apart.
 	Backoff gax.Backoff
 
 	// Classify decides whether a stream failure is retried; nil means
@@ -84,10 +91,14 @@ type Config struct {
 	Classify Classifier
 
 	// ReconnectTimeout bounds how long a stream may keep failing (an
-	// endpoint that never answers, a network that is down) without one
-	// healthy stream: after it, the next failed attempt ends the Source
-	// with an *UnreachableError carrying the last status. Every attempt
-	// before it is reported to Events and the Logger. 0 means
+	// endpoint that never answers, a network that is down, a server that
+	// accepts each stream and drops it) without one healthy stream (see
+	// Backoff): it counts from the end of the last healthy stream, or from
+	// the start when none was, and the first failure at or after it ends
+	// the Source with an *UnreachableError carrying the last status. The
+	// last attempt is made at the timeout and opening it is cut 1 s after,
+	// so the Source ends within about a second of it. Every attempt before
+	// it is reported to Events and the Logger. 0 means
 	// DefaultReconnectTimeout (2 min); RetryForever never gives up.
 	ReconnectTimeout time.Duration
 

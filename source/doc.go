@@ -29,7 +29,9 @@
 //     there is no restart wrapper for a stage to be put inside. A terminal
 //     failure ends the source with an error that names the subscription and
 //     keeps the gRPC status (status.Code works on it); a run of failures
-//     longer than ReconnectTimeout ends it with an *UnreachableError.
+//     longer than ReconnectTimeout ends it with an *UnreachableError. Only
+//     a healthy stream (it delivered a message, or stayed open 10 s) resets
+//     the backoff and ends a run of failures: empty responses do not.
 //   - The receipt steps (Steps: flow.EagerTrack, flow.FlowGate, fused with
 //     With or by Pipeline.Via) run on each response's messages on the
 //     stream's goroutine, right after it is decoded and before any of them

@@ -223,15 +223,16 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 		for _, r := range rec.of(event.Reconnect) {
 			delays = append(delays, r.Delay)
 		}
-		// Each delay is drawn from (0, cap] (raised to 100 ms), cap doubling
-		// from 100 ms per consecutive failure; the healthy stream resets it.
+		// Each delay is drawn from [cap/2, cap] (raised to 100 ms), cap
+		// doubling from 100 ms per consecutive failure; the healthy stream
+		// (it delivered a message) resets it.
 		caps := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 100 * time.Millisecond}
 		if len(delays) != len(caps) {
 			t.Fatalf("delays %v, want %d", delays, len(caps))
 		}
 		for i, c := range caps {
-			if delays[i] < 100*time.Millisecond || delays[i] > c {
-				t.Fatalf("delay %d = %v, want within [100ms, %v] (all: %v)", i, delays[i], c, delays)
+			if delays[i] < max(c/2, 100*time.Millisecond) || delays[i] > c {
+				t.Fatalf("delay %d = %v, want within [%v, %v] (all: %v)", i, delays[i], max(c/2, 100*time.Millisecond), c, delays)
 			}
 		}
 		if n := len(rec.of(event.ConnectFailed)) + len(rec.of(event.Disconnect)); n != 5 {

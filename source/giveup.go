@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// DefaultReconnectTimeout is how long the streams may go without a healthy
-// stream (one that received a response) before the Source fails.
+// DefaultReconnectTimeout is how long a stream may go on failing without
+// a healthy stream (one that delivered a message or stayed open 10 s, see
+// Config.ReconnectTimeout) before the Source fails.
 const DefaultReconnectTimeout = 2 * time.Minute
 
 // RetryForever, as Config.ReconnectTimeout, never gives up: a Source that
@@ -14,7 +15,8 @@ const DefaultReconnectTimeout = 2 * time.Minute
 const RetryForever time.Duration = -1
 
 // UnreachableError ends a Source whose streams failed, again and again,
-// for longer than Config.ReconnectTimeout without one healthy stream. It
+// for longer than Config.ReconnectTimeout without one healthy stream
+// (one that delivered a message or stayed open 10 s). It
 // wraps the last failure, so status.Code reports its gRPC code (often
 // UNAVAILABLE or DEADLINE_EXCEEDED).
 type UnreachableError struct {
@@ -28,36 +30,42 @@ type UnreachableError struct {
 
 // Error says how long and how often the streams failed, and the last error.
 func (e *UnreachableError) Error() string {
-	return fmt.Sprintf("no stream succeeded for %v (%d attempts; raise ReconnectTimeout, or RetryForever, to wait longer); last error: %v",
+	return fmt.Sprintf("no healthy stream for %v (%d attempts; raise ReconnectTimeout, or RetryForever, to wait longer); last error: %v",
 		e.After, e.Attempts, e.Last)
 }
 
 // Unwrap returns the last attempt's error.
 func (e *UnreachableError) Unwrap() error { return e.Last }
 
-// reachedAfter is how long a stream must stay open, without a response,
-// to count as having reached the service: an unreachable endpoint fails an
-// attempt within gRPC's connect timeout (20 s), while an idle subscription
-// keeps a stream open, silent, until the server recycles it.
-const reachedAfter = time.Minute
+// healthyAfter is how long a stream must stay open to count as healthy
+// when it delivered no message. A stream is healthy once it has delivered
+// a message (a response with at least one received message that passed
+// the screening of malformed ones) or stayed open this long; only then
+// does its failure reset the backoff and restart the ReconnectTimeout
+// count. Empty responses do not count: a server that answers each stream
+// with one empty response (or a heartbeat answer) and then UNAVAILABLE
+// is failing, and must not hold the client in a reconnect storm. 10 s is
+// longer than any such flapping and much shorter than an idle
+// subscription's stream (kept open, silent, until the server recycles it
+// minutes later). It is measured from the moment the stream opened, so
+// gRPC's connect timeout (20 s) spent on an unreachable endpoint does not
+// count.
+const healthyAfter = 10 * time.Second
 
 // giveUp is one stream's bound on a run of failures. A run starts when the
-// stream loop starts or after an attempt that reached the service (it
-// received a response, or stayed open reachedAfter); once timeout has
-// passed in a run, the next failure is terminal. The bound is checked
-// after each failed attempt, so the Source fails at most one backoff delay
-// and one attempt after it passes. runStream calls begin before each
-// attempt and failed after it.
+// stream loop starts or when a healthy stream (see healthyAfter) ends;
+// once timeout has passed in a run, the next failure is terminal. The
+// bound is checked after each failed attempt, and the last attempt is
+// made at the deadline (runStream shortens the backoff delay to it), so
+// the Source fails at most one attempt after it passes.
 type giveUp struct {
 	timeout  time.Duration // ≤ 0: never
 	since    time.Time     // start of the current run of failures
-	began    time.Time     // start of the current attempt
 	attempts int
 }
 
 func newGiveUp(timeout time.Duration) giveUp {
-	now := time.Now()
-	return giveUp{timeout: timeout, since: now, began: now}
+	return giveUp{timeout: timeout, since: time.Now()}
 }
 
 // waited takes a wait for flow-control room out of the run of failures:
@@ -73,15 +81,12 @@ func (g *giveUp) deadline() time.Time {
 	return g.since.Add(g.timeout)
 }
 
-// begin marks the start of an attempt.
-func (g *giveUp) begin() { g.began = time.Now() }
-
-// failed records the end of an attempt (healthy: it received a response)
-// and returns an *UnreachableError when the run of failures has lasted
-// timeout or more; nil otherwise.
+// failed records the end of an attempt (healthy: the stream was healthy,
+// see healthyAfter) and returns an *UnreachableError when the run of
+// failures has lasted timeout or more; nil otherwise.
 func (g *giveUp) failed(healthy bool, err error) error {
 	now := time.Now()
-	if healthy || now.Sub(g.began) >= reachedAfter {
+	if healthy {
 		g.since, g.attempts = now, 0
 		return nil
 	}

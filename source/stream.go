@@ -27,8 +27,12 @@ var errOpenTimedOut = errors.New("no answer before ReconnectTimeout ran out")
 
 // runStream is stream i's restart loop. It wraps only the gRPC stream:
 // each pass opens one stream, receives until it fails, and then either
-// waits a backoff delay and opens the next, or ends the source. It returns
-// nil when ctx is done (a shutdown is not a failure).
+// waits a backoff delay and opens the next, or ends the source. Only a
+// healthy stream (see healthyAfter) resets the backoff and restarts the
+// ReconnectTimeout count: a server that accepts each stream and drops it
+// at once gets reconnects ever further apart, and then the
+// *UnreachableError. It returns nil when ctx is done (a shutdown is not a
+// failure).
 func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
 	delays := newDelays(s.cfg.Backoff)
 	gu := newGiveUp(s.cfg.ReconnectTimeout)
@@ -41,12 +45,11 @@ func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
 			return nil
 		}
 		gu.waited(time.Since(waitStart)) // waiting for room is not failing
-		gu.begin()
 		healthy, err := s.connectOnce(ctx, i, lane, h, maxMsgs, maxBytes, gu.deadline())
 		if b := s.flow; b != nil {
 			b.Closed(lane)
 		}
-		if ctx.Err() != nil {
+		if ended(ctx) {
 			return nil
 		}
 		if healthy {
@@ -100,7 +103,8 @@ func (s *Source) grant(ctx context.Context, i int) (lane int, maxMsgs, maxBytes 
 
 // connectOnce opens one stream with the given flow-control limits, sends
 // its initial request, and receives until the stream fails or ctx is done.
-// healthy reports whether the stream received at least one response.
+// healthy reports whether the stream delivered a message or stayed open
+// healthyAfter.
 //
 // Opening is bounded by giveUp (zero: no bound), the moment the run of
 // failures reaches ReconnectTimeout: an endpoint that never answers
@@ -128,12 +132,13 @@ func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMs
 		err = status.Errorf(codes.DeadlineExceeded, "opening the stream: %v", errOpenTimedOut)
 	}
 	if err != nil {
-		if ctx.Err() == nil {
+		if !ended(ctx) {
 			s.emit(event.Event{Kind: event.ConnectFailed, Stream: i, Err: err})
 		}
 		return false, err
 	}
 	s.emit(event.Event{Kind: event.Connect, Stream: i})
+	opened := time.Now()
 
 	ka := newKeepalive(s, i)
 	kaDone := make(chan struct{})
@@ -141,13 +146,14 @@ func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMs
 		defer close(kaDone)
 		ka.run(sctx, stream, cancel)
 	}()
-	healthy, err = s.receive(ctx, stream, ka, i, lane, h)
+	delivered, err := s.receive(ctx, stream, ka, i, lane, h)
+	healthy = delivered || time.Since(opened) >= healthyAfter
 	cancel(errStreamDone)
 	<-kaDone
 	if errors.Is(context.Cause(sctx), errHeartbeatTimeout) {
 		err = status.Errorf(codes.DeadlineExceeded, "no response within %v after a heartbeat: %v", s.cfg.HeartbeatTimeout, errHeartbeatTimeout)
 	}
-	if ctx.Err() == nil {
+	if !ended(ctx) {
 		s.emit(event.Event{Kind: event.Disconnect, Stream: i, Err: err})
 	}
 	return healthy, err
@@ -175,19 +181,21 @@ func (s *Source) openLane(ctx context.Context, shareMsgs, shareBytes int64) (lan
 // decoded and go through the receipt steps together, on this goroutine,
 // before any of them is queued: no message waits anywhere unleased or
 // uncounted. The watchdog does not count the time spent waiting for room.
-func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, ka *keepalive, i, lane int, h *handoff) (healthy bool, err error) {
+// delivered reports whether a response carried a message that passed the
+// screening; empty responses (heartbeat answers, confirmations) do not
+// make a stream healthy.
+func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, ka *keepalive, i, lane int, h *handoff) (delivered bool, err error) {
 	var sc screen // kinds already logged on this stream, and its set of ack ids
 	for {
 		if !s.waitRoom(ctx, h) {
-			return healthy, ctx.Err()
+			return delivered, ctx.Err()
 		}
 		ka.recvStart()
 		resp, err := stream.Recv()
 		ka.recvEnd(resp)
 		if err != nil {
-			return healthy, serverOrigin(stream, err)
+			return delivered, serverOrigin(stream, err)
 		}
-		healthy = true
 		if p := resp.GetSubscriptionProperties(); p != nil {
 			s.props.Store(p)
 		}
@@ -196,6 +204,7 @@ func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_Streami
 		if len(rms) == 0 {
 			continue // a heartbeat answer or a confirmation
 		}
+		delivered = true
 		if batch := s.receipt(lane, rms); len(batch) > 0 {
 			h.push(batch)
 		}
@@ -239,6 +248,18 @@ func waitOn(ctx context.Context, ch <-chan struct{}, d time.Duration) bool {
 		return false
 	}
 	return true
+}
+
+// ended reports whether ctx is done or its deadline has passed: gRPC
+// fails a call at the deadline by the clock, which may be just before
+// ctx's own timer marks it done, and the run's own end is not a stream
+// failure (no ConnectFailed, no Reconnect).
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // wait waits d or until ctx is done; it reports whether d passed.
