@@ -174,7 +174,7 @@ func TestProcessingCountsHandlersOnly(t *testing.T) {
 					t.Fatalf("%d handlers stuck: processing %d (want %d), buffered %d (want %d), outstanding %d (want 40)",
 						n, st.Processing, n, st.Buffered, 40-n, st.Outstanding)
 				}
-				if held := int64(st.Received) - int64(st.Acked+st.Nacked+st.NoOps+st.Expired); held != st.Buffered+st.Processing {
+				if held := int64(st.Received) - int64(st.Acked+st.Nacked+st.NoOps+st.Expired+st.AckRefused); held != st.Buffered+st.Processing {
 					t.Fatalf("received − settled = %d, buffered + processing = %d", held, st.Buffered+st.Processing)
 				}
 				close(release)

@@ -253,6 +253,9 @@ func (c SubscriberConfig) parts(sub string) (source.Config, flow.ExtenderConfig,
 		MaxExtension:      c.MaxExtension,
 		TracerProvider:    c.TracerProvider,
 		Logger:            c.Logger,
+		// Shutdown keeps its deadline: by the time it closes the
+		// extender, what was held is settled and its modacks are moot.
+		CloseTimeout: shutdownSlack,
 	}
 	pol := sink.Policy{OnSuccess: c.OnSuccess, OnFailure: c.OnFailure, NackDelay: c.NackDelay}
 	return src, ext, pol

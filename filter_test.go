@@ -139,7 +139,7 @@ func TestPipelineFilterUnsettledDropEnds(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if st := s.Stats(); st.Outstanding != 0 || st.Received != st.Acked+st.Nacked+st.NoOps+st.Expired || st.Acked >= 20 {
+	if st := s.Stats(); st.Outstanding != 0 || st.Received != st.Acked+st.Nacked+st.NoOps+st.Expired+st.AckRefused || st.Acked >= 20 {
 		t.Fatalf("after Close: %+v", st)
 	}
 }

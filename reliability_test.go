@@ -251,7 +251,7 @@ func TestPanickingStageEndsPipelineCleanly(t *testing.T) {
 			if took := time.Since(start); took > time.Second {
 				t.Fatalf("Close took %v after the panic", took)
 			}
-			if st := s.Stats(); st.Outstanding != 0 || st.Leases != 0 || st.Received != st.Acked+st.Nacked+st.NoOps+st.Expired {
+			if st := s.Stats(); st.Outstanding != 0 || st.Leases != 0 || st.Received != st.Acked+st.Nacked+st.NoOps+st.Expired+st.AckRefused {
 				t.Fatalf("after Close: %+v", st)
 			}
 			_ = e.srv.Close()

@@ -6,8 +6,11 @@ import (
 	"time"
 )
 
-// flushTimeout bounds the final ack flush of a shutdown.
-const flushTimeout = 30 * time.Second
+// shutdownSlack is how far past its deadline each of a shutdown's last
+// three waits (the runs' grace, the ack flush, the extender's in-flight
+// modacks) may run, so a flush started at the deadline still gets a
+// moment; the whole shutdown ends within 1 s of its deadline.
+const shutdownSlack = 300 * time.Millisecond
 
 // Close shuts the subscriber down gracefully (see Shutdown), bounded by the
 // drain timeout. A second Close is harmless and returns the first result.
@@ -46,28 +49,20 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 		}
 	}
 	s.src.Stop()
+	end := shutdownEnd(ctx, s.cfg.DrainTimeout)
 	if drain {
-		timeout := time.NewTimer(s.cfg.DrainTimeout)
-		select {
-		case <-idle:
-		case <-timeout.C:
-		case <-ctx.Done():
-		}
-		timeout.Stop()
+		wait(idle, time.Until(end), ctx.Done())
 	}
 	// Past the drain timeout: cancel Run's pipelines, and give the runs a
 	// moment to end, so what their workers settle on the way out still
 	// reaches the acknowledger. The source's own goroutines have stopped
 	// with Stop; Close nacks what is left.
 	s.life.abandon()
-	grace := time.NewTimer(stuckGrace)
-	select {
-	case <-idle:
-	case <-grace.C:
-	}
-	grace.Stop()
+	wait(idle, min(stuckGrace, time.Until(end)+shutdownSlack), nil)
 
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+	// The flush keeps the same deadline: what it cannot send by then
+	// fails, counted in AckFailures and logged, never reported as acked.
+	fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(end, time.Now()).Add(shutdownSlack))
 	defer cancel()
 	errs := []error{s.src.Close(fctx), s.ext.Close()}
 	if s.tracing != nil {
@@ -77,6 +72,36 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 	err := errors.Join(errs...)
 	s.life.finish(err)
 	return err
+}
+
+// shutdownEnd is when a shutdown starting now must be done: the drain
+// timeout from now, or ctx's deadline when that comes first.
+func shutdownEnd(ctx context.Context, drain time.Duration) time.Time {
+	end := time.Now().Add(drain)
+	if d, ok := ctx.Deadline(); ok && d.Before(end) {
+		return d
+	}
+	return end
+}
+
+// later returns the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// wait returns once done is closed, d has passed, or stop is closed
+// (a nil stop never is).
+func wait(done <-chan struct{}, d time.Duration, stop <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-stop:
+	}
 }
 
 // closeParts releases what NewSubscriber made; safe on a partly built one

@@ -7,7 +7,8 @@ import (
 )
 
 // Stats is a snapshot of a Subscriber's pressure, with each message state
-// kept apart. Received − settled = Buffered + Processing = Outstanding.
+// kept apart. Received − settled (Acked, Nacked, NoOps, Expired and
+// AckRefused) = Buffered + Processing = Outstanding.
 type Stats struct {
 	// Outstanding and OutstandingBytes are what flow control counts: every
 	// received message that is not settled, counted the moment its
@@ -29,15 +30,17 @@ type Stats struct {
 	Received    uint64
 	Redelivered uint64 // received with a delivery attempt above 1
 	// Acked counts the acks the server accepted and those on their way
-	// (Acking). An ack the server refused counts in AckFailures only; one
-	// that could not leave before the message's deadline, in Expired.
+	// (Acking). An ack the server refused, or that could not be sent
+	// before a shutdown's deadline, counts in AckRefused and AckFailures;
+	// one that could not leave before the message's deadline, in Expired.
 	Acked       uint64
 	Nacked      uint64
 	NoOps       uint64
 	Expired     uint64
 	Extended    uint64
 	Reconnects  uint64
-	AckFailures uint64
+	AckFailures uint64 // acks and nacks that failed for good
+	AckRefused  uint64 // of AckFailures, the acks: settled, but not acked
 	// EmptyAckIDs, DuplicateAckIDs and MissingMessages count response
 	// elements refused on receipt, before any bookkeeping, from a
 	// misbehaving server or proxy: no ack id (dropped), an ack id twice in

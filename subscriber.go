@@ -218,6 +218,7 @@ func (s *Subscriber) Stats() Stats {
 		Extended:         es.Extended,
 		Reconnects:       ss.Reconnects,
 		AckFailures:      ss.AckFailures,
+		AckRefused:       ss.AckRefused,
 		EmptyAckIDs:      ss.EmptyAckIDs,
 		DuplicateAckIDs:  ss.DuplicateAckIDs,
 		MissingMessages:  ss.MissingMessages,

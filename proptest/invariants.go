@@ -41,7 +41,7 @@ func (m *machine) counts() counts {
 		return counts{
 			held: st.Buffered + st.Processing, outstanding: st.Outstanding, outstandingBytes: st.OutstandingBytes,
 			leases: int64(st.Leases), acking: st.Acking,
-			received: st.Received, acked: st.Acked, settled: st.Acked + st.Nacked + st.NoOps + st.Expired,
+			received: st.Received, acked: st.Acked, settled: st.Acked + st.Nacked + st.NoOps + st.Expired + st.AckRefused,
 			ackFailures: st.AckFailures,
 		}
 	}
@@ -49,7 +49,7 @@ func (m *machine) counts() counts {
 	return counts{
 		held: ss.Unsettled, outstanding: fc.Outstanding(), outstandingBytes: fc.OutstandingBytes(),
 		leases: int64(e.ext.Stats().Leases), acking: ss.Acking,
-		received: ss.Received, acked: ss.Acked, settled: ss.Acked + ss.Nacked + ss.NoOps + ss.Expired,
+		received: ss.Received, acked: ss.Acked, settled: ss.Acked + ss.Nacked + ss.NoOps + ss.Expired + ss.AckRefused,
 		ackFailures: ss.AckFailures,
 	}
 }

@@ -165,7 +165,7 @@ func TestKnownStopStrandsMessages(t *testing.T) {
 		if acked < 10 {
 			t.Errorf("the next run acked %d of 10 in 5 minutes; after the stop, with no run: %+v", acked, afterStop)
 		}
-		if settled := end.Acked + end.Nacked + end.NoOps + end.Expired; end.Received != settled {
+		if settled := end.Acked + end.Nacked + end.NoOps + end.Expired + end.AckRefused; end.Received != settled {
 			t.Errorf("after Close %d received but %d settled: %+v", end.Received, settled, end)
 		}
 	})

@@ -79,6 +79,9 @@ type delivery struct {
 	// extFailed: the machine failed an extension of it (ExtendFail), so
 	// its lease may lapse: the client must expire it.
 	extFailed bool
+	// abandoned: its ack had not succeeded when a bounded Close gave up
+	// the flush (counted in AckRefused): the server delivers it again.
+	abandoned bool
 	// What the topology did with it (see probe and observer).
 	handed   bool
 	handedAt time.Time
@@ -126,7 +129,7 @@ func (d *delivery) gaveUp() bool {
 	case source.NoOp, source.NackAfter, source.Expired:
 		return true
 	}
-	return d.nackTried || d.extFailed
+	return d.nackTried || d.extFailed || d.abandoned
 }
 
 // serverDeadline is a time by which the server has surely released the
@@ -368,6 +371,19 @@ func (l *ledger) wireAcks() int {
 // nor by an outcome that tells the server nothing, and that the client
 // cannot have expired on its own: what the client still held, oldest
 // first.
+// abandonUnflushed records that a bounded Close gave up the acks that had
+// not succeeded by then.
+func (l *ledger) abandonUnflushed() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, d := range l.all {
+		if d.ackTried && !d.settledOnWire() {
+			d.abandoned = true
+			d.note("ack abandoned by Close")
+		}
+	}
+}
+
 func (l *ledger) unsettled() []*delivery {
 	now := time.Now()
 	l.mu.Lock()

@@ -142,9 +142,12 @@ type Stats struct {
 	// AckFailures only, and one that could not be sent before the
 	// message's deadline counts as an expiry.
 	Acked, Nacked, NoOps, Expired uint64
+	// AckRefused counts acks that failed for good (also in AckFailures):
+	// settled, but not acked, so the server delivers them again.
+	AckRefused uint64
 	// Unsettled is what the source's messages hold now, wherever they
 	// are: Received less the settled ones (Acked, Nacked, NoOps, Expired
-	// and the acks refused).
+	// and AckRefused).
 	Unsettled int64
 	// Acking counts acked messages whose ack is not final yet.
 	Acking int64
@@ -216,6 +219,7 @@ func (c *counters) stats(*ack.Acknowledger) Stats {
 		Nacked:          nacked,
 		NoOps:           noops,
 		Expired:         expired + lapsed,
+		AckRefused:      refused,
 		Unsettled:       int64(received - acked - nacked - noops - expired),
 		Acking:          int64(acked) - ackFinal,
 		AckFailures:     c.ackFailures.Load(),
