@@ -7,7 +7,8 @@ import (
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// keyed runs a coordinator and n workers. The coordinator receives
+// keyed runs a coordinator and up to n workers, started as keys are in
+// flight (spawner). The coordinator receives
 // elements while fewer than window wait behind busy keys, hands an element
 // to the workers only when no other element of its key is running, and
 // queues it behind its key otherwise. A worker emits the result before it
@@ -28,8 +29,8 @@ func (pm *parallelMap[T, R]) keyed(g *stage.Group, in <-chan T) <-chan R {
 	inner := stage.NewGroup(g.Context())
 	inner.Go(func(ctx context.Context) error { // coordinator
 		defer close(jobs)
-		waiting := map[string]*ring.Ring[T]{} // present = key busy
-		ready := ring.New[keyed](pm.n)
+		waiting := map[string]*ring.Ring[T]{}   // present = key busy
+		ready := ring.New[keyed](min(pm.n, 16)) // grows as keys get ready
 		queued, running := 0, 0
 		for in != nil || running > 0 || ready.Len() > 0 {
 			var recv <-chan T
@@ -73,21 +74,21 @@ func (pm *parallelMap[T, R]) keyed(g *stage.Group, in <-chan T) <-chan R {
 		}
 		return nil
 	})
-	for range pm.n {
-		inner.Go(func(ctx context.Context) error {
-			for j := range jobs {
-				if ok, err := pm.apply(ctx, j.v, out); !ok {
-					return err
-				}
-				select {
-				case free <- j.key:
-				case <-ctx.Done():
-					return nil
-				}
+	newSpawner(inner, pm.n, func(ctx context.Context, sp *spawner) error {
+		for j := range jobs {
+			sp.busy()
+			if ok, err := pm.apply(ctx, j.v, out); !ok {
+				return err
 			}
-			return nil
-		})
-	}
+			select {
+			case free <- j.key:
+			case <-ctx.Done():
+				return nil
+			}
+			sp.ready()
+		}
+		return nil
+	}).start()
 	closeAfter(g, inner, out)
 	return out
 }

@@ -23,13 +23,19 @@ const (
 	Keyed
 )
 
+// MaxWindow bounds Options.Window: a larger Window fails the group rather
+// than allocating a reorder window the process cannot hold. An Ordered
+// map given no Window uses min(2×n, MaxWindow).
+const MaxWindow = 1 << 16
+
 // Options configure ParallelMap. The zero value means Unordered.
 type Options[T, R any] struct {
 	Mode Mode
 	// Window bounds the elements an Ordered map holds between input and
 	// output (in flight plus waiting to be emitted in order), and the
-	// elements a Keyed map buffers behind busy keys. Zero means 2×n for
-	// Ordered and 1000 for Keyed.
+	// elements a Keyed map buffers behind busy keys. Zero means
+	// min(2×n, MaxWindow) for Ordered and 1000 for Keyed; beyond MaxWindow
+	// (or below zero) fails the group.
 	Window int
 	// Key returns an element's key in Keyed mode (required there).
 	Key func(T) string
@@ -45,8 +51,10 @@ type Options[T, R any] struct {
 	Emit func(r R) bool
 }
 
-// ParallelMap returns a flow that applies f to each element with n fixed
-// worker goroutines (n < 1 is treated as 1). An error from f, or a panic
+// ParallelMap returns a flow that applies f to each element with up to n
+// worker goroutines (n < 1 is treated as 1), started only as elements
+// are in flight, so a large n costs nothing until the load needs it. An
+// unknown Mode, or a Window outside 0..MaxWindow, fails the group. An error from f, or a panic
 // in it (recovered as a *stage.PanicError), fails the group and so ends
 // the pipeline, unless Options.OnError turns it into a result: over
 // messages, an OnError that nacks the message and emits nothing keeps
@@ -61,8 +69,13 @@ func ParallelMap[T, R any](n int, f func(context.Context, T) (R, error), opts ..
 	default:
 		return failing[T, R](fmt.Errorf("operators: ParallelMap takes at most one Options, got %d", len(opts)))
 	}
+	if opt.Window < 0 || opt.Window > MaxWindow {
+		return failing[T, R](fmt.Errorf("operators: ParallelMap: Window %d outside 0..MaxWindow (%d)", opt.Window, MaxWindow))
+	}
 	pm := &parallelMap[T, R]{n: max(n, 1), f: f, opt: opt}
 	switch opt.Mode {
+	case Unordered:
+		return unorderedFlow[T, R]{pm}
 	case Ordered:
 		return stage.FlowFunc[T, R](pm.ordered)
 	case Keyed:
@@ -71,7 +84,7 @@ func ParallelMap[T, R any](n int, f func(context.Context, T) (R, error), opts ..
 		}
 		return stage.FlowFunc[T, R](pm.keyed)
 	default:
-		return unorderedFlow[T, R]{pm}
+		return failing[T, R](fmt.Errorf("operators: ParallelMap: unknown Mode %d", opt.Mode))
 	}
 }
 
@@ -122,19 +135,19 @@ func safeCall[T, R any](ctx context.Context, f func(context.Context, T) (R, erro
 func (pm *parallelMap[T, R]) unordered(g *stage.Group, in <-chan T) <-chan R {
 	out := make(chan R)
 	workers := stage.NewGroup(g.Context())
-	for range pm.n {
-		workers.Go(func(ctx context.Context) error {
-			for {
-				v, ok := stage.Recv(ctx, in)
-				if !ok {
-					return nil
-				}
-				if ok, err := pm.apply(ctx, v, out); !ok {
-					return err
-				}
+	newSpawner(workers, pm.n, func(ctx context.Context, s *spawner) error {
+		for {
+			v, ok := stage.Recv(ctx, in)
+			if !ok {
+				return nil
 			}
-		})
-	}
+			s.busy()
+			if ok, err := pm.apply(ctx, v, out); !ok {
+				return err
+			}
+			s.ready()
+		}
+	}).start()
 	closeAfter(g, workers, out)
 	return out
 }

@@ -3,6 +3,7 @@ package operators
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pubsubflow/pubsubflow/internal/batch"
@@ -38,38 +39,46 @@ func (u unorderedFlow[T, R]) RunBatches(g *stage.Group, in <-chan []T) <-chan []
 	out := make(chan []R)
 	q := &shared[T]{in: in, wake: make(chan struct{}, pm.n)}
 	workers := stage.NewGroup(g.Context())
-	for range pm.n {
-		workers.Go(func(ctx context.Context) error {
-			w := worker[R]{out: out}
-			for {
-				v, ok := q.take(ctx, w.pending() == 0)
-				if !ok {
-					if ctx.Err() != nil {
-						return nil
-					}
-					if w.pending() > 0 { // nothing ready now: hand on what is done
-						if !w.flush(ctx) {
-							return nil
-						}
-						continue
-					}
-					return nil // the input ended
-				}
-				r, emit, err := pm.call(ctx, v)
-				if err != nil {
-					return err
-				}
-				if emit {
-					w.add(r)
-				}
-				if w.full() && !w.flush(ctx) {
-					return nil
-				}
-			}
-		})
-	}
+	sp := newSpawner(workers, pm.n, func(ctx context.Context, sp *spawner) error {
+		return pm.batchWorker(ctx, sp, q, out)
+	})
+	q.started = &sp.started
+	sp.start()
 	closeAfter(g, workers, out)
 	return out
+}
+
+// batchWorker takes elements from q until the input ends, handing its
+// results on in batches.
+func (pm *parallelMap[T, R]) batchWorker(ctx context.Context, sp *spawner, q *shared[T], out chan<- []R) error {
+	w := worker[R]{out: out}
+	for {
+		v, ok := q.take(ctx, w.pending() == 0)
+		if !ok {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if w.pending() > 0 { // nothing ready now: hand on what is done
+				if !w.flush(ctx) {
+					return nil
+				}
+				continue
+			}
+			return nil // the input ended
+		}
+		sp.busy()
+		r, emit, err := pm.call(ctx, v)
+		if err != nil {
+			return err
+		}
+		if emit {
+			w.add(r)
+		}
+		if w.full() && !w.flush(ctx) {
+			return nil
+		}
+		sp.ready()
+	}
 }
 
 // worker holds one worker's results until they are handed on.
@@ -113,6 +122,8 @@ type shared[T any] struct {
 	head      int
 	closed    bool // the input ended
 	receivers int  // workers that may be holding a batch not yet queued
+
+	started *atomic.Int64 // workers started: how many a wake for all wakes
 }
 
 // take returns the next element: a queued one, else one from the next
@@ -170,18 +181,18 @@ func (q *shared[T]) arrived(b []T, open bool) (v T, ok bool) {
 	q.receivers--
 	if !open {
 		q.closed = true
-		q.wakeLocked(cap(q.wake)) // every idle worker looks again
+		q.wakeLocked(q.workers()) // every idle worker looks again
 		return v, false
 	}
 	if len(b) == 0 {
 		if q.closed && q.receivers == 0 {
-			q.wakeLocked(cap(q.wake))
+			q.wakeLocked(q.workers())
 		}
 		return v, false
 	}
 	q.queue = append(q.queue, b[1:]...)
 	if q.closed && q.receivers == 0 {
-		q.wakeLocked(cap(q.wake)) // the last batch: idle workers may end
+		q.wakeLocked(q.workers()) // the last batch: idle workers may end
 	} else {
 		q.wakeLocked(len(b) - 1)
 	}
@@ -196,9 +207,18 @@ func (q *shared[T]) done(receiving bool) {
 	q.mu.Lock()
 	q.receivers--
 	if q.closed && q.receivers == 0 {
-		q.wakeLocked(cap(q.wake)) // the last one out: the others may end
+		q.wakeLocked(q.workers()) // the last one out: the others may end
 	}
 	q.mu.Unlock()
+}
+
+// workers is how many workers may be waiting for a wake: the ones
+// started, not the n that may be.
+func (q *shared[T]) workers() int {
+	if q.started == nil {
+		return cap(q.wake)
+	}
+	return int(q.started.Load())
 }
 
 // wakeLocked hands out up to n wake tokens without waiting.
