@@ -37,8 +37,8 @@ func (s *spawner) start() {
 // busy is called by a worker that took an element: if it was the last one
 // waiting, another is started to wait in its place.
 func (s *spawner) busy() {
-	if s.idle.Add(-1) > 0 || s.started.Load() >= s.n {
-		return
+	if s.started.Load() >= s.n || s.idle.Add(-1) > 0 {
+		return // all started: idle is never read again, so not kept
 	}
 	if s.started.Add(1) > s.n {
 		s.started.Add(-1) // another worker started the last one
@@ -49,4 +49,10 @@ func (s *spawner) busy() {
 }
 
 // ready is called by a worker that goes back to waiting for an element.
-func (s *spawner) ready() { s.idle.Add(1) }
+// Once all n are started it does nothing: a shared counter written per
+// element would cost a busy map its cache line.
+func (s *spawner) ready() {
+	if s.started.Load() < s.n {
+		s.idle.Add(1)
+	}
+}
