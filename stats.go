@@ -47,6 +47,11 @@ type Stats struct {
 	// one response (the copy dropped), an ack id without a message
 	// (nacked). No handler sees them.
 	EmptyAckIDs, DuplicateAckIDs, MissingMessages uint64
+	// OverGrant counts messages a server sent a stream past the flow
+	// control its initial request asked for, warned once per stream.
+	// Both budgets stop the reading, so what goes over is at most one
+	// response per stream.
+	OverGrant uint64
 	// StreamsLost counts messages that went into a go-streams sub-graph
 	// (Streams) and had not come out within its Hold, settled then with
 	// its Lost outcome.

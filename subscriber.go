@@ -1,9 +1,11 @@
 package pubsubflow
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -131,7 +133,9 @@ func (s *Subscriber) build() error {
 	if err != nil {
 		return err
 	}
-	base := src.With(flow.EagerTrack(s.ext, 0), flow.FlowGate(s.fc))
+	gate := flow.FlowGate(s.fc)
+	gate.Logger = cmp.Or(s.cfg.Logger, slog.New(slog.DiscardHandler)) // the config's nil: no logs
+	base := src.With(flow.EagerTrack(s.ext, 0), gate)
 	s.runBook = &book{s: s}
 	s.src = base.With(&book{s: s, onHandOff: true})
 	s.runSrc = base.With(s.runBook)
@@ -222,6 +226,7 @@ func (s *Subscriber) Stats() Stats {
 		EmptyAckIDs:      ss.EmptyAckIDs,
 		DuplicateAckIDs:  ss.DuplicateAckIDs,
 		MissingMessages:  ss.MissingMessages,
+		OverGrant:        uint64(fc.Stats().OverGrant),
 		StreamsLost:      s.c.streamsLost.Load(),
 		AckDeadline:      es.Deadline,
 		LastError:        last,

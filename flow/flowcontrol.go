@@ -44,6 +44,7 @@ type FlowControl struct {
 	serverHeldBytes atomic.Int64
 	_               [48]byte
 	acquired        atomic.Int64 // Released is acquired − outstanding
+	overGrant       atomic.Int64 // messages a server sent past a stream's grant
 	_               [56]byte
 
 	mu    sync.Mutex // guards lane opening and closing
@@ -178,6 +179,11 @@ type Stats struct {
 	// Acquired − Released == Outstanding.
 	Acquired int64
 	Released int64
+	// OverGrant counts messages a server sent a stream past the grant its
+	// initial request asked for (a server that ignores flow control). The
+	// streams stop reading on the budget, so what goes over is bounded by
+	// one response per stream.
+	OverGrant int64
 }
 
 // Stats returns the counters (each read atomically, not all at one instant).
@@ -192,6 +198,7 @@ func (fc *FlowControl) Stats() Stats {
 		ServerHeld:       fc.serverHeld.Load(),
 		Acquired:         acquired,
 		Released:         acquired - out,
+		OverGrant:        fc.overGrant.Load(),
 	}
 }
 

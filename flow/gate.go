@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"cmp"
 	"log/slog"
 
 	"github.com/pubsubflow/pubsubflow/source"
@@ -28,8 +29,8 @@ import (
 // One FlowControl may back several gates (several sources or stages
 // sharing one budget). For shares per key (per tenant) see KeyedGate.
 type Gate struct {
-	// Logger receives the one warning about a buffer before the stage
-	// (nil: slog.Default()).
+	// Logger receives the warnings: once about a buffer before the stage,
+	// once per stream a server sent past its grant (nil: slog.Default()).
 	Logger *slog.Logger
 
 	fc   *FlowControl
@@ -46,8 +47,14 @@ var (
 )
 
 // Receive is the gate's receipt step (source.Step): it counts every
-// message of a batch decoded on lane, at once.
-func (gt *Gate) Receive(lane int, ms []*source.Message) { gt.fc.receive(lane, ms) }
+// message of a batch decoded on lane, at once. A stream the server sent
+// past its grant is warned of once.
+func (gt *Gate) Receive(lane int, ms []*source.Message) {
+	if over, first := gt.fc.receive(lane, ms); first {
+		cmp.Or(gt.Logger, slog.Default()).Warn("pubsubflow: the server sent a stream more than its flow-control grant; the client stops reading at its budget",
+			"over", over, "maxMessages", gt.fc.maxMessages, "maxBytes", gt.fc.maxBytes)
+	}
+}
 
 // Open grants a new stream a lane and the limits of its initial request
 // (source.Budget); 0 in a dimension means unlimited on the wire. ok is
@@ -69,15 +76,10 @@ func (gt *Gate) Open(shareMessages, shareBytes int64) (lane int, maxMessages, ma
 func (gt *Gate) Closed(lane int) { gt.fc.closeLane(lane) }
 
 // Room reports whether the streams may read on (source.Budget): while
-// fewer than MaxMessages messages are outstanding. Bytes are bounded by
-// the grants instead: the service may send a stream one message larger
-// than the room its grant left (alone), and a stream that stopped reading
-// then would leave that message unread and unleased in the transport until
-// its deadline passed — so it reads it, and counts it.
-func (gt *Gate) Room() bool {
-	fc := gt.fc
-	return fc.maxMessages <= 0 || fc.outstanding.Load() < fc.maxMessages
-}
+// both the messages and the bytes outstanding are under their limits. A
+// server that sends past its grant therefore gets at most one response
+// more read per stream.
+func (gt *Gate) Room() bool { return gt.fc.Room() }
 
 // Wake is closed when room may have changed (source.Budget).
 func (gt *Gate) Wake() <-chan struct{} { return gt.fc.Wake() }

@@ -25,9 +25,19 @@ type lane struct {
 	cur atomic.Pointer[laneCount]
 }
 
-// laneCount is what one stream delivered and the server still counts.
+// laneCount is what one stream delivered and the server still counts,
+// against the grant its initial request asked for (0: unlimited).
 type laneCount struct {
-	msgs, bytes atomic.Int64
+	msgs, bytes           atomic.Int64
+	grantMsgs, grantBytes int64       // set before the stream opens
+	warned                atomic.Bool // its over-grant was logged
+}
+
+// over reports whether a message received now on the lane is past its
+// grant: the lane already holds its grant of messages or of bytes (one
+// message may take the bytes past the grant, as the service allows).
+func (c *laneCount) over(msgs, bytes int64) bool {
+	return (c.grantMsgs > 0 && msgs >= c.grantMsgs) || (c.grantBytes > 0 && bytes >= c.grantBytes)
 }
 
 // release takes one message of size off the count.
@@ -47,14 +57,19 @@ func (c *laneCount) release(size int64) {
 // The stream stops reading while Room is false, and it asked the server
 // only for what openLane granted, so the count stays within the limits
 // whenever the server keeps to the grant (it may exceed MaxBytes by one
-// message when a single message is larger than the room left).
-func (fc *FlowControl) receive(lane int, ms []*source.Message) {
+// message when a single message is larger than the room left). What a
+// server sends past a lane's grant is counted (OverGrant) and returned as
+// over; first is true the first time that lane's stream went over.
+func (fc *FlowControl) receive(lane int, ms []*source.Message) (over int64, first bool) {
 	var lc *laneCount // a lane this budget did not open counts nothing
 	if lane >= 0 && lane < maxLanes {
 		lc = fc.lanes[lane].cur.Load()
 	}
 	slab := make([]permit, len(ms))
-	var n, bytes int64
+	var n, bytes, held, heldBytes int64
+	if lc != nil {
+		held, heldBytes = lc.msgs.Load(), lc.bytes.Load()
+	}
 	now := time.Now() // one clock read for the batch
 	for i, m := range ms {
 		if message.Of(m).ExpireIfLate(m, now) {
@@ -62,11 +77,14 @@ func (fc *FlowControl) receive(lane int, ms []*source.Message) {
 		}
 		p := &slab[i]
 		p.fc, p.size, p.lane = fc, int64(max(m.Size(), 0)), lc
+		if lc != nil && lc.over(held+n, heldBytes+bytes) {
+			over++
+		}
 		n++
 		bytes += p.size
 	}
 	if n == 0 {
-		return
+		return 0, false
 	}
 	fc.count(n, bytes)
 	if lc != nil {
@@ -78,6 +96,11 @@ func (fc *FlowControl) receive(lane int, ms []*source.Message) {
 			p.hold(m) // settled meanwhile: returned at once
 		}
 	}
+	if over == 0 {
+		return 0, false
+	}
+	fc.overGrant.Add(over)
+	return over, !lc.warned.Swap(true)
 }
 
 // openLane is asked before a stream opens: it returns a lane for the
@@ -124,7 +147,7 @@ func (fc *FlowControl) openLane(shareMsgs, shareBytes int64) (lane int, msgs, by
 	}
 	l := &fc.lanes[free]
 	l.open, l.grantMsgs, l.grantBytes = true, msgs, bytes
-	l.cur.Store(new(laneCount))
+	l.cur.Store(&laneCount{grantMsgs: msgs, grantBytes: bytes})
 	return free, msgs, bytes, true
 }
 
