@@ -3,6 +3,7 @@ package stage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 
@@ -288,5 +289,18 @@ func TestRecvSend(t *testing.T) {
 		if _, ok := Recv(ctx, ch); !ok {
 			break
 		}
+	}
+}
+
+// TestOnDoneRunsLastFirst: hooks run in reverse order, so a hook that
+// ends what an earlier one set up runs before it.
+func TestOnDoneRunsLastFirst(t *testing.T) {
+	g := NewGroup(context.Background())
+	var order []int
+	for i := range 3 {
+		g.OnDone(func() { order = append(order, i) })
+	}
+	if err := g.Wait(); err != nil || fmt.Sprint(order) != "[2 1 0]" {
+		t.Fatalf("Wait: %v, hooks ran %v, want [2 1 0]", err, order)
 	}
 }

@@ -109,7 +109,7 @@ func (g *Group) Err() error {
 // completed one.
 //
 // Once every goroutine has returned, Wait runs the OnDone hooks (the first
-// Wait only).
+// Wait only), last registered first, as defer does.
 func (g *Group) Wait() error {
 	g.wg.Wait()
 	g.cancel()
@@ -117,8 +117,8 @@ func (g *Group) Wait() error {
 	hooks := g.hooks
 	g.hooks, g.done = nil, true
 	g.mu.Unlock()
-	for _, f := range hooks {
-		f()
+	for i := len(hooks) - 1; i >= 0; i-- {
+		hooks[i]()
 	}
 	if err := g.Err(); err != nil {
 		return err
@@ -129,6 +129,8 @@ func (g *Group) Wait() error {
 // OnDone registers f to run once the group is over: in Wait, after every
 // goroutine of the group has returned. A stage uses it to clean up after
 // the whole pipeline (a source settles what its pipeline left unsettled).
+// Hooks run in reverse order, so what was set up first (a Subscriber's
+// count of its runs) ends after what was built on it (that settle).
 // Registered after that, f runs at once.
 func (g *Group) OnDone(f func()) {
 	g.mu.Lock()

@@ -127,14 +127,13 @@ func runTail(ctx context.Context, env cliEnv, name string, o tailOptions) error 
 }
 
 // tailer prints messages and settles them as the options say: ack, nack,
-// or hold until stop.
+// or hold for Close to nack.
 type tailer struct {
 	tailOptions
 	w io.Writer
 
 	mu       sync.Mutex
 	printed  int
-	held     []*pubsubflow.Message
 	stopping bool
 	full     chan struct{} // closed when max messages were printed
 }
@@ -154,7 +153,8 @@ func (t *tailer) each(_ context.Context, m *pubsubflow.Message) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopping || (t.max > 0 && t.printed >= t.max) {
-		m.Nack() // not shown: back to the subscription
+		// Not shown: left to Close, which nacks it once the streams have
+		// ended, so it is not redelivered onto a stream about to close.
 		return nil
 	}
 	line := tailLine{
@@ -181,24 +181,19 @@ func (t *tailer) each(_ context.Context, m *pubsubflow.Message) error {
 		m.Ack()
 	case t.nack:
 		m.Nack()
-	default:
-		t.held = append(t.held, m)
 	}
+	// Otherwise it is held: Close nacks it, after the streams ended.
 	if t.max > 0 && t.printed == t.max {
 		close(t.full)
 	}
 	return nil
 }
 
-// stop nacks what tail holds; later messages are nacked as they come.
+// stop makes tail print nothing more.
 func (t *tailer) stop() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.stopping = true
-	for _, m := range t.held {
-		m.Nack()
-	}
-	t.held = nil
 }
 
 func (t *tailer) count() int {
