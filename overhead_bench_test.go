@@ -3,6 +3,8 @@ package pubsubflow
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -82,33 +84,46 @@ type stubServer struct {
 	data                      []byte
 	publish                   *timestamppb.Timestamp
 
-	resps   []*pubsubpb.StreamingPullResponse // made beforehand, handed out in turn
-	mu      sync.Mutex
-	sent    int64
-	out     int64 // delivered, not acked or nacked
-	room    chan struct{}
-	acks    atomic.Int64
-	modacks atomic.Int64
+	mu        sync.Mutex
+	resps     []*pubsubpb.StreamingPullResponse // made as needed, reused once settled
+	unsettled []int                             // per response, its messages not acked or nacked
+	free      []int                             // responses with none unsettled
+	sent      int64
+	out       int64 // delivered, not acked or nacked
+	room      chan struct{}
+	acks      atomic.Int64
+	modacks   atomic.Int64
 }
 
 const perResponse = 100
 
 func newStubServer(total int, limit int64) *stubServer {
-	s := &stubServer{total: int64(total), limit: limit, data: make([]byte, 64), publish: timestamppb.Now(), room: make(chan struct{}, 1)}
-	// Enough responses that none is out twice at once (the limit is in
-	// whole responses); reused in turn, so the heap stays small.
-	for first := 0; first < 2*int(limit)+perResponse; first += perResponse {
-		resp := &pubsubpb.StreamingPullResponse{ReceivedMessages: make([]*pubsubpb.ReceivedMessage, perResponse)}
-		for i := range resp.ReceivedMessages {
-			id := fmt.Sprint(first + i)
-			resp.ReceivedMessages[i] = &pubsubpb.ReceivedMessage{
-				AckId:   "ack-" + id,
-				Message: &pubsubpb.PubsubMessage{MessageId: id, Data: s.data, PublishTime: s.publish},
-			}
-		}
-		s.resps = append(s.resps, resp)
+	return &stubServer{total: int64(total), limit: limit, data: make([]byte, 64), publish: timestamppb.Now(), room: make(chan struct{}, 1)}
+}
+
+// next returns a response none of whose ack ids the client may still
+// hold (an ack id names one delivery: a real server never sends it twice
+// while it is out): a free one, else a new one. Responses are reused, so
+// the heap stays small. Called with s.mu held.
+func (s *stubServer) next() *pubsubpb.StreamingPullResponse {
+	if n := len(s.free); n > 0 {
+		r := s.free[n-1]
+		s.free = s.free[:n-1]
+		s.unsettled[r] = perResponse
+		return s.resps[r]
 	}
-	return s
+	first := len(s.resps) * perResponse
+	resp := &pubsubpb.StreamingPullResponse{ReceivedMessages: make([]*pubsubpb.ReceivedMessage, perResponse)}
+	for i := range resp.ReceivedMessages {
+		id := strconv.Itoa(first + i)
+		resp.ReceivedMessages[i] = &pubsubpb.ReceivedMessage{
+			AckId:   "ack-" + id,
+			Message: &pubsubpb.PubsubMessage{MessageId: id, Data: s.data, PublishTime: s.publish},
+		}
+	}
+	s.resps = append(s.resps, resp)
+	s.unsettled = append(s.unsettled, perResponse)
+	return resp
 }
 
 func (s *stubServer) GetSubscription(context.Context, *pubsubpb.GetSubscriptionRequest, ...grpc.CallOption) (*pubsubpb.Subscription, error) {
@@ -117,21 +132,30 @@ func (s *stubServer) GetSubscription(context.Context, *pubsubpb.GetSubscriptionR
 
 func (s *stubServer) Acknowledge(_ context.Context, r *pubsubpb.AcknowledgeRequest, _ ...grpc.CallOption) (*emptypb.Empty, error) {
 	s.acks.Add(int64(len(r.AckIds)))
-	s.release(int64(len(r.AckIds)))
+	s.release(r.AckIds)
 	return &emptypb.Empty{}, nil
 }
 
 func (s *stubServer) ModifyAckDeadline(_ context.Context, r *pubsubpb.ModifyAckDeadlineRequest, _ ...grpc.CallOption) (*emptypb.Empty, error) {
 	s.modacks.Add(int64(len(r.AckIds)))
 	if r.AckDeadlineSeconds == 0 {
-		s.release(int64(len(r.AckIds)))
+		s.release(r.AckIds)
 	}
 	return &emptypb.Empty{}, nil
 }
 
-func (s *stubServer) release(n int64) {
+// release ends the delivery of ackIDs ("ack-N": message N, of response
+// N/perResponse).
+func (s *stubServer) release(ackIDs []string) {
 	s.mu.Lock()
-	s.out -= n
+	s.out -= int64(len(ackIDs))
+	for _, id := range ackIDs {
+		n, _ := strconv.Atoi(strings.TrimPrefix(id, "ack-"))
+		r := n / perResponse
+		if s.unsettled[r]--; s.unsettled[r] == 0 {
+			s.free = append(s.free, r)
+		}
+	}
 	s.mu.Unlock()
 	select {
 	case s.room <- struct{}{}:
@@ -160,7 +184,7 @@ func (st *stubStream) Recv() (*pubsubpb.StreamingPullResponse, error) {
 	for {
 		s.mu.Lock()
 		if s.sent < s.total && s.limit-s.out >= perResponse {
-			resp := s.resps[int(s.sent/perResponse)%len(s.resps)]
+			resp := s.next()
 			n := int64(len(resp.ReceivedMessages))
 			s.sent += n
 			s.out += n

@@ -43,9 +43,11 @@ type Stats struct {
 	AckRefused  uint64 // of AckFailures, the acks: settled, but not acked
 	// EmptyAckIDs, DuplicateAckIDs and MissingMessages count response
 	// elements refused on receipt, before any bookkeeping, from a
-	// misbehaving server or proxy: no ack id (dropped), an ack id twice in
-	// one response (the copy dropped), an ack id without a message
-	// (nacked). No handler sees them.
+	// misbehaving server or proxy: no ack id (dropped); an ack id within a
+	// response or already held (the copy dropped, neither acked nor
+	// nacked: the held copy answers for it; once that one is settled the
+	// ack id is accepted again); an ack id without a message (nacked). No
+	// handler sees them.
 	EmptyAckIDs, DuplicateAckIDs, MissingMessages uint64
 	// OverGrant counts messages a server sent a stream past the flow
 	// control its initial request asked for, warned once per stream.

@@ -2,6 +2,7 @@ package source
 
 import (
 	"hash/maphash"
+	"sync"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 )
@@ -11,93 +12,104 @@ type malformed uint8
 
 const (
 	emptyAckID     malformed = 1 << iota // no ack id: it cannot be acked or nacked
-	duplicateAckID                       // an ack id seen earlier in the same response
+	duplicateAckID                       // an ack id already held, in this response or an earlier one
 	missingMessage                       // an ack id without a message
 )
 
 var malformedNames = map[malformed]string{
 	emptyAckID:     "a received message with an empty ack_id (dropped)",
-	duplicateAckID: "the same ack_id twice in one response (the copy dropped)",
+	duplicateAckID: "an ack_id the source already holds, in the same response or an earlier one (the copy dropped)",
 	missingMessage: "an ack_id without a message (nacked)",
 }
 
 // screen is one stream's state for refuseMalformed: the kinds already
-// logged on it, and the set of ack ids of the response being screened
-// (kept and cleared, not made anew for every response).
+// logged on it, and the ack ids without a message of the response being
+// screened (kept and cleared, not made anew for every response).
 type screen struct {
-	warned malformed
-	seen   idSet
+	warned  malformed
+	missing []string
 }
 
-// idSet is a set of the ack ids of one response, for the duplicate check:
-// an open-addressed table of their hashes and indexes (no string is
-// copied or kept; a hash seen twice is confirmed by comparing the ids),
-// cleared and reused response after response. It costs a hash per id
-// where a map costs a hash, a string store and its growth.
-type idSet struct {
-	seed  maphash.Seed
-	slots []idSlot // len a power of two, at least twice the ids
-	used  []uint32 // the slots taken, to clear them
+// heldShards is how many locks the held ack ids are spread over, so that
+// the streams claiming and the handlers settling rarely meet on one.
+const heldShards = 32
+
+// heldIDs is the set of ack ids of the messages a source holds: one is
+// claimed as its response is screened and released when its message is
+// settled (path.Settle), whatever settles it. So a copy that comes while
+// another with its ack id is held — in the same response, another
+// response or another stream — is known at a hash and a probe, and
+// the set holds no more ids than the source holds messages, which the
+// flow budget bounds. An ack id names one delivery; acking either copy
+// would settle both, so the later copy is refused (see refuseMalformed).
+type heldIDs struct {
+	seed   maphash.Seed
+	shards [heldShards]heldShard
 }
 
-type idSlot struct {
-	hash uint64
-	idx  int32 // index into the response + 1; 0: empty
+type heldShard struct {
+	mu  sync.Mutex
+	ids hashSet  // the ids' hashes (see claim)
+	_   [24]byte // one cache line each
 }
 
-// reset makes the set empty and ready for n ids.
-func (s *idSet) reset(n int) {
-	for _, i := range s.used {
-		s.slots[i] = idSlot{}
+func newHeldIDs() *heldIDs {
+	return &heldIDs{seed: maphash.MakeSeed()}
+}
+
+// claim records id as held, reporting false if it already was. Only the
+// id's 64-bit hash is kept (8 bytes, no string kept alive): a new id whose
+// hash a held one has (at 10⁴ held, about once in
+// 10¹⁵ messages) is refused as a copy, and only delayed by it: unsettled,
+// the server delivers it again after its deadline.
+func (h *heldIDs) claim(id string) bool {
+	k, sh := h.of(id)
+	sh.mu.Lock()
+	ok := sh.ids.add(k)
+	sh.mu.Unlock()
+	return ok
+}
+
+// release forgets id, which was claimed: its message was settled.
+func (h *heldIDs) release(id string) {
+	k, sh := h.of(id)
+	sh.mu.Lock()
+	sh.ids.remove(k)
+	sh.mu.Unlock()
+}
+
+// of is id's hash (never 0: hashSet's empty) and shard.
+func (h *heldIDs) of(id string) (uint64, *heldShard) {
+	k := max(maphash.String(h.seed, id), 1)
+	return k, &h.shards[k%heldShards]
+}
+
+// len counts the ids held (for tests).
+func (h *heldIDs) len() int {
+	n := 0
+	for i := range h.shards {
+		sh := &h.shards[i]
+		sh.mu.Lock()
+		n += sh.ids.n
+		sh.mu.Unlock()
 	}
-	s.used = s.used[:0]
-	if len(s.slots) < 2*n {
-		size := 16
-		for size < 2*n {
-			size *= 2
-		}
-		s.slots = make([]idSlot, size)
-		if s.seed == (maphash.Seed{}) {
-			s.seed = maphash.MakeSeed()
-		}
-	}
-}
-
-// add records rms[i]'s ack id, reporting false if an earlier one of rms
-// has the same.
-func (s *idSet) add(rms []*pubsubpb.ReceivedMessage, i int) bool {
-	id := rms[i].GetAckId()
-	h := maphash.String(s.seed, id)
-	mask := uint64(len(s.slots) - 1)
-	for j := h & mask; ; j = (j + 1) & mask {
-		sl := &s.slots[j]
-		if sl.idx == 0 {
-			*sl = idSlot{hash: h, idx: int32(i + 1)}
-			s.used = append(s.used, uint32(j))
-			return true
-		}
-		if sl.hash == h && rms[sl.idx-1].GetAckId() == id {
-			return false
-		}
-	}
+	return n
 }
 
 // refuseMalformed drops the elements of a response that a handler must
 // never see, before any bookkeeping: an empty ack id (nothing could settle
-// it), an ack id already in this response (settling one copy would settle
-// both), and an ack id without a message (nacked, so the server delivers
-// it again, whole). Valid messages go on. Each kind is counted (Stats) and
-// logged once per stream (sc.warned). The common case, nothing wrong,
-// costs one pass and no allocation (the stream's set of ack ids is
-// reused).
+// it), an ack id the source already holds, from this response or an
+// earlier one on any stream (settling one copy would settle both; neither
+// acked nor nacked: the held copy's settling answers for it), and an ack
+// id without a message (nacked, so the server delivers it again, whole).
+// Valid messages go on, their ack ids claimed as held. Each kind is
+// counted (Stats) and logged once per stream (sc.warned). The common case,
+// nothing wrong, costs one pass and a claim per message.
 func (s *Source) refuseMalformed(stream int, rms []*pubsubpb.ReceivedMessage, sc *screen) []*pubsubpb.ReceivedMessage {
 	var bad malformed
-	if len(rms) > 1 {
-		sc.seen.reset(len(rms))
-	}
 	keep := rms[:0:0]
 	for i, rm := range rms {
-		kind := s.check(rms, i, &sc.seen)
+		kind := s.check(rm)
 		if kind == 0 {
 			if bad != 0 {
 				keep = append(keep, rm)
@@ -108,19 +120,18 @@ func (s *Source) refuseMalformed(stream int, rms []*pubsubpb.ReceivedMessage, sc
 			keep = append(make([]*pubsubpb.ReceivedMessage, 0, len(rms)), rms[:i]...)
 		}
 		bad |= kind
-		switch kind {
-		case emptyAckID:
-			s.c.emptyAckIDs.Add(1)
-		case duplicateAckID:
-			s.c.duplicateAckIDs.Add(1)
-		case missingMessage:
-			s.c.missingMessages.Add(1)
-			s.acks.NackTag(rm.GetAckId(), 0, false, nil)
-		}
+		s.refused(kind, rm, sc)
 	}
 	if bad == 0 {
 		return rms
 	}
+	// The ids nacked were claimed, so that a copy later in the response
+	// was refused; nothing holds them now.
+	for _, id := range sc.missing {
+		s.heldIDs.release(id)
+	}
+	clear(sc.missing)
+	sc.missing = sc.missing[:0]
 	for k, what := range malformedNames {
 		if bad&k != 0 && sc.warned&k == 0 {
 			sc.warned |= k
@@ -130,13 +141,29 @@ func (s *Source) refuseMalformed(stream int, rms []*pubsubpb.ReceivedMessage, sc
 	return keep
 }
 
-// check says what is wrong with rm, if anything.
-func (s *Source) check(rms []*pubsubpb.ReceivedMessage, i int, seen *idSet) malformed {
-	rm := rms[i]
-	if rm.GetAckId() == "" {
+// refused counts the element rm refused as kind, and nacks one without a
+// message.
+func (s *Source) refused(kind malformed, rm *pubsubpb.ReceivedMessage, sc *screen) {
+	switch kind {
+	case emptyAckID:
+		s.c.emptyAckIDs.Add(1)
+	case duplicateAckID:
+		s.c.duplicateAckIDs.Add(1)
+	case missingMessage:
+		s.c.missingMessages.Add(1)
+		sc.missing = append(sc.missing, rm.GetAckId())
+		s.acks.NackTag(rm.GetAckId(), 0, false, nil)
+	}
+}
+
+// check says what is wrong with rm, if anything; when nothing, or only its
+// message is missing, its ack id is claimed as held.
+func (s *Source) check(rm *pubsubpb.ReceivedMessage) malformed {
+	id := rm.GetAckId()
+	if id == "" {
 		return emptyAckID
 	}
-	if len(rms) > 1 && !seen.add(rms, i) {
+	if !s.heldIDs.claim(id) {
 		return duplicateAckID
 	}
 	if rm.GetMessage() == nil {

@@ -21,6 +21,8 @@ type path struct{ c *core }
 func (p *path) Settle(mi any, o uint32, delay time.Duration) {
 	m := mi.(*Message)
 	c := p.c
+	// Another copy of its ack id is a redelivery from now on: accepted.
+	c.heldIDs.release(m.AckID)
 	c.c.settled(o)
 	if c.trace != nil {
 		c.trace.settled(m, o)
@@ -155,8 +157,11 @@ type Stats struct {
 	AckFailures uint64
 	// EmptyAckIDs, DuplicateAckIDs and MissingMessages count response
 	// elements the source refused before any bookkeeping (a misbehaving
-	// server or proxy): no ack id, an ack id twice in one response, an ack
-	// id without a message (nacked). No handler sees them.
+	// server or proxy): no ack id; an ack id already held, within a
+	// response or from an earlier one on any stream and not settled yet
+	// (neither acked nor nacked: the held copy answers for it; once that
+	// one is settled the same ack id is accepted again); an ack id without
+	// a message (nacked). No handler sees them.
 	EmptyAckIDs, DuplicateAckIDs, MissingMessages uint64
 	// Reconnects counts stream restarts.
 	Reconnects uint64

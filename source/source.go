@@ -51,6 +51,7 @@ type core struct {
 	clock    *message.Clock // bound to every message, for its deadline checks
 	c        counters
 	held     registry
+	heldIDs  *heldIDs // the ack ids of what held holds, for refuseMalformed
 	later    later
 	lanes    atomic.Int64  // lane numbers for sources without a Budget
 	runs     atomic.Uint64 // run ids (owners of handed-off messages)
@@ -99,6 +100,7 @@ func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 	c.stopCtx, c.stopFn = context.WithCancel(context.Background())
 	c.path.c = c
 	c.clock = message.NewClock()
+	c.heldIDs = newHeldIDs()
 	s := &Source{core: c}
 	acfg := ack.Config{
 		Events:    c.emit,
