@@ -77,13 +77,16 @@ func ExampleSubscriber_Source() {
 		return m, nil // reaching Acknowledge without an outcome means ack
 	})
 
+	closed := make(chan error, 1)
 	go func() {
 		for srv.SubscriptionStats(subscription).Acked < 100 {
 			time.Sleep(10 * time.Millisecond)
 		}
-		sub.Close() // drains; the pipeline then ends
+		closed <- sub.Close() // drains; the pipeline then ends
 	}()
 	err = pipeline.From(sub.Source()).Via(process).To(sub.Acknowledge())
-	fmt.Println("pipeline:", err, "acked:", srv.SubscriptionStats(subscription).Acked)
-	// Output: pipeline: <nil> acked: 100
+	// The pipeline ends as Close drains; Close returns once it has
+	// flushed the acks and stopped every goroutine.
+	fmt.Println("pipeline:", err, "close:", <-closed, "acked:", srv.SubscriptionStats(subscription).Acked)
+	// Output: pipeline: <nil> close: <nil> acked: 100
 }
