@@ -114,7 +114,7 @@ func (r *keyedRun) loop(ctx context.Context, in <-chan *source.Message, out chan
 		}
 		var send chan<- *source.Message
 		var head *source.Message
-		for r.ready.Len() > 0 && r.ready.Front().Settled() {
+		for r.ready.Len() > 0 && expireIfLate(r.ready.Front()) {
 			r.ready.Pop() // settled while it waited: nothing to hand on
 		}
 		if r.ready.Len() > 0 {
@@ -164,7 +164,7 @@ func (r *keyedRun) admit() <-chan struct{} {
 	for r.waiting > 0 {
 		k := r.next()
 		m := k.waiting.Front()
-		if m.Settled() {
+		if expireIfLate(m) {
 			r.pop(k)
 			continue
 		}

@@ -202,7 +202,7 @@ func share(limit, shareOf int64) int64 {
 // acquireOne counts m (a standalone gate's admission) if the budget has
 // room now; ok also when m is settled already (it then holds nothing).
 func (fc *FlowControl) acquireOne(m *source.Message) bool {
-	if m.Settled() {
+	if expireIfLate(m) {
 		return true
 	}
 	size := int64(max(m.Size(), 0))
@@ -215,3 +215,7 @@ func (fc *FlowControl) acquireOne(m *source.Message) bool {
 }
 
 var _ message.Holder = (*permit)(nil)
+
+// expireIfLate reports whether m is settled, expiring it first if its lease
+// has lapsed: a gate hands on no copy the server may have given out again.
+func expireIfLate(m *source.Message) bool { return message.Of(m).ExpireIfLateNow(m) }

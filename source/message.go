@@ -94,15 +94,11 @@ func (m *Message) NoOp() bool { return m.st.Settle(m, message.NoOp, 0) }
 // Outcome returns the outcome set so far (Pending if none).
 func (m *Message) Outcome() Outcome { return Outcome(m.st.Outcome()) }
 
-// Settled reports whether the message is done with: an outcome was set,
-// or its server deadline is less than a second away (or past), in which
-// case it is expired now — the server may give it out again, so a stage
-// must not work on this copy. A stage that checks Settled before handing
-// a message to its work never works on a lapsed copy.
-//
-// It reads the clock only for a message with no outcome yet (the source's
-// monotonic clock, cheaper than time.Now).
-func (m *Message) Settled() bool { return m.st.ExpireIfLateNow(m) }
+// Settled reports whether the message has an outcome (expired included).
+// It only reads: a copy whose lease has lapsed is expired by the library's
+// lease checks (the source's hand-off, the gates, the extender), and an
+// outcome set on a lapsed copy becomes an expiry, so its ack is never sent.
+func (m *Message) Settled() bool { return m.st.Outcome() != message.Pending }
 
 // Size is the message's size in bytes as flow control counts it: the
 // encoded Pub/Sub message (data, attributes, ids, publish time), as the

@@ -239,7 +239,7 @@ func (s *Source) Run(g *stage.Group) <-chan *Message {
 // sendOne hands m on unless it lapses first (it is then expired); false
 // when ctx is done first.
 func (s *Source) sendOne(ctx context.Context, out chan<- *Message, m *Message, t **time.Timer) bool {
-	if m.Settled() {
+	if m.st.ExpireIfLateNow(m) {
 		return true
 	}
 	var lapse <-chan time.Time
