@@ -108,7 +108,7 @@ func TestAckErrorInfoWithoutReasonsFails(t *testing.T) {
 			done := runAsync(ctx, s, 5, func(ctx context.Context, m *Message) error {
 				m.Ack()
 				if r := m.Result(); r != nil {
-					err := r.Wait(ctx)
+					err := r.Get(ctx)
 					mu.Lock()
 					results = append(results, err)
 					mu.Unlock()

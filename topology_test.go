@@ -120,7 +120,7 @@ func TestExactlyOnceRun(t *testing.T) {
 			t.Error("message does not carry the exactly-once property")
 		}
 		m.Ack()
-		if err := m.Result().Wait(ctx); err != nil {
+		if err := m.Result().Get(ctx); err != nil {
 			return err
 		}
 		confirmed.Add(1)

@@ -342,7 +342,7 @@ func TestTraceEndsSpansWithStatus(t *testing.T) {
 	defer cancel()
 	if err := s.Run(rctx, 1, func(ctx context.Context, m *Message) error {
 		m.Ack()
-		if err := m.Result().Wait(ctx); err != nil {
+		if err := m.Result().Get(ctx); err != nil {
 			return err
 		}
 		if acked.Add(1) == 3 {
@@ -547,7 +547,7 @@ func TestTraceExactlyOnceAckFails(t *testing.T) {
 	if err := s.Run(rctx, 1, func(ctx context.Context, m *Message) error {
 		e.srv.FailNextAckIDs(1, "PERMANENT_FAILURE_INVALID_ACK_ID")
 		m.Ack()
-		ackErr = m.Result().Wait(ctx)
+		ackErr = m.Result().Get(ctx)
 		cancel()
 		return nil
 	}); err != nil {

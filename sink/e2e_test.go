@@ -145,16 +145,16 @@ func TestExactlyOnceExpiredAck(t *testing.T) {
 			t.Fatal("the message does not say exactly-once")
 		}
 		fresh.Ack()
-		if err := fresh.Result().Wait(t.Context()); err != nil {
+		if err := fresh.Result().Get(t.Context()); err != nil {
 			t.Fatalf("live ack: %v", err)
 		}
 
 		time.Sleep(61 * time.Second) // past the 60 s stream ack deadline
-		if late.Ack() || !errors.Is(late.Result().Wait(t.Context()), source.ErrLeaseExpired) || late.Outcome() != source.Expired {
-			t.Fatalf("ack past the deadline: outcome %v, result %v; want expired", late.Outcome(), late.Result().Wait(t.Context()))
+		if late.Ack() || !errors.Is(late.Result().Get(t.Context()), source.ErrLeaseExpired) || late.Outcome() != source.Expired {
+			t.Fatalf("ack past the deadline: outcome %v, result %v; want expired", late.Outcome(), late.Result().Get(t.Context()))
 		}
 		unknown.Ack()
-		err = unknown.Result().Wait(t.Context())
+		err = unknown.Result().Get(t.Context())
 		var ae *source.AckError
 		if !errors.As(err, &ae) || !errors.Is(err, source.ErrAckRefused) || ae.Reason != ack.ReasonInvalidAckID {
 			t.Fatalf("expired ack: %v, want a refused invalid-ack-id failure", err)

@@ -116,7 +116,7 @@ func ExampleAckResult() {
 	go func() {
 		done <- sub.Run(runCtx, 1, func(ctx context.Context, m *pubsubflow.Message) error {
 			m.Ack()
-			confirmed <- m.Result().Wait(ctx)
+			confirmed <- m.Result().Get(ctx)
 			return nil
 		})
 	}()

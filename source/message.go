@@ -122,14 +122,14 @@ func newAckResult() *AckResult {
 
 func (r *AckResult) resolve(err error) { r.r.AckDone(err) }
 
-// Done is closed when the result has settled.
-func (r *AckResult) Done() <-chan struct{} { return r.r.Done() }
+// Ready is closed when the result has settled (as publisher.Result's).
+func (r *AckResult) Ready() <-chan struct{} { return r.r.Done() }
 
-// Wait blocks until the result settles or ctx is done. It returns nil once
+// Get blocks until the result settles or ctx is done. It returns nil once
 // the server confirmed the ack or nack, or why it failed: an *AckError
 // (for example an ack id that expired before the ack reached the server),
 // or ErrLeaseExpired.
-func (r *AckResult) Wait(ctx context.Context) error { return r.r.Wait(ctx) }
+func (r *AckResult) Get(ctx context.Context) error { return r.r.Wait(ctx) }
 
 // decodeResponse decodes a StreamingPull response's messages into one
 // allocation, slab (a response's messages live and die together closely

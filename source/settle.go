@@ -310,7 +310,7 @@ func (r *registry) close(f func(*Message)) {
 }
 
 // AckError is why an ack or nack on an exactly-once subscription failed
-// (AckResult.Wait). errors.Is tells the kind (ErrAckRefused,
+// (AckResult.Get). errors.Is tells the kind (ErrAckRefused,
 // ErrAckRetriesExhausted, ErrClosed); status.Code(err) is the RPC's status
 // code.
 type AckError struct {

@@ -1,6 +1,6 @@
 // Command exactlyonce consumes a subscription with exactly-once delivery:
 // each handler acks its message and waits for the server to confirm the
-// ack (m.Result().Wait) before it counts the message as done — the point
+// ack (m.Result().Get) before it counts the message as done — the point
 // of exactly-once delivery is that a confirmed ack will not be followed by
 // a redelivery, while an unconfirmed one may be.
 //
@@ -105,7 +105,7 @@ func Run(ctx context.Context, conn grpc.ClientConnInterface, subscription string
 		if r := m.Result(); r == nil { // the subscription is not exactly-once
 			noResult.Add(1)
 		} else {
-			if err := r.Wait(ctx); err != nil {
+			if err := r.Get(ctx); err != nil {
 				// Not confirmed: the message will be redelivered; the
 				// work must not be considered done.
 				failed.Add(1)

@@ -25,7 +25,7 @@ const eoRounds = 3
 const eoWorkers = 8
 
 // TestExactlyOnceConfirmations: on an exactly-once subscription, our
-// Run(ctx, 8, h) with m.Ack() and m.Result().Wait gets every ack
+// Run(ctx, 8, h) with m.Ack() and m.Result().Get gets every ack
 // confirmed, none twice, and Google's client does the same
 // (AckWithResult().Get) on the same backlog in the same run; both times
 // are logged (BENCHMARKS.md records them).
@@ -92,7 +92,7 @@ func runOursExactlyOnce(t *testing.T, e *env, sub string) time.Duration {
 			noResult.Add(1)
 			return nil
 		}
-		if err := res.Wait(ctx); err != nil {
+		if err := res.Get(ctx); err != nil {
 			failed.Add(1)
 			return nil
 		}
