@@ -291,10 +291,8 @@ func (s *Subscriber) safeHandleBatch(ctx context.Context, h BatchHandler, ms, ha
 		if p := recover(); p != nil {
 			err = &stage.PanicError{Value: p, Stack: debug.Stack()}
 			s.c.setErr(err)
-			if s.cfg.Logger != nil {
-				s.cfg.Logger.Error("pubsubflow: batch handler panicked; its unsettled messages nacked",
-					"subscription", s.sub, "messages", len(ms), "panic", p)
-			}
+			s.cfg.Logger.Error("pubsubflow: batch handler panicked; its unsettled messages nacked",
+				"subscription", s.sub, "messages", len(ms), "panic", p)
 			for _, m := range ms {
 				m.Nack()
 			}

@@ -175,10 +175,8 @@ func (s *Subscriber) safeHandle(ctx context.Context, h Handler, m *Message) (err
 		if p := recover(); p != nil {
 			err = &stage.PanicError{Value: p, Stack: debug.Stack()}
 			s.c.setErr(err)
-			if s.cfg.Logger != nil {
-				s.cfg.Logger.Error("pubsubflow: handler panicked; message nacked",
-					"subscription", s.sub, "message_id", m.ID, "panic", p)
-			}
+			s.cfg.Logger.Error("pubsubflow: handler panicked; message nacked",
+				"subscription", s.sub, "message_id", m.ID, "panic", p)
 			m.Nack()
 		}
 	}()

@@ -111,7 +111,8 @@ type SubscriberConfig struct {
 	// Run always does so when the subscription does.
 	Ordering bool
 
-	// Logger receives connection, lease and ack events (default: none).
+	// Logger receives connection, lease and ack events and the warnings
+	// (nil: slog.Default(); slog.New(slog.DiscardHandler) for none).
 	Logger *slog.Logger
 	// MeterProvider receives OpenTelemetry metrics (default: none, free),
 	// each with a "subscription" attribute (the full name). Counters,
@@ -284,5 +285,6 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	c.OnSuccess = cmp.Or(c.OnSuccess, Ack) // the zero Outcome is "none set"
 	c.OnFailure = cmp.Or(c.OnFailure, Nack)
 	c.OnShutdown = cmp.Or(c.OnShutdown, NackAfter)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }

@@ -2,6 +2,7 @@ package pubsubflow
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -72,4 +73,26 @@ func TestRunRejectsBadArguments(t *testing.T) {
 	if err := s.Run(context.Background(), 1, nil); err == nil || !strings.Contains(err.Error(), "handler") {
 		t.Fatalf("nil handler: %v", err)
 	}
+}
+
+// TestNilLoggerIsSlogDefault: a nil Logger means slog.Default() in every
+// config: a Subscriber made without one reports a handler's panic there,
+// (the publisher's test checks its Config).
+func TestNilLoggerIsSlogDefault(t *testing.T) {
+	l := &logs{}
+	prev := slog.Default()
+	slog.SetDefault(slog.New(l))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	e := newEnv(t)
+	e.publish(t, 1, nil)
+	s := e.subscriber(t, SubscriberConfig{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := runAsync(ctx, s, 1, func(context.Context, *Message) error { panic("boom") })
+	waitFor(t, "the panic logged to slog.Default()", 10*time.Second, func() bool {
+		return l.count(slog.LevelError, "handler panicked") == 1
+	})
+	cancel()
+	<-done
 }

@@ -220,7 +220,7 @@ func (w *graphWatch) logger(owner *Subscriber) *slog.Logger {
 	switch {
 	case w.opt.Logger != nil:
 		return w.opt.Logger
-	case owner != nil && owner.cfg.Logger != nil:
+	case owner != nil:
 		return owner.cfg.Logger
 	}
 	return slog.Default()

@@ -1,11 +1,9 @@
 package pubsubflow
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -134,7 +132,7 @@ func (s *Subscriber) build() error {
 		return err
 	}
 	gate := flow.FlowGate(s.fc)
-	gate.Logger = cmp.Or(s.cfg.Logger, slog.New(slog.DiscardHandler)) // the config's nil: no logs
+	gate.Logger = s.cfg.Logger
 	base := src.With(flow.EagerTrack(s.ext, 0), gate)
 	s.runBook = &book{s: s}
 	s.src = base.With(&book{s: s, onHandOff: true})
@@ -167,10 +165,8 @@ func (s *Subscriber) detectOrdering(ctx context.Context) (bool, error) {
 		}
 		fallthrough
 	case codes.PermissionDenied:
-		if s.cfg.Logger != nil {
-			s.cfg.Logger.Warn("pubsubflow: cannot tell whether the subscription orders by key; set SubscriberConfig.Ordering if it does",
-				"subscription", s.sub, "err", err)
-		}
+		s.cfg.Logger.Warn("pubsubflow: cannot tell whether the subscription orders by key; set SubscriberConfig.Ordering if it does",
+			"subscription", s.sub, "err", err)
 		return false, nil
 	}
 	return false, fmt.Errorf("pubsubflow: asking whether %s orders by key (set SubscriberConfig.Ordering to skip): %w", s.sub, err)

@@ -84,7 +84,7 @@ type ExtenderConfig struct {
 	TracerProvider trace.TracerProvider
 	// events, if set, also receives every event (tests observe with it).
 	events func(event.Event)
-	// Logger receives warnings about failed RPCs (nil: discard).
+	// Logger receives warnings about failed RPCs (nil: slog.Default()).
 	Logger *slog.Logger
 }
 
@@ -116,6 +116,6 @@ func (c ExtenderConfig) withDefaults() ExtenderConfig {
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, defaultMaxInFlight)
 	c.RetryDeadline = cmp.Or(c.RetryDeadline, defaultRetryDeadline)
 	c.CloseTimeout = cmp.Or(c.CloseTimeout, defaultCloseTimeout)
-	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }

@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,7 +72,7 @@ type Config struct {
 	// the client cannot encode is never retried, whatever Retryable says.
 	Retryable func(error) bool
 	// Logger receives retries (debug), failed batches and paused keys
-	// (warn); nil logs nothing.
+	// (warn); nil: slog.Default().
 	Logger *slog.Logger
 	// TracerProvider, if set, traces every message as Google's clients
 	// do, with the tracer "github.com/pubsubflow/pubsubflow/publisher": a
@@ -155,8 +156,6 @@ func (c Config) withDefaults() Config {
 	if c.Retryable == nil {
 		c.Retryable = retry.Transient
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }

@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -59,5 +60,13 @@ func TestNewRejectsBadInput(t *testing.T) {
 	}
 	if _, err := New(nil, "projects/p/topics/topic", Config{}); err == nil {
 		t.Error("nil connection accepted")
+	}
+}
+
+// TestNilLoggerIsSlogDefault: a nil Logger means slog.Default(), as in
+// every config of the module.
+func TestNilLoggerIsSlogDefault(t *testing.T) {
+	if got := (Config{}).withDefaults().Logger; got != slog.Default() {
+		t.Fatalf("nil Logger became %v, want slog.Default()", got)
 	}
 }

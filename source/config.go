@@ -113,8 +113,8 @@ type Config struct {
 	events func(event.Event)
 
 	// Logger receives the stream lifecycle (connects at Info, reconnects
-	// and failures at Warn, terminal errors at Error) and ack failures;
-	// nil discards them.
+	// and failures at Warn, terminal errors at Error) and ack failures
+	// (nil: slog.Default()).
 	Logger *slog.Logger
 }
 
@@ -169,7 +169,7 @@ func (c Config) withDefaults() Config {
 	if c.Classify == nil {
 		c.Classify = DefaultClassifier
 	}
-	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
 

@@ -26,6 +26,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -38,6 +39,9 @@ func main() { os.Exit(mainExit()) }
 // cleanly on that; the signals' default action is restored first, so a
 // second one ends the process at once, even while a command drains.
 func mainExit() int {
+	// The library logs to slog.Default(); the CLI shows warnings and
+	// errors on stderr, not each stream's connect (Info).
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 1)

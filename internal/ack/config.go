@@ -66,7 +66,7 @@ type Config struct {
 	// Events receives Ack, Nack (counts the server accepted), Retry and
 	// AckFailed events. Nil: none.
 	Events event.Func
-	// Logger logs failures (Warn) and retries (Debug). Nil: no logs.
+	// Logger logs failures (Warn) and retries (Debug). Nil: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -87,7 +87,7 @@ func (c Config) withDefaults() Config {
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, DefaultMaxInFlight)
 	c.RPCTimeout = cmp.Or(c.RPCTimeout, DefaultRPCTimeout)
 	c.Gap = max(cmp.Or(c.Gap, DefaultGap), 0)
-	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
 
