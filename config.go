@@ -20,8 +20,9 @@ import (
 )
 
 // Unlimited, as MaxOutstandingMessages or MaxOutstandingBytes, turns that
-// flow-control dimension off.
-const Unlimited = -1
+// flow-control dimension off (and as ReconnectTimeout or MaxExtension, the
+// bound); it is flow.Unlimited, the one "no limit" of every config.
+const Unlimited = flow.Unlimited
 
 // Defaults of SubscriberConfig's subscriber-side fields; the stream-side
 // defaults are the source's, so both agree.
@@ -230,8 +231,7 @@ func wrapPart(label string, err error) error {
 
 // parts maps c onto the configs of the operators the Subscriber composes:
 // the one place a SubscriberConfig field reaches an operator. Unlimited
-// (-1) is the operators' "no limit" as it is (a negative value) for the
-// source and the extender; FlowControl's is 0 (clientLimit).
+// (-1) is every operator's "no limit" as it is.
 func (c SubscriberConfig) parts(sub string) (source.Config, flow.ExtenderConfig, sink.Policy) {
 	src := source.Config{
 		Subscription:           sub,

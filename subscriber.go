@@ -125,7 +125,7 @@ func (s *Subscriber) build() error {
 	if err != nil {
 		return err
 	}
-	s.fc = flow.NewFlowControl(clientLimit(s.cfg.MaxOutstandingMessages), clientLimit(s.cfg.MaxOutstandingBytes))
+	s.fc = flow.NewFlowControl(s.cfg.MaxOutstandingMessages, s.cfg.MaxOutstandingBytes)
 	s.policy = policy
 	src, err := source.Subscribe(s.client, srcCfg)
 	if err != nil {
@@ -138,14 +138,6 @@ func (s *Subscriber) build() error {
 	s.src = base.With(&book{s: s, onHandOff: true})
 	s.runSrc = base.With(s.runBook)
 	return nil
-}
-
-// clientLimit maps the config's Unlimited to flow control's "no limit".
-func clientLimit(v int64) int64 {
-	if v == Unlimited {
-		return 0
-	}
-	return v
 }
 
 // detectOrdering asks the server whether the subscription orders by key.

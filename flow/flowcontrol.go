@@ -61,18 +61,42 @@ const (
 	DefaultMaxBytes    = 100 << 20
 )
 
+// Unlimited, as a limit, turns that dimension of a budget off; it is the
+// same value as pubsubflow.Unlimited and every config's "no limit".
+const Unlimited = -1
+
 // NewFlowControl returns a budget of maxMessages messages and maxBytes
-// bytes. A limit ≤ 0 means that dimension is unlimited (NewFlowControl(0, 0)
-// admits everything but still counts).
+// bytes: 0 is the default (DefaultMaxMessages, DefaultMaxBytes), a negative
+// limit (Unlimited) turns that dimension off; an unlimited budget still
+// counts.
 func NewFlowControl(maxMessages, maxBytes int64) *FlowControl {
-	return &FlowControl{maxMessages: max(maxMessages, 0), maxBytes: max(maxBytes, 0)}
+	return &FlowControl{maxMessages: limitOf(maxMessages, DefaultMaxMessages), maxBytes: limitOf(maxBytes, DefaultMaxBytes)}
 }
 
-// MaxMessages is the message limit (0: unlimited).
-func (fc *FlowControl) MaxMessages() int64 { return fc.maxMessages }
+// limitOf is the internal form of a limit: 0 for none.
+func limitOf(v, def int64) int64 {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
 
-// MaxBytes is the byte limit (0: unlimited).
-func (fc *FlowControl) MaxBytes() int64 { return fc.maxBytes }
+// MaxMessages is the message limit (Unlimited: none).
+func (fc *FlowControl) MaxMessages() int64 { return external(fc.maxMessages) }
+
+// MaxBytes is the byte limit (Unlimited: none).
+func (fc *FlowControl) MaxBytes() int64 { return external(fc.maxBytes) }
+
+// external is a limit as the API spells it.
+func external(v int64) int64 {
+	if v == 0 {
+		return Unlimited
+	}
+	return v
+}
 
 // TryAcquire takes the permits of one message of size bytes if the budget
 // allows it now, without waiting, and reports whether it did. A message

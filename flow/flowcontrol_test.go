@@ -100,7 +100,7 @@ func TestFlowControlCountsBothLimits(t *testing.T) {
 }
 
 func TestFlowControlUnlimited(t *testing.T) {
-	fc := NewFlowControl(0, -1)
+	fc := NewFlowControl(Unlimited, Unlimited)
 	for i := range 10_000 {
 		if !fc.TryAcquire(i) {
 			t.Fatalf("unlimited budget refused message %d", i)
@@ -146,7 +146,7 @@ func TestFlowControlOversizeAdmittedAlone(t *testing.T) {
 // settles it first; a message settled already takes none; settling a
 // message that holds no permit releases nothing.
 func TestFlowControlPermitReleasedOnce(t *testing.T) {
-	fc := NewFlowControl(2, 0)
+	fc := NewFlowControl(2, Unlimited)
 	m := newMsg(1, 10)
 	if !fc.acquireOne(m) || fc.Outstanding() != 1 || fc.OutstandingBytes() != 10 {
 		t.Fatalf("acquireOne: %+v", fc.Stats())
@@ -193,7 +193,7 @@ func TestFlowControlPermitReleasedOnce(t *testing.T) {
 }
 
 func TestFlowControlWakeBroadcast(t *testing.T) {
-	fc := NewFlowControl(1, 0)
+	fc := NewFlowControl(1, Unlimited)
 	if !fc.TryAcquire(1) {
 		t.Fatal("acquire failed")
 	}

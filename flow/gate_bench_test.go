@@ -57,7 +57,7 @@ func BenchmarkFlowControlAcquireRelease(b *testing.B) {
 // BenchmarkFlowControlReceive is the receipt step on a response of 100
 // messages, then each message settled.
 func BenchmarkFlowControlReceive(b *testing.B) {
-	fc := NewFlowControl(0, 0)
+	fc := NewFlowControl(Unlimited, Unlimited)
 	lane, _, _, _ := fc.openLane(0, 0)
 	b.ReportAllocs()
 	for b.Loop() {

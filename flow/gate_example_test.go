@@ -15,7 +15,7 @@ import (
 // not only for what downstream took, and stops receiving at the limit.
 // Settling a message gives its permit back: there is nothing to pair.
 func ExampleFlowGate() {
-	fc := flow.NewFlowControl(3, 0)
+	fc := flow.NewFlowControl(3, flow.Unlimited)
 	g := stage.NewGroup(context.Background())
 
 	in := make(chan *source.Message, 10)

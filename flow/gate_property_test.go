@@ -27,7 +27,7 @@ import (
 func TestGateProperties(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		maxMsgs := rapid.Int64Range(1, 12).Draw(rt, "maxMessages")
-		maxBytes := rapid.SampledFrom([]int64{0, 100, 400, 2000}).Draw(rt, "maxBytes")
+		maxBytes := rapid.SampledFrom([]int64{Unlimited, 100, 400, 2000}).Draw(rt, "maxBytes")
 		gates := rapid.IntRange(1, 2).Draw(rt, "gates")
 		workers := rapid.IntRange(1, 4).Draw(rt, "workers")
 		n := rapid.IntRange(1, 60).Draw(rt, "messages")

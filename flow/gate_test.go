@@ -38,7 +38,7 @@ func produce(g *stage.Group, n, size int, s *settles, sent *atomic.Int64) <-chan
 func TestGateCountsOnReceipt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit = 5
-		fc := NewFlowControl(limit, 0)
+		fc := NewFlowControl(limit, Unlimited)
 		set := newSettles()
 		g := stage.NewGroup(t.Context())
 		var sent atomic.Int64
@@ -81,7 +81,7 @@ func TestGateCountsOnReceipt(t *testing.T) {
 // more), and is admitted by the release that makes room.
 func TestGateWaitsForBytes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fc := NewFlowControl(0, 100)
+		fc := NewFlowControl(Unlimited, 100)
 		set := newSettles()
 		g := stage.NewGroup(t.Context())
 		var sent atomic.Int64
@@ -151,7 +151,7 @@ func TestGateOversizeMessage(t *testing.T) {
 // meanwhile; its later outcomes are no-ops.)
 func TestGateSettledWhileBuffered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fc := NewFlowControl(3, 0)
+		fc := NewFlowControl(3, Unlimited)
 		set := newSettles()
 		g := stage.NewGroup(t.Context())
 		in := make(chan *source.Message, 3)
@@ -200,7 +200,7 @@ func TestGateSettledWhileBuffered(t *testing.T) {
 // permit never takes one.
 func TestGateSettledBeforeAdmission(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fc := NewFlowControl(0, 100)
+		fc := NewFlowControl(Unlimited, 100)
 		set := newSettles()
 		g := stage.NewGroup(t.Context())
 		in := make(chan *source.Message, 2)
@@ -241,7 +241,7 @@ func TestGateSettledBeforeAdmission(t *testing.T) {
 func TestGatesShareBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit = 4
-		fc := NewFlowControl(limit, 0)
+		fc := NewFlowControl(limit, Unlimited)
 		set := newSettles()
 		g := stage.NewGroup(t.Context())
 		var sentA, sentB atomic.Int64

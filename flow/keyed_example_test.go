@@ -15,7 +15,7 @@ import (
 // budget, and they are admitted in turn, so small's four are all handed on
 // before big's last ones.
 func ExampleKeyedFlowGate() {
-	fc := flow.NewFlowControl(4, 0)
+	fc := flow.NewFlowControl(4, flow.Unlimited)
 	in := make(chan *source.Message, 12)
 	for i := range 8 {
 		in <- &source.Message{ID: fmt.Sprint("big-", i), Attributes: map[string]string{"tenant": "big"}}

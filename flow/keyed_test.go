@@ -27,7 +27,7 @@ func tenantMsg(tenant string, i int) *source.Message {
 // the flood takes the whole budget again.
 func TestKeyedGateSharesTheBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fc := NewFlowControl(6, 0)
+		fc := NewFlowControl(6, Unlimited)
 		gate := KeyedFlowGate(fc, ByAttribute("tenant"))
 		in := make(chan *source.Message, 400)
 		all := map[string][]*source.Message{}
@@ -138,7 +138,7 @@ func TestKeyedGateSharesTheBudget(t *testing.T) {
 // TestKeyedGateLendsUnusedShare: a key alone takes the whole budget.
 func TestKeyedGateLendsUnusedShare(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fc := NewFlowControl(6, 0)
+		fc := NewFlowControl(6, Unlimited)
 		in := make(chan *source.Message, 20)
 		for i := range 20 {
 			in <- tenantMsg("only", i)
@@ -163,7 +163,7 @@ func TestKeyedGateLendsUnusedShare(t *testing.T) {
 // it admitted and what waited, and its permits come back.
 func TestKeyedGateNacksWhatItHoldsOnCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fc := NewFlowControl(4, 0)
+		fc := NewFlowControl(4, Unlimited)
 		in := make(chan *source.Message, 10)
 		var ms []*source.Message
 		for i := range 10 {

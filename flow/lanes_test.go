@@ -47,7 +47,7 @@ func distinct(lanes []int) bool {
 // no room (or no lane) once they are spent, and a closed lane is given
 // out again, with a wake-up for those waiting.
 func TestOpenLaneDistinctConcurrent(t *testing.T) {
-	fc := NewFlowControl(640, 0)
+	fc := NewFlowControl(640, Unlimited)
 	lanes, grants, refused := openAll(fc, 64, 10, 0)
 	if len(lanes) != 64 || refused != 0 || !distinct(lanes) {
 		t.Fatalf("64 concurrent opens: lanes %v, %d refused; want 64 distinct", lanes, refused)
@@ -74,7 +74,7 @@ func TestOpenLaneDistinctConcurrent(t *testing.T) {
 	}
 
 	// Unlimited: every lane can be open at once, and no more.
-	un := NewFlowControl(0, 0)
+	un := NewFlowControl(Unlimited, Unlimited)
 	lanes, grants, refused = openAll(un, maxLanes+8, 0, 0)
 	if len(lanes) != maxLanes || refused != 8 || !distinct(lanes) {
 		t.Fatalf("%d concurrent opens of an unlimited budget: %d lanes (distinct %v), %d refused; want %d and 8",
@@ -110,7 +110,7 @@ func doneAll(ms []*source.Message) {
 // becomes Done later does not count against the stream that reuses its
 // lane.
 func TestOpenLaneCountsServerHeld(t *testing.T) {
-	fc := NewFlowControl(10, 0)
+	fc := NewFlowControl(10, Unlimited)
 	gate := FlowGate(fc)
 	var p heldPath
 	a, grant, _, ok := gate.Open(0, 0)
@@ -234,7 +234,7 @@ func pick[T any](t *rapid.T, s []T, label string) (int, T) {
 func TestLaneGrantsProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		limit := rapid.Int64Range(1, 30).Draw(rt, "limit")
-		fc := NewFlowControl(limit, 0)
+		fc := NewFlowControl(limit, Unlimited)
 		lm := &laneModel{limit: limit, fc: fc, gate: FlowGate(fc), streams: map[int]*laneStream{}, stream: map[*source.Message]*laneStream{}}
 		rt.Repeat(map[string]func(*rapid.T){
 			"open": func(t *rapid.T) {

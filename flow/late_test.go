@@ -136,7 +136,7 @@ func TestEagerTrackBehindSlowStageWarnsOnce(t *testing.T) {
 // stage warns once, and still counts every message it holds.
 func TestFlowGateBehindSlowStageWarnsOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fc := NewFlowControl(100, 0)
+		fc := NewFlowControl(100, Unlimited)
 		var logs records
 		gate := FlowGate(fc)
 		gate.Logger = slog.New(&logs)

@@ -41,7 +41,7 @@ func ExampleGate_Receive() {
 		log.Fatal(err)
 	}
 	defer ext.Close()
-	fc := flow.NewFlowControl(3, 0) // at most 3 messages held
+	fc := flow.NewFlowControl(3, flow.Unlimited) // at most 3 messages held
 	src, err := source.Subscribe(client, source.Config{Subscription: sub})
 	if err != nil {
 		log.Fatal(err)

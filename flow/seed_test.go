@@ -145,7 +145,7 @@ func TestSeedTrackingCoversBufferedMessages(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			done <- pipeline.FromContext(ctx, src).Via(flow.EagerTrack(ext, 0), flow.FlowGate(flow.NewFlowControl(50, 0)), stuck).To(sink.Acknowledge(sink.Policy{}))
+			done <- pipeline.FromContext(ctx, src).Via(flow.EagerTrack(ext, 0), flow.FlowGate(flow.NewFlowControl(50, flow.Unlimited)), stuck).To(sink.Acknowledge(sink.Policy{}))
 		}()
 		time.Sleep(30 * time.Second) // three stream deadlines
 		synctest.Wait()
@@ -213,7 +213,7 @@ func TestSeedGateBoundsWhatTheServerDelivers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fc := flow.NewFlowControl(20, 0)
+		fc := flow.NewFlowControl(20, flow.Unlimited)
 		release := make(chan struct{})
 		stuck := operators.ParallelMap(1, func(ctx context.Context, m *source.Message) (*source.Message, error) {
 			select {

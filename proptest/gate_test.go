@@ -78,7 +78,7 @@ func (g *gateModel) Settle(mi any, _ uint32, _ time.Duration) {
 
 func newGateModel(t *rapid.T) *gateModel {
 	maxMsgs := rapid.Int64Range(1, 6).Draw(t, "maxMessages")
-	return newGateModelWith(maxMsgs, rapid.SampledFrom([]int64{0, 100, 400, 1000}).Draw(t, "maxBytes"))
+	return newGateModelWith(maxMsgs, rapid.SampledFrom([]int64{flow.Unlimited, 100, 400, 1000}).Draw(t, "maxBytes"))
 }
 
 func newGateModelWith(maxMsgs, maxBytes int64) *gateModel {

@@ -162,7 +162,7 @@ func (m *machine) build() error {
 	if e.ext, err = flow.NewExtender(m.led, flow.ExtenderConfig{StreamAckDeadline: mc.AckDeadline}); err != nil {
 		return err
 	}
-	e.fc = flow.NewFlowControl(mc.Limit, max(mc.Bytes, 0))
+	e.fc = flow.NewFlowControl(mc.Limit, mc.Bytes)
 	e.gate = flow.FlowGate(e.fc)
 	e.src, err = source.Subscribe(m.led, source.Config{
 		Subscription:           m.subName,

@@ -253,7 +253,7 @@ func TestRegressionUnits(t *testing.T) {
 	// Invariant 2: permits counted on push; three small messages offered.
 	check(t, 1, func(rt *rapid.T) {
 		rapid.SyncTest(rt, func(rt *rapid.T) {
-			g := newGateModelWith(6, 0)
+			g := newGateModelWith(6, -1) // -1: flow.Unlimited
 			defer g.teardown()
 			g.check(rt)
 			g.doOffer([]int{1, 1, 1})

@@ -42,7 +42,7 @@ func newRig(t *testing.T, srv *pubsubtest.Server, maxMessages int64, opts ...fun
 		t.Fatal(err)
 	}
 	r := &rig{srv: srv, sub: sub, topic: topic, client: pubsubpb.NewSubscriberClient(srv.ClientConn())}
-	r.fc = flow.NewFlowControl(maxMessages, 0)
+	r.fc = flow.NewFlowControl(maxMessages, flow.Unlimited)
 	src, err := source.Subscribe(r.client, source.Config{Subscription: sub, MaxOutstandingMessages: maxMessages})
 	if err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ func ExampleSubscribe() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	budget := flow.NewFlowControl(10, 0)
+	budget := flow.NewFlowControl(10, flow.Unlimited)
 
 	var handled atomic.Int64
 	work := operators.ParallelMap(4, func(_ context.Context, m *source.Message) (*source.Message, error) {
@@ -117,7 +117,7 @@ func ExampleSource_fanOut() {
 	}, pubsubflow.StreamsOptions{})
 
 	err = pipeline.From(src).
-		Via(flow.EagerTrack(ext, 0), flow.FlowGate(flow.NewFlowControl(10, 0)), fanOut).
+		Via(flow.EagerTrack(ext, 0), flow.FlowGate(flow.NewFlowControl(10, flow.Unlimited)), fanOut).
 		To(sink.Acknowledge(sink.Policy{}))
 	_ = src.Close(context.Background())
 	fmt.Println(err, "orders:", orders.Load(), "events:", events.Load(), "acked:", src.Stats().Acked)

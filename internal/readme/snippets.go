@@ -103,7 +103,7 @@ func composing(ctx context.Context) error {
 	defer src.Close(ctx) // nacks what is still unsettled, flushes the acks
 
 	err := pipeline.From(src).
-		Via(flow.EagerTrack(ext, 0), flow.FlowGate(flow.NewFlowControl(1000, 0)), myStages()).
+		Via(flow.EagerTrack(ext, 0), flow.FlowGate(flow.NewFlowControl(1000, flow.Unlimited)), myStages()).
 		To(sink.Acknowledge(sink.Policy{}))
 	return err
 }
