@@ -253,3 +253,14 @@ func TestFlowControlConcurrent(t *testing.T) {
 		t.Fatalf("Stats = %+v", st)
 	}
 }
+
+// TestFlowControlLimits: 0 is the default, any negative limit is
+// Unlimited, as in every config.
+func TestFlowControlLimits(t *testing.T) {
+	if fc := NewFlowControl(0, 0); fc.MaxMessages() != DefaultMaxMessages || fc.MaxBytes() != DefaultMaxBytes {
+		t.Errorf("NewFlowControl(0, 0): %d messages, %d bytes; want the defaults", fc.MaxMessages(), fc.MaxBytes())
+	}
+	if fc := NewFlowControl(Unlimited, -5); fc.MaxMessages() != Unlimited || fc.MaxBytes() != Unlimited {
+		t.Errorf("NewFlowControl(Unlimited, -5): %d, %d; want Unlimited both", fc.MaxMessages(), fc.MaxBytes())
+	}
+}
