@@ -97,77 +97,100 @@ func (k *keepalive) poke() {
 // deadline changes) until ctx is done or a send fails, and kills the stream
 // through kill when an answer is overdue from a server known to answer.
 func (k *keepalive) run(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, kill context.CancelCauseFunc) {
-	hb := time.NewTimer(k.interval)
-	defer hb.Stop()
-	dog := time.NewTimer(k.timeout)
-	dog.Stop()
-	defer dog.Stop()
-	var dogC <-chan time.Time
-	sent := k.s.deadline.Load() // as the initial request announced it
+	r := &kaRun{k: k, stream: stream, hb: time.NewTimer(k.interval), dog: time.NewTimer(k.timeout)}
+	r.dog.Stop()
+	defer r.hb.Stop()
+	defer r.dog.Stop()
+	r.sent = k.s.deadline.Load() // as the initial request announced it
 	changed := k.s.deadlineChanged()
-	var hbAt time.Duration // when the oldest unanswered heartbeat went out
-	var seen uint64        // responses when it went out
-
-	heartbeat := func() bool {
-		// Before Send: an answer may arrive before Send returns, and any
-		// response after this point proves the stream alive.
-		k.hbSent.Store(true)
-		if !k.pending.Load() && k.s.hbAnswered.Load() {
-			hbAt, seen = k.now(), k.responses.Load()
-			k.pending.Store(true)
-		}
-		cur := k.s.deadline.Load()
-		if err := stream.Send(heartbeatRequest(cur, sent)); err != nil {
-			return false // the stream is gone; Recv reports why
-		}
-		sent = cur
-		k.s.emit(event.Event{Kind: event.Heartbeat, Stream: k.stream, Deadline: time.Duration(cur) * time.Second})
-		hb.Reset(k.interval)
-		return true
-	}
-
 	for {
 		select {
 		case <-ctx.Done():
 			_ = stream.CloseSend()
 			return
-		case <-hb.C:
-			if !heartbeat() {
+		case <-r.hb.C:
+			if !r.heartbeat() {
 				return
 			}
 		case <-changed:
 			changed = k.s.deadlineChanged()
-			if k.s.deadline.Load() != sent && !heartbeat() {
+			if k.s.deadline.Load() != r.sent && !r.heartbeat() {
 				return
 			}
 		case <-k.wake:
-		case <-dogC:
-			dogC = nil
+		case <-r.dogC:
+			r.dogC = nil
 		}
-		if !k.pending.Load() {
-			continue
-		}
-		if k.responses.Load() != seen {
-			k.pending.Store(false)
-			dog.Stop()
-			dogC = nil
-			continue
-		}
-		in := k.inRecv.Load()
-		if in == 0 {
-			// Handing on messages: the clock stops until Recv resumes.
-			dog.Stop()
-			dogC = nil
-			continue
-		}
-		from := max(hbAt, time.Duration(in-1))
-		left := from + k.timeout - k.now()
-		if left <= 0 {
+		if r.expired() {
 			k.s.cfg.Logger.Debug("pubsubflow: heartbeat not answered; restarting stream", "subscription", k.s.cfg.Subscription, "stream", k.stream, "timeout", k.timeout)
 			kill(errHeartbeatTimeout)
 			return
 		}
-		dog.Reset(left)
-		dogC = dog.C
 	}
+}
+
+// kaRun is one stream's keepalive state while run runs.
+type kaRun struct {
+	k      *keepalive
+	stream pubsubpb.Subscriber_StreamingPullClient
+	hb     *time.Timer // the next heartbeat
+	dog    *time.Timer // the unanswered heartbeat's timeout
+	dogC   <-chan time.Time
+	sent   int32         // the stream ack deadline the server last heard
+	hbAt   time.Duration // when the oldest unanswered heartbeat went out
+	seen   uint64        // responses when it went out
+}
+
+// heartbeat sends one, with the deadline if it changed; false when the
+// stream is gone (Recv reports why).
+func (r *kaRun) heartbeat() bool {
+	k := r.k
+	// Before Send: an answer may arrive before Send returns, and any
+	// response after this point proves the stream alive.
+	k.hbSent.Store(true)
+	if !k.pending.Load() && k.s.hbAnswered.Load() {
+		r.hbAt, r.seen = k.now(), k.responses.Load()
+		k.pending.Store(true)
+	}
+	cur := k.s.deadline.Load()
+	if err := r.stream.Send(heartbeatRequest(cur, r.sent)); err != nil {
+		return false
+	}
+	r.sent = cur
+	k.s.emit(event.Event{Kind: event.Heartbeat, Stream: k.stream, Deadline: time.Duration(cur) * time.Second})
+	r.hb.Reset(k.interval)
+	return true
+}
+
+// expired reports whether the unanswered heartbeat's timeout has passed
+// while the stream waited in Recv; otherwise it arms the watchdog for
+// what is left, or stops it when nothing is pending or Recv is not
+// waiting (handing on messages stops the clock until Recv resumes).
+func (r *kaRun) expired() bool {
+	k := r.k
+	if !k.pending.Load() {
+		return false
+	}
+	if k.responses.Load() != r.seen {
+		k.pending.Store(false)
+		r.stopDog()
+		return false
+	}
+	in := k.inRecv.Load()
+	if in == 0 {
+		r.stopDog()
+		return false
+	}
+	left := max(r.hbAt, time.Duration(in-1)) + k.timeout - k.now()
+	if left <= 0 {
+		return true
+	}
+	r.dog.Reset(left)
+	r.dogC = r.dog.C
+	return false
+}
+
+func (r *kaRun) stopDog() {
+	r.dog.Stop()
+	r.dogC = nil
 }
