@@ -130,3 +130,15 @@ func wantAcks(t *testing.T, f *scripted, want []string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// len counts the ids held.
+func (h *heldIDs) len() int {
+	n := 0
+	for i := range h.shards {
+		sh := &h.shards[i]
+		sh.mu.Lock()
+		n += sh.ids.n
+		sh.mu.Unlock()
+	}
+	return n
+}

@@ -84,18 +84,6 @@ func (h *heldIDs) of(id string) (uint64, *heldShard) {
 	return k, &h.shards[k%heldShards]
 }
 
-// len counts the ids held (for tests).
-func (h *heldIDs) len() int {
-	n := 0
-	for i := range h.shards {
-		sh := &h.shards[i]
-		sh.mu.Lock()
-		n += sh.ids.n
-		sh.mu.Unlock()
-	}
-	return n
-}
-
 // refuseMalformed drops the elements of a response that a handler must
 // never see, before any bookkeeping: an empty ack id (nothing could settle
 // it), an ack id the source already holds, from this response or an

@@ -185,7 +185,7 @@ func (s *Source) openLane(ctx context.Context, shareMsgs, shareBytes int64) (lan
 // screening; empty responses (heartbeat answers, confirmations) do not
 // make a stream healthy.
 func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, ka *keepalive, i, lane int, h *handoff) (delivered bool, err error) {
-	var sc screen // kinds already logged on this stream, and its set of ack ids
+	var sc screen // kinds already logged on this stream, and its screening scratch
 	for {
 		if !s.waitRoom(ctx, h) {
 			return delivered, ctx.Err()

@@ -90,7 +90,7 @@ func TestTailWithoutAckKeepsMessages(t *testing.T) {
 		t.Fatalf("output:\n%s", stdout)
 	}
 	// The printed messages and the ones buffered behind them were nacked
-	// (see TestKnownBugShutdownDropsRestOfResponse for the rest).
+	// by Close (TestShutdownNacksRestOfResponse checks that it nacks them all).
 	if st := s.srv.SubscriptionStats(s.sub); st.Acked != 0 || st.Nacked < 2 || st.Backlog < 2 {
 		t.Fatalf("after tail without --ack: %+v; want nothing acked, at least 2 nacked and back in the backlog", st)
 	}
