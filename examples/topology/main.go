@@ -1,17 +1,21 @@
 // Command topology composes its own stages between a Subscriber's two
-// ends, with go-streams: the source is split into two branches by a
-// message attribute, each branch processes its messages its own way, and
-// the branches merge back into the one Acknowledge sink.
+// ends, with go-streams: a filter drops the pings, the rest is split into
+// two branches by a message attribute, each branch processes its messages
+// its own way (the events in one-second windows), and the branches merge
+// back into the one Acknowledge sink.
 //
-//	sub.Source() ─▶ go-streams Split(kind == "order")
+//	sub.Source() ─▶ pubsubflow.Filter(kind != "ping", Ack)
+//	             ─▶ go-streams Split(kind == "order")
 //	                  ├─▶ orders: our ParallelMap(4), parses and totals amounts
-//	                  └─▶ events: a go-streams Map, counts by kind
-//	              ─▶ go-streams Merge ─▶ sub.Acknowledge()
+//	                  └─▶ events: a go-streams TumblingWindow(1s), counted a window at a time, flattened
+//	             ─▶ go-streams Merge ─▶ sub.Acknowledge()
 //
 // The source leases and counts every message on receipt, so whatever the
-// branches buffer is covered; a message a branch drops would be nacked,
-// not lost. A bad order is nacked by its branch (the Acknowledge sink
-// leaves a settled message alone); every other message is acked.
+// branches buffer is covered. A ping is acked by the filter as it drops
+// it (processed, not wanted); a bad order is nacked by its branch (the
+// Acknowledge sink leaves a settled message alone); a message the graph
+// held past its Hold would be nacked, not lost; every other message is
+// acked. The README's go-streams example is the run method, verbatim.
 //
 // By default it runs on an embedded Pub/Sub server:
 //
@@ -53,16 +57,19 @@ func main() {
 	}
 }
 
-// Totals is what the two branches computed.
+// Totals is what the filter and the two branches computed.
 type Totals struct {
+	Pings      int64 // dropped by the filter, acked
 	Orders     int64 // valid orders
 	BadOrders  int64 // nacked: amount not a number
 	OrderCents int64
 	Events     map[string]int64 // by kind
+	Windows    int64            // event windows counted
 }
 
 // runEmbedded publishes n messages — every third an order, one order in
-// a hundred malformed, the rest events of two kinds — and processes them
+// a hundred malformed, of the rest every fifth a ping, the others events
+// of two kinds — and processes them
 // until each was acked or nacked once.
 func runEmbedded(ctx context.Context, w io.Writer, n int) (Totals, error) {
 	srv, err := pubsubtest.NewServer()
@@ -96,7 +103,7 @@ func runEmbedded(ctx context.Context, w io.Writer, n int) (Totals, error) {
 	}
 	t := &topology{events: map[string]int64{}}
 	done := make(chan error, 1)
-	go func() { done <- pipeline.From(sub.Source()).Via(t.flow()).To(sub.Acknowledge()) }()
+	go func() { done <- t.run(pipeline.From(sub.Source()), sub.Acknowledge()) }()
 
 	if err := t.waitSettled(ctx, sub, n, done); err != nil {
 		_ = sub.Close()
@@ -110,8 +117,8 @@ func runEmbedded(ctx context.Context, w io.Writer, n int) (Totals, error) {
 		return Totals{}, closeErr
 	}
 	tot := t.totals()
-	fmt.Fprintf(w, "orders: %d valid totalling %d.%02d, %d malformed (nacked); events: %v\n",
-		tot.Orders, tot.OrderCents/100, tot.OrderCents%100, tot.BadOrders, tot.Events)
+	fmt.Fprintf(w, "pings: %d dropped (acked); orders: %d valid totalling %d.%02d, %d malformed (nacked); events: %v in %d windows\n",
+		tot.Pings, tot.Orders, tot.OrderCents/100, tot.OrderCents%100, tot.BadOrders, tot.Events, tot.Windows)
 	return tot, nil
 }
 
@@ -139,22 +146,49 @@ func (t *topology) waitSettled(ctx context.Context, sub *pubsubflow.Subscriber, 
 	}
 }
 
-// topology holds the branches' state.
+// topology holds the filter's and the branches' state.
 type topology struct {
-	orders, cents atomic.Int64
-	mu            sync.Mutex
-	badIDs        map[string]bool
-	events        map[string]int64
+	pings, orders, cents, windows atomic.Int64
+	mu                            sync.Mutex
+	badIDs                        map[string]bool
+	events                        map[string]int64
 }
 
-// flow is the go-streams sub-graph between the subscriber's ends.
-func (t *topology) flow() stage.Flow[*pubsubflow.Message, *pubsubflow.Message] {
-	return pubsubflow.Streams(func(g *stage.Group, in streams.Source) streams.Outlet {
-		branches := gsflow.Split(in, func(m *pubsubflow.Message) bool { return m.Attributes["kind"] == "order" })
-		orders := branches[0].Via(pipeline.NewStreamsFlow(g, operators.ParallelMap(4, t.order)))
-		events := branches[1].Via(gsflow.NewMap(t.event, 1))
+// run is the topology between the subscriber's two ends, in and ack:
+// the README's go-streams example, verbatim, and what TestTopologyProperties
+// checks.
+//
+// The filter comes before the graph, not as a go-streams Filter inside it:
+// pubsubflow.Filter settles a ping the moment it drops it, with the
+// outcome it is given. A go-streams Filter would hold each drop until Hold
+// and settle it with Lost, and Lost must stay Nack here for the window's
+// sake (an ack would lose an event a stuck window had not counted), so
+// every ping would come back each Hold, for ever.
+//
+// Hold is ten windows: an event leaves its window within a second of
+// going in, so a message still inside after 10 s is stuck, and Nack
+// redelivers it (never lost) instead of letting it hold its flow permit
+// and lease for the default minute.
+func (t *topology) run(in pipeline.Pipeline[*pubsubflow.Message], ack stage.Sink[*pubsubflow.Message]) error {
+	noPings := pubsubflow.Filter(t.keep, pubsubflow.Ack) // t.keep refuses pings: each is acked as it is dropped
+	graph := pubsubflow.Streams(func(g *stage.Group, in streams.Source) streams.Outlet {
+		br := gsflow.Split(in, func(m *pubsubflow.Message) bool { return m.Attributes["kind"] == "order" })
+		orders := br[0].Via(pipeline.NewStreamsFlow(g, operators.ParallelMap(4, t.order)))
+		events := br[1].Via(gsflow.NewTumblingWindow[*pubsubflow.Message](time.Second)).
+			Via(gsflow.NewMap(t.window, 1)).            // func([]*pubsubflow.Message) []*pubsubflow.Message
+			Via(gsflow.Flatten[*pubsubflow.Message](1)) // Streams' outlet must emit *pubsubflow.Message
 		return gsflow.Merge(orders, events)
-	}, pubsubflow.StreamsOptions{})
+	}, pubsubflow.StreamsOptions{Hold: 10 * time.Second, Lost: pubsubflow.Nack}) // held past Hold: nacked, never lost
+	return in.Via(noPings, graph).To(ack)
+}
+
+// keep is the filter: false for a ping, counted.
+func (t *topology) keep(m *pubsubflow.Message) bool {
+	if m.Attributes["kind"] == "ping" {
+		t.pings.Add(1)
+		return false
+	}
+	return true
 }
 
 // order is the orders branch: an amount in cents, or a nack.
@@ -175,12 +209,16 @@ func (t *topology) order(_ context.Context, m *pubsubflow.Message) (*pubsubflow.
 	return m, nil // reaching Acknowledge unsettled means ack
 }
 
-// event is the events branch.
-func (t *topology) event(m *pubsubflow.Message) *pubsubflow.Message {
+// window is the events branch: it counts one window's events by kind
+// and passes them on, to be acked.
+func (t *topology) window(ms []*pubsubflow.Message) []*pubsubflow.Message {
+	t.windows.Add(1)
 	t.mu.Lock()
-	t.events[m.Attributes["kind"]]++
+	for _, m := range ms {
+		t.events[m.Attributes["kind"]]++
+	}
 	t.mu.Unlock()
-	return m
+	return ms
 }
 
 func (t *topology) uniqueBad() uint64 {
@@ -196,11 +234,13 @@ func (t *topology) totals() Totals {
 	for k, v := range t.events {
 		ev[k] = v
 	}
-	return Totals{Orders: t.orders.Load(), BadOrders: int64(len(t.badIDs)), OrderCents: t.cents.Load(), Events: ev}
+	return Totals{Pings: t.pings.Load(), Orders: t.orders.Load(), BadOrders: int64(len(t.badIDs)),
+		OrderCents: t.cents.Load(), Events: ev, Windows: t.windows.Load()}
 }
 
 // sample is the i-th message the demo publishes: every third an order,
-// one order in a hundred malformed, the rest views and clicks.
+// one order in a hundred malformed; of the rest, every fifth a ping, the
+// others views and clicks.
 func sample(i int) *pubsubpb.PubsubMessage {
 	m := &pubsubpb.PubsubMessage{Data: []byte(strconv.Itoa(i)), Attributes: map[string]string{"kind": "click"}}
 	switch {
@@ -208,6 +248,8 @@ func sample(i int) *pubsubpb.PubsubMessage {
 		m.Attributes["kind"], m.Data = "order", []byte("not a number")
 	case i%3 == 0:
 		m.Attributes["kind"] = "order"
+	case i%5 == 0:
+		m.Attributes["kind"] = "ping"
 	case i%2 == 0:
 		m.Attributes["kind"] = "view"
 	}

@@ -1,7 +1,8 @@
 // Package readme holds the README's Go snippets, verbatim, so that the
 // build compiles them; its test checks that every snippet in the README
-// is here. The declarations around them stand in for the reader's own
-// code. Nothing here is called.
+// is here or in an example's code (examples/*/*.go, where the example's
+// tests run it). The declarations around them stand in for the reader's
+// own code. Nothing here is called.
 package readme
 
 import (
@@ -10,8 +11,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"github.com/reugn/go-streams"
-	gsflow "github.com/reugn/go-streams/flow"
 	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow"
@@ -30,7 +29,7 @@ var (
 	subscription string
 	pool         db
 	upsert       string
-	a, b         stage.Flow[*pubsubflow.Message, *pubsubflow.Message]
+	a            stage.Flow[*pubsubflow.Message, *pubsubflow.Message]
 )
 
 type db interface {
@@ -83,14 +82,6 @@ func quickstart(ctx context.Context) error {
 	}
 	orders := pubsubflow.Filter(func(m *pubsubflow.Message) bool { return m.Attributes["type"] == "order" }, pubsubflow.Ack)
 	err = pipeline.From(sub.Source()).Via(orders).To(sub.Acknowledge())
-	if err != nil {
-		return err
-	}
-	fanOut := pubsubflow.Streams(func(g *stage.Group, in streams.Source) streams.Outlet {
-		br := gsflow.RoundRobin(in, 2) // gsflow: github.com/reugn/go-streams/flow
-		return gsflow.Merge(br[0].Via(pipeline.NewStreamsFlow(g, a)), br[1].Via(pipeline.NewStreamsFlow(g, b)))
-	}, pubsubflow.StreamsOptions{})
-	err = pipeline.From(sub.Source()).Via(fanOut).To(sub.Acknowledge())
 	return err
 }
 
