@@ -200,12 +200,15 @@ const module = "github.com/pubsubflow/pubsubflow"
 
 // frameOwner says whose a function (a stack frame's) is: the library's
 // core (the root package, source, flow, internal), the topology's (the
-// stages a user composes — operators, pipeline, sink, publisher, go-streams
-// — this package's probe and runs, and any other module's code), or
-// nobody's ("": the standard library, gRPC, the test server).
+// stages a user composes — the root package's Streams and Filter,
+// operators, pipeline, sink, publisher, go-streams — this package's probe
+// and runs, and any other module's code), or nobody's ("": the standard
+// library, gRPC, the test server). A composed stage's goroutines end with
+// the topology's run, after Close, so they must not count as the
+// library's when Close returns.
 func frameOwner(fn string) string {
 	switch {
-	case strings.HasPrefix(fn, module+".Streams"):
+	case strings.HasPrefix(fn, module+".Streams"), strings.HasPrefix(fn, module+".Filter"):
 		return ownerTopology
 	case strings.HasPrefix(fn, module+"."):
 		return ownerLibrary
