@@ -74,6 +74,11 @@ type BatchOptions[T any] struct {
 	// is emitted as soon as the key is released. In Ordered mode the stage
 	// finishes only once every batch was emitted, so release every batch.
 	Ordered bool
+	// OrderedKey, if set, limits Ordered to the keys it reports true: the
+	// batches of the other keys go as they close, as without Ordered, and
+	// Release ignores them. Release calls Key and OrderedKey on a batch's
+	// first element, from its own goroutine.
+	OrderedKey func(key string) bool
 }
 
 // Validate reports a bad option, naming it.
@@ -216,7 +221,7 @@ func (b *Batcher[T]) start(g *stage.Group, loop func(context.Context, *batchRun[
 // be called from any goroutine, and ignores a batch it does not know (not
 // Ordered, released already, or emitted by a run that has ended).
 func (b *Batcher[T]) Release(batch []T) {
-	if !b.opt.Ordered || len(batch) == 0 {
+	if !b.opt.Ordered || len(batch) == 0 || !b.orderedKey(b.keyOf(batch[0])) {
 		return
 	}
 	b.mu.Lock()
@@ -231,6 +236,19 @@ func (b *Batcher[T]) Release(batch []T) {
 		default:
 		}
 	}
+}
+
+// keyOf is v's key (one key for all without Key).
+func (b *Batcher[T]) keyOf(v T) string {
+	if b.opt.Key == nil {
+		return ""
+	}
+	return b.opt.Key(v)
+}
+
+// orderedKey reports whether Ordered holds for key's batches.
+func (b *Batcher[T]) orderedKey(key string) bool {
+	return b.opt.Ordered && (b.opt.OrderedKey == nil || b.opt.OrderedKey(key))
 }
 
 // keyState is one key's batches: the open one, and in Ordered mode
@@ -475,7 +493,7 @@ func (r *batchRun[T]) close(ks *keyState[T]) {
 	r.open--
 	r.waiting++
 	switch {
-	case !r.opt.Ordered:
+	case !r.b.orderedKey(ks.key):
 		r.ready.Push(readyBatch[T]{items: ob.items})
 		delete(r.keys, ks.key)
 	case !ks.owed:
@@ -498,7 +516,7 @@ func (r *batchRun[T]) sent() {
 	rb := r.ready.Pop()
 	r.waiting--
 	r.chunk = nil
-	if r.opt.Ordered {
+	if rb.ks != nil { // an Ordered key's batch
 		r.inFlight[&rb.items[0]] = rb.ks
 	}
 }

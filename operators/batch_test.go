@@ -368,6 +368,42 @@ func TestBatchOrderedHoldsKeyUntilRelease(t *testing.T) {
 	})
 }
 
+// TestBatchOrderedKeyFreesOtherKeys: with OrderedKey, only the keys it
+// names wait for a release; the batches of the others go unreleased.
+func TestBatchOrderedKeyFreesOtherKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := stage.NewGroup(context.Background())
+		b := Batch(BatchOptions[string]{Size: 2, Ordered: true, Key: func(s string) string { return s[:1] },
+			OrderedKey: func(k string) bool { return k == "a" }})
+		out := b.Run(g, pipeline.Slice("a1", "a2", "a3", "a4", "b1", "b2", "b3", "b4", "b5", "b6").Run(g))
+		var got [][]string
+		for range 4 { // a's first, then b's three, none released
+			got = append(got, <-out)
+		}
+		want := [][]string{{"a1", "a2"}, {"b1", "b2"}, {"b3", "b4"}, {"b5", "b6"}}
+		if !slices.EqualFunc(got, want, slices.Equal[[]string]) {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+		synctest.Wait()
+		select {
+		case batch := <-out:
+			t.Fatalf("%v emitted before a's first batch was released", batch)
+		default:
+		}
+		b.Release(got[1]) // a free key's batch: ignored
+		b.Release(got[0])
+		if next := <-out; !slices.Equal(next, []string{"a3", "a4"}) {
+			t.Fatalf("after release got %v", next)
+		}
+		if _, open := <-out; open {
+			t.Fatal("more batches")
+		}
+		if err := g.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // TestBatchCancelMidBatch: cancelled with open batches, closed batches
 // waiting and a consumer that stopped reading, the stage ends and leaves
 // no goroutine.
