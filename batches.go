@@ -96,7 +96,10 @@ type BatchHandler func(ctx context.Context, ms []*Message) error
 // out a key's next message only once the previous one is acked
 // (pubsubtest does; Pub/Sub delivers several of a key at a time) makes
 // batches of one message per key, each waiting out Wait unless the budget
-// is spent: keep Wait short there.
+// is spent: keep Wait short there. What StreamingPull's responses say
+// decides over GetSubscription: a message marked Ordered (with an ordering
+// key) is batched and handed on this way even on a subscription
+// GetSubscription called unordered.
 //
 // Stopping is Run's: cancelling ctx, or closing the subscriber, stops the
 // streams; the messages already received are batched and handled (within
@@ -134,9 +137,13 @@ func (s *Subscriber) batchPipeline(ctx context.Context, parallelism int, opt Bat
 		Wait:   opt.Wait,
 		Idle:   w.noMoreForNow,
 	}
+	bopt.Ordered = true
 	if s.ordered {
-		bopt.Ordered = true
 		bopt.Key = batchKey(parallelism)
+	} else {
+		// Not told it orders by key: only the messages whose response
+		// says so are kept in order; the others share one free key.
+		bopt.Key, bopt.OrderedKey = orderedKeyOf, isOrderingKey
 	}
 	b := operators.Batch(bopt)
 	w.release = b.Release
@@ -193,6 +200,17 @@ func batchKey(lanes int) func(*Message) string {
 		return "\x00" + strconv.FormatUint(maphash.String(seed, m.ID)%uint64(lanes), 10)
 	}
 }
+
+// orderedKeyOf keys a message that needsOrder by its ordering key, the
+// others by "", the key without order (isOrderingKey).
+func orderedKeyOf(m *Message) string {
+	if needsOrder(m) {
+		return m.OrderingKey
+	}
+	return ""
+}
+
+func isOrderingKey(k string) bool { return k != "" }
 
 // batchWorkers is the sink of RunBatches: n workers calling the batch
 // handler. It takes the batcher's output in chunks (batch.Sink).

@@ -31,6 +31,7 @@ const settledFirst = math.MaxUint64
 func (b *book) Receive(_ int, ms []*Message) {
 	if len(ms) > 0 {
 		b.s.own(ms[0]) // once: Streams finds the subscriber by its messages
+		b.s.told.check(b.s, ms[0])
 	}
 	nodes := make([]message.HoldNode, len(ms))
 	for i, m := range ms {

@@ -111,8 +111,18 @@ type Handler func(ctx context.Context, m *Message) error
 
 // Process returns the processing stage Run uses: parallelism fixed
 // workers calling handler; when the subscription orders by key (or
-// Ordering is set), one message per ordering key at a time, in order. A
-// panicking handler nacks its message and is logged; the subscriber goes on.
+// Ordering is set), one message per ordering key at a time, in order. What
+// StreamingPull's responses say decides over GetSubscription: once a
+// message arrives marked Ordered (with an ordering key), the stage lets
+// the handlers it started finish and runs the messages of each key one at
+// a time from then on. A panicking handler nacks its message and is
+// logged; the subscriber goes on.
+//
+// On a subscription not known to order by key, the stage does not
+// outlive Close in a pipeline of your own: once Close has given up on the
+// runs (past the drain timeout, when it cancels Run's pipelines), it stops
+// taking input and closes its output. Close nacks what it held; handlers
+// still running end with the pipeline's context.
 func (s *Subscriber) Process(parallelism int, handler Handler) stage.Flow[*Message, *Message] {
 	return s.process(parallelism, handler, nil)
 }
@@ -153,12 +163,14 @@ func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Messag
 		}
 		return m, nil
 	}
-	opt := operators.Options[*Message, *Message]{Emit: emit}
+	keyed := operators.ParallelMap(parallelism, call, operators.Options[*Message, *Message]{
+		Emit: emit, Mode: operators.Keyed, Key: orderingKey})
 	if s.ordered {
-		opt.Mode = operators.Keyed
-		opt.Key = orderingKey
+		return keyed
 	}
-	return operators.ParallelMap(parallelism, call, opt)
+	// Not told it orders by key: free until a response says it does.
+	free := operators.ParallelMap(parallelism, call, operators.Options[*Message, *Message]{Emit: emit})
+	return &switchFlow{free: free.(batch.Flow[*Message, *Message]), keyed: keyed, abandoned: s.life.abandoned}
 }
 
 // orderingKey keys a message by its ordering key; messages without one

@@ -109,7 +109,9 @@ type SubscriberConfig struct {
 
 	// Ordering processes messages of one ordering key one at a time, in
 	// order, even if the subscription does not report message ordering.
-	// Run always does so when the subscription does.
+	// Run and RunBatches always do so when the subscription does: as
+	// GetSubscription says, or from the first message whose StreamingPull
+	// response says so.
 	Ordering bool
 
 	// Logger receives connection, lease and ack events and the warnings

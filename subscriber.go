@@ -47,8 +47,9 @@ type Subscriber struct {
 	tel     *telemetry
 	tracing *subTracer // nil unless TracerProvider is set
 	c       counters
-	ordered bool
-	owned   ownership // the entry that lets Streams find the subscriber
+	ordered bool       // GetSubscription (or cfg.Ordering) said it orders by key
+	told    *toldProps // what GetSubscription said; nil when it was not asked or could not answer
+	owned   ownership  // the entry that lets Streams find the subscriber
 
 	life *lifecycle
 }
@@ -61,7 +62,9 @@ type Subscriber struct {
 // NewSubscriber, rather than process ordered messages out of order; only
 // a missing permission (PERMISSION_DENIED) or a server without the method
 // (UNIMPLEMENTED) falls back to cfg.Ordering, with a warning in the log.
-// A failed NewSubscriber leaves nothing running.
+// What StreamingPull's responses then say of ordering and exactly-once
+// decides over that answer (see Process), and a contradiction is warned
+// once per property. A failed NewSubscriber leaves nothing running.
 func NewSubscriber(ctx context.Context, subscription string, cfg SubscriberConfig) (*Subscriber, error) {
 	if ctx == nil {
 		return nil, errors.New("pubsubflow: NewSubscriber: nil context")
@@ -150,6 +153,7 @@ func (s *Subscriber) detectOrdering(ctx context.Context) (bool, error) {
 	got, err := s.client.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: s.sub})
 	switch status.Code(err) {
 	case codes.OK:
+		s.told = &toldProps{ordered: got.GetEnableMessageOrdering(), exactlyOnce: got.GetEnableExactlyOnceDelivery()}
 		return got.GetEnableMessageOrdering(), nil
 	case codes.Unimplemented:
 		if notPubSub(err) {
