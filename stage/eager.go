@@ -85,116 +85,137 @@ func (e *Eager[T]) bound() int {
 	return DefaultBound
 }
 
+// eagerRun is one run of an Eager stage: the state its loop's phases
+// (admit, arm, receive, discard) share, kept here rather than passed around.
+type eagerRun[T any] struct {
+	e          *Eager[T]
+	buf        *ring.Ring[T]
+	bound      int
+	in         <-chan T // nil once upstream closed
+	discard    <-chan struct{}
+	pending    T // received but refused by Admit
+	hasPending bool
+	discarding bool
+}
+
+// eagerArms are what one round of the loop waits on: nil channels are
+// disabled arms, and head is what send would emit.
+type eagerArms[T any] struct {
+	recv  <-chan T
+	send  chan<- T
+	wake  <-chan struct{}
+	ready <-chan struct{}
+	head  T
+}
+
 func (e *Eager[T]) loop(ctx context.Context, in <-chan T, out chan<- T) error {
 	bound := e.bound()
-	buf := ring.New[T](min(bound, 1024))
-	var (
-		pending    T
-		hasPending bool
-		discarding bool
-		discard    = e.Discard
-	)
-	drop := func(v T) {
-		if e.OnDrop != nil {
-			e.OnDrop(v)
-		}
-	}
-	dropAll := func() {
-		if hasPending {
-			drop(pending)
-			hasPending = false
-		}
-		for buf.Len() > 0 {
-			drop(buf.Pop())
-		}
-		e.observe(0)
-	}
-	defer dropAll()
-
+	r := &eagerRun[T]{e: e, buf: ring.New[T](min(bound, 1024)), bound: bound, in: in, discard: e.Discard}
+	defer r.dropAll()
 	for {
 		// Admit a waiting element first: it is the oldest received.
-		if hasPending && (e.Admit == nil || e.Admit(pending)) {
-			hasPending = false
-			if err := e.receive(ctx, pending, buf); err != nil {
+		if r.hasPending && (e.Admit == nil || e.Admit(r.pending)) {
+			r.hasPending = false
+			if err := e.receive(ctx, r.pending, r.buf); err != nil {
 				return err
 			}
 		}
-		if in == nil && buf.Len() == 0 && !hasPending {
+		if r.in == nil && r.buf.Len() == 0 && !r.hasPending {
 			return nil
 		}
-
-		var (
-			recv <-chan T
-			send chan<- T
-			wake <-chan struct{}
-			head T
-		)
-		if in != nil && discarding {
-			recv = in
-		} else if in != nil && !hasPending && buf.Len() < bound {
-			if e.Room == nil || e.Room() {
-				recv = in
-			} else {
-				wake = e.Wake()
-			}
+		a, skipped := r.arm(out)
+		if skipped {
+			continue
 		}
-		if hasPending {
-			wake = e.Wake()
-		}
-		var ready <-chan struct{}
-		if buf.Len() > 0 && !discarding {
-			head = buf.Front()
-			if e.Skip != nil && e.Skip(head) {
-				buf.Pop()
-				e.observe(buf.Len())
-				continue
-			}
-			if e.Ready != nil {
-				ready = e.Ready(head)
-			}
-			if ready == nil {
-				send = out
-			}
-		}
-
 		select {
-		case v, ok := <-recv:
-			if !ok {
-				in = nil
-				continue
-			}
-			if discarding {
-				drop(v)
-				continue
-			}
-			if e.Admit != nil && !e.Admit(v) {
-				pending, hasPending = v, true
-				continue
-			}
-			if err := e.receive(ctx, v, buf); err != nil {
+		case v, ok := <-a.recv:
+			if err := r.received(ctx, v, ok); err != nil {
 				return err
 			}
-		case send <- head:
-			buf.Pop()
-			e.observe(buf.Len())
-		case <-wake:
-		case <-ready:
-		case <-discard:
-			discard, discarding = nil, true
-			dropAll()
+		case a.send <- a.head:
+			r.buf.Pop()
+			e.observe(r.buf.Len())
+		case <-a.wake:
+		case <-a.ready:
+		case <-r.discard:
+			r.discard, r.discarding = nil, true
+			r.dropAll()
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 }
 
+// arm decides what this round waits on: receiving while there is room (or
+// always while discarding, to drop), Wake while Room or Admit said no, and
+// sending the head once Ready allows. skipped reports that Skip removed the
+// head instead, so the round starts over.
+func (r *eagerRun[T]) arm(out chan<- T) (a eagerArms[T], skipped bool) {
+	e := r.e
+	if r.in != nil && r.discarding {
+		a.recv = r.in
+	} else if r.in != nil && !r.hasPending && r.buf.Len() < r.bound {
+		if e.Room == nil || e.Room() {
+			a.recv = r.in
+		} else {
+			a.wake = e.Wake()
+		}
+	}
+	if r.hasPending {
+		a.wake = e.Wake()
+	}
+	if r.buf.Len() > 0 && !r.discarding {
+		a.head = r.buf.Front()
+		if e.Skip != nil && e.Skip(a.head) {
+			r.buf.Pop()
+			e.observe(r.buf.Len())
+			return a, true
+		}
+		if e.Ready != nil {
+			a.ready = e.Ready(a.head)
+		}
+		if a.ready == nil {
+			a.send = out
+		}
+	}
+	return a, false
+}
+
+// received handles what the receive arm got: a closed input stops
+// reception; an element is dropped while discarding, waits as pending when
+// Admit refuses it, and is received and buffered otherwise.
+func (r *eagerRun[T]) received(ctx context.Context, v T, ok bool) error {
+	switch {
+	case !ok:
+		r.in = nil
+	case r.discarding:
+		r.e.drop(v)
+	case r.e.Admit != nil && !r.e.Admit(v):
+		r.pending, r.hasPending = v, true
+	default:
+		return r.e.receive(ctx, v, r.buf)
+	}
+	return nil
+}
+
+// dropAll hands everything the run holds to OnDrop: on stopping, and when
+// Discard turns on.
+func (r *eagerRun[T]) dropAll() {
+	if r.hasPending {
+		r.e.drop(r.pending)
+		r.hasPending = false
+	}
+	for r.buf.Len() > 0 {
+		r.e.drop(r.buf.Pop())
+	}
+	r.e.observe(0)
+}
+
 // receive runs the on-receipt hook and buffers v.
 func (e *Eager[T]) receive(ctx context.Context, v T, buf *ring.Ring[T]) error {
 	if e.OnReceive != nil {
 		if err := e.OnReceive(ctx, v); err != nil {
-			if e.OnDrop != nil {
-				e.OnDrop(v)
-			}
+			e.drop(v)
 			return err
 		}
 	}
@@ -206,5 +227,12 @@ func (e *Eager[T]) receive(ctx context.Context, v T, buf *ring.Ring[T]) error {
 func (e *Eager[T]) observe(n int) {
 	if e.Observe != nil {
 		e.Observe(n)
+	}
+}
+
+// drop releases an element the stage will not emit (OnDrop, if set).
+func (e *Eager[T]) drop(v T) {
+	if e.OnDrop != nil {
+		e.OnDrop(v)
 	}
 }
