@@ -18,70 +18,27 @@ func (pm *parallelMap[T, R]) keyed(g *stage.Group, in <-chan T) <-chan R {
 	if window <= 0 {
 		window = 1000
 	}
-	type keyed struct {
-		key string
-		v   T
+	c := &keyedCoord[T]{
+		key:     pm.opt.Key,
+		window:  window,
+		in:      in,
+		jobs:    make(chan keyedJob[T]),
+		free:    make(chan string),
+		waiting: map[string]*ring.Ring[T]{},
+		ready:   ring.New[keyedJob[T]](min(pm.n, 16)),
 	}
-	jobs := make(chan keyed)
-	free := make(chan string)
 	out := make(chan R)
 
 	inner := stage.NewGroup(g.Context())
-	inner.Go(func(ctx context.Context) error { // coordinator
-		defer close(jobs)
-		waiting := map[string]*ring.Ring[T]{}   // present = key busy
-		ready := ring.New[keyed](min(pm.n, 16)) // grows as keys get ready
-		queued, running := 0, 0
-		for in != nil || running > 0 || ready.Len() > 0 {
-			var recv <-chan T
-			if in != nil && queued < window {
-				recv = in
-			}
-			var send chan<- keyed
-			var head keyed
-			if ready.Len() > 0 {
-				send, head = jobs, ready.Front()
-			}
-			select {
-			case v, ok := <-recv:
-				if !ok {
-					in = nil
-					continue
-				}
-				k := pm.opt.Key(v)
-				if q, busy := waiting[k]; busy {
-					q.Push(v)
-					queued++
-					continue
-				}
-				waiting[k] = ring.New[T](1)
-				ready.Push(keyed{k, v})
-			case send <- head:
-				ready.Pop()
-				running++
-			case k := <-free:
-				running--
-				q := waiting[k]
-				if q.Len() == 0 {
-					delete(waiting, k)
-					continue
-				}
-				queued--
-				ready.Push(keyed{k, q.Pop()})
-			case <-ctx.Done():
-				return nil
-			}
-		}
-		return nil
-	})
+	inner.Go(c.run)
 	newSpawner(inner, pm.n, func(ctx context.Context, sp *spawner) error {
-		for j := range jobs {
+		for j := range c.jobs {
 			sp.busy()
 			if ok, err := pm.apply(ctx, j.v, out); !ok {
 				return err
 			}
 			select {
-			case free <- j.key:
+			case c.free <- j.key:
 			case <-ctx.Done():
 				return nil
 			}
@@ -91,4 +48,86 @@ func (pm *parallelMap[T, R]) keyed(g *stage.Group, in <-chan T) <-chan R {
 	}).start()
 	closeAfter(g, inner, out)
 	return out
+}
+
+// keyedJob is an element handed to the workers, with its key so that the
+// worker can report the key free.
+type keyedJob[T any] struct {
+	key string
+	v   T
+}
+
+// keyedCoord is the Keyed mode's coordinator, owned by its goroutine: it
+// knows which keys are busy and what waits behind each, so that at most
+// one element per key runs at a time.
+type keyedCoord[T any] struct {
+	key     func(T) string
+	window  int      // most elements queued behind busy keys
+	in      <-chan T // nil once upstream closed
+	jobs    chan keyedJob[T]
+	free    chan string              // a worker reports its job's key done
+	waiting map[string]*ring.Ring[T] // present = key busy
+	ready   *ring.Ring[keyedJob[T]]  // grows as keys get ready
+	queued  int                      // elements in waiting's rings
+	running int                      // jobs handed to the workers
+}
+
+// run is the coordinator's loop: it receives while the window has room,
+// hands ready jobs to the workers, and takes keys back as they are freed,
+// until the input ended and every job has run.
+func (c *keyedCoord[T]) run(ctx context.Context) error {
+	defer close(c.jobs)
+	for c.in != nil || c.running > 0 || c.ready.Len() > 0 {
+		var recv <-chan T
+		if c.in != nil && c.queued < c.window {
+			recv = c.in
+		}
+		var send chan<- keyedJob[T]
+		var head keyedJob[T]
+		if c.ready.Len() > 0 {
+			send, head = c.jobs, c.ready.Front()
+		}
+		select {
+		case v, ok := <-recv:
+			if !ok {
+				c.in = nil
+				continue
+			}
+			c.receive(v)
+		case send <- head:
+			c.ready.Pop()
+			c.running++
+		case k := <-c.free:
+			c.freed(k)
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
+}
+
+// receive queues v behind its key when the key is busy, and otherwise
+// marks the key busy and makes v ready to run.
+func (c *keyedCoord[T]) receive(v T) {
+	k := c.key(v)
+	if q, busy := c.waiting[k]; busy {
+		q.Push(v)
+		c.queued++
+		return
+	}
+	c.waiting[k] = ring.New[T](1)
+	c.ready.Push(keyedJob[T]{k, v})
+}
+
+// freed takes key k back from a worker: its next queued element becomes
+// ready, or, with none queued, the key is no longer busy.
+func (c *keyedCoord[T]) freed(k string) {
+	c.running--
+	q := c.waiting[k]
+	if q.Len() == 0 {
+		delete(c.waiting, k)
+		return
+	}
+	c.queued--
+	c.ready.Push(keyedJob[T]{k, q.Pop()})
 }
