@@ -320,6 +320,18 @@ func newBatchRun[T any](b *Batcher[T]) *batchRun[T] {
 	return r
 }
 
+// batchPass is what one pass of the loop may do: nil channels are
+// disabled arms; head (Run) or chunk (RunBatches) is what a send emits.
+type batchPass[T any] struct {
+	in1    <-chan T
+	inN    <-chan []T
+	out1   chan<- []T
+	outN   chan<- [][]T
+	head   []T
+	chunk  [][]T
+	timerC <-chan time.Time
+}
+
 func (r *batchRun[T]) loop(ctx context.Context) error {
 	r.timer = time.NewTimer(time.Hour)
 	r.timer.Stop()
@@ -332,64 +344,33 @@ func (r *batchRun[T]) loop(ctx context.Context) error {
 		if r.in1 == nil && r.inN == nil && r.open == 0 && r.waiting == 0 {
 			return nil
 		}
-		var (
-			in1   <-chan T
-			inN   <-chan []T
-			out1  chan<- []T
-			outN  chan<- [][]T
-			head  []T
-			chunk [][]T
-		)
-		if r.waiting < r.opt.MaxWaiting {
-			in1, inN = r.in1, r.inN
-		}
-		if r.ready.Len() > 0 {
-			head = r.ready.Front().items
-			out1, outN = r.out1, r.outN
-			if outN != nil {
-				if r.chunk == nil { // made once per batch, not per pass
-					r.chunk = [][]T{head}
-				}
-				chunk = r.chunk
-			}
-		}
-		timerC := r.arm()
+		var p batchPass[T]
+		r.pass(&p)
 
 		// First without waiting: Idle is asked only when the input has
 		// nothing ready and downstream takes nothing now.
 		var err error
 		select {
-		case v, ok := <-in1:
+		case v, ok := <-p.in1:
 			err = r.got1(v, ok)
-		case vs, ok := <-inN:
+		case vs, ok := <-p.inN:
 			err = r.gotN(vs, ok)
-		case out1 <- head:
+		case p.out1 <- p.head:
 			r.sent()
-		case outN <- chunk:
+		case p.outN <- p.chunk:
 			r.sent()
-		case <-timerC:
+		case <-p.timerC:
 			r.expire()
 		case <-r.wake:
 		case <-ctx.Done():
 			return nil
 		default:
-			if r.opt.Idle != nil && (in1 != nil || inN != nil) && r.aging.Len() > 0 && r.opt.Idle(r.received) {
+			if r.opt.Idle != nil && (p.in1 != nil || p.inN != nil) && r.aging.Len() > 0 && r.opt.Idle(r.received) {
 				r.closeAll(&r.aging)
 				continue
 			}
-			select {
-			case v, ok := <-in1:
-				err = r.got1(v, ok)
-			case vs, ok := <-inN:
-				err = r.gotN(vs, ok)
-			case out1 <- head:
-				r.sent()
-			case outN <- chunk:
-				r.sent()
-			case <-timerC:
-				r.expire()
-			case <-r.wake:
-			case <-ctx.Done():
+			var stop bool
+			if stop, err = r.wait(ctx, &p); stop {
 				return nil
 			}
 		}
@@ -397,6 +378,47 @@ func (r *batchRun[T]) loop(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// pass decides what this pass may do: receive while fewer than MaxWaiting
+// closed batches wait, send the oldest ready batch, and wake for the
+// oldest aging batch's Wait.
+func (r *batchRun[T]) pass(p *batchPass[T]) {
+	if r.waiting < r.opt.MaxWaiting {
+		p.in1, p.inN = r.in1, r.inN
+	}
+	if r.ready.Len() > 0 {
+		p.head = r.ready.Front().items
+		p.out1, p.outN = r.out1, r.outN
+		if p.outN != nil {
+			if r.chunk == nil { // made once per batch, not per pass
+				r.chunk = [][]T{p.head}
+			}
+			p.chunk = r.chunk
+		}
+	}
+	p.timerC = r.arm()
+}
+
+// wait is the pass's blocking select, once nothing was ready at once and
+// Idle did not close the aging batches; stop reports cancellation.
+func (r *batchRun[T]) wait(ctx context.Context, p *batchPass[T]) (stop bool, err error) {
+	select {
+	case v, ok := <-p.in1:
+		err = r.got1(v, ok)
+	case vs, ok := <-p.inN:
+		err = r.gotN(vs, ok)
+	case p.out1 <- p.head:
+		r.sent()
+	case p.outN <- p.chunk:
+		r.sent()
+	case <-p.timerC:
+		r.expire()
+	case <-r.wake:
+	case <-ctx.Done():
+		return true, nil
+	}
+	return false, err
 }
 
 func (r *batchRun[T]) got1(v T, ok bool) error {
