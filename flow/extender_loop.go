@@ -119,17 +119,49 @@ func (e *Extender) flushReceipts() {
 // VM).
 func (e *Extender) tick() time.Duration {
 	now := time.Now()
-	nowNs := now.UnixNano()
 	e.mu.Lock()
 	d := e.policy.deadline()
 	next := jittered(e.policy.interval())
-	horizon := nowNs + int64(next+e.margin(d))
-	maxExt := int64(e.cfg.MaxExtension)
-	var (
-		b               batcher
-		expired, lapsed []*lease
-	)
-	firstLapse := int64(math.MaxInt64)
+	ts := tickScan{
+		nowNs:      now.UnixNano(),
+		maxExt:     int64(e.cfg.MaxExtension),
+		d:          d,
+		firstLapse: math.MaxInt64,
+	}
+	ts.horizon = ts.nowNs + int64(next+e.margin(d))
+	e.scanLocked(&ts)
+	e.mu.Unlock()
+	e.expire(ts.lapsed, errLapsed)
+	e.expire(ts.expired, errMaxExtension)
+	e.dispatch(ts.b.jobs(false))
+	e.report()
+	// The horizon assumed the next tick at now+next; dispatching must not
+	// push it later, nor past the first lease that would lapse.
+	wait := next - time.Since(now)
+	if ts.firstLapse != math.MaxInt64 {
+		wait = min(wait, time.Duration(ts.firstLapse-time.Now().UnixNano()))
+	}
+	return max(wait, time.Millisecond)
+}
+
+// tickScan is one tick's pass over the lease table: the clock and limits
+// it judges by, and what it found to extend, to drop and when the first
+// kept lease lapses.
+type tickScan struct {
+	nowNs   int64         // the tick's time
+	horizon int64         // extend what expires before this
+	maxExt  int64         // MaxExtension in ns; 0 means none
+	d       time.Duration // the deadline extensions ask for
+
+	b               batcher // the extensions, by subscription and deadline
+	expired, lapsed []*lease
+	firstLapse      int64 // math.MaxInt64 when no lease is kept
+}
+
+// scanLocked decides every live lease's fate for the tick (lapsed, past
+// the maximum extension, due for extension, or left) into ts, and drops
+// the slabs whose leases are all gone. e.mu must be held.
+func (e *Extender) scanLocked(ts *tickScan) {
 	kept := e.slabs[:0]
 	for _, s := range e.slabs {
 		live := false
@@ -142,28 +174,26 @@ func (e *Extender) tick() time.Duration {
 			if l.state == stateDropping {
 				continue
 			}
-			if nowNs >= l.lapse {
+			if ts.nowNs >= l.lapse {
 				// Its deadline passed without a confirmed extension (failed
 				// modacks, a stalled client, a paused process): the server
 				// may have given it out again.
 				l.state = stateDropping
-				lapsed = append(lapsed, l)
+				ts.lapsed = append(ts.lapsed, l)
 				continue
 			}
-			if maxExt > 0 && nowNs-l.received >= maxExt {
+			if ts.maxExt > 0 && ts.nowNs-l.received >= ts.maxExt {
 				l.state = stateDropping
-				expired = append(expired, l)
+				ts.expired = append(ts.expired, l)
 				continue
 			}
-			if l.state == stateIdle && l.expiry < horizon {
+			if l.state == stateIdle && l.expiry < ts.horizon {
 				l.state = stateBusy
-				b.add(l, e.deadlineFor(l, d))
+				ts.b.add(l, e.deadlineFor(l, ts.d))
 			}
 			// The next tick comes no later than this lease would lapse,
 			// however its extension fares.
-			if lapse := l.lapse; lapse < firstLapse {
-				firstLapse = lapse
-			}
+			ts.firstLapse = min(ts.firstLapse, l.lapse)
 		}
 		if live {
 			kept = append(kept, s)
@@ -172,19 +202,7 @@ func (e *Extender) tick() time.Duration {
 	clear(e.slabs[len(kept):])
 	e.slabs = kept
 	e.trimAt = max(2*len(kept), 16)
-	e.trimmed = nowNs
-	e.mu.Unlock()
-	e.expire(lapsed, errLapsed)
-	e.expire(expired, errMaxExtension)
-	e.dispatch(b.jobs(false))
-	e.report()
-	// The horizon assumed the next tick at now+next; dispatching must not
-	// push it later, nor past the first lease that would lapse.
-	wait := next - time.Since(now)
-	if firstLapse != math.MaxInt64 {
-		wait = min(wait, time.Duration(firstLapse-time.Now().UnixNano()))
-	}
-	return max(wait, time.Millisecond)
+	e.trimmed = ts.nowNs
 }
 
 // Why leases are dropped (the Err of their event.Expired).
