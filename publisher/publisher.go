@@ -178,39 +178,14 @@ func (p *Publisher) Publish(ctx context.Context, m *Message) *Result {
 // the batching. Only a message that must wait for flow control (or is
 // traced: its spans start around the wait) takes the slow path.
 func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg, sc trace.SpanContext) *Result {
-	index := p.stats.calls.Add(1) - 1
-	if m == nil {
-		return failed(invalid("", "message #%d: nil", index))
-	}
-	if m.OrderingKey != "" && !p.cfg.EnableOrdering {
-		return failed(invalid(m.OrderingKey, "message #%d: OrderingKey set but Config.EnableOrdering is false", index))
-	}
-	if v := limits.CheckMessage(m.Data, m.Attributes, m.OrderingKey); v != nil {
-		return failed(invalid(m.OrderingKey, "message #%d: %v", index, v))
-	}
-	// The trace context's googclient_ entries follow the caller's
-	// attributes on the wire and so win over the caller's own googclient_
-	// keys, which the service allows (see carrier.AppendWire).
-	wire := carrier.WireSize(sc)
-	size := m.encodedSize() + wire
-	reqBytes := fieldBytes(size)
-	if n := p.topicBytes + reqBytes; n > limits.MaxRequestBytes {
-		return failed(invalid(m.OrderingKey, "message #%d: message: request size: %d bytes encoded in a request, the limit is %d",
-			index, n, limits.MaxRequestBytes))
+	sz, err := p.measure(m, sc)
+	if err != nil {
+		return failed(err)
 	}
 	if tm == nil {
-		p.mu.Lock()
-		ks, err := p.admitLocked(m.OrderingKey)
-		if err != nil {
-			p.mu.Unlock()
-			return failed(err)
-		}
-		if p.flow.tryAcquire(size) {
-			r := p.addLocked(p.keyStateLocked(m.OrderingKey, ks), m, size, reqBytes, nil, sc, wire)
-			p.mu.Unlock()
+		if r, ok := p.admit(m, sz, nil, sc, false); ok {
 			return r
 		}
-		p.mu.Unlock()
 	} else if m.OrderingKey != "" {
 		// Fail fast on a paused key before waiting for flow control
 		// (which itself refuses a closed publisher); both are checked
@@ -225,23 +200,72 @@ func (p *Publisher) add(ctx context.Context, m *Message, tm *tracedMsg, sc trace
 	if tm != nil {
 		tm.flowControl(ctx)
 	}
-	err := p.flow.acquire(ctx, size)
+	err = p.flow.acquire(ctx, sz.flow)
 	if tm != nil {
 		tm.admitted(ctx, err)
 	}
 	if err != nil {
 		return failed(err)
 	}
+	r, _ := p.admit(m, sz, tm, sc, true)
+	return r
+}
+
+// msgSize is what a message counts for: flow control (flow: its encoded
+// size with the trace context it carries), a request (req: that size
+// framed as a field) and its trace context alone (wire).
+type msgSize struct{ flow, req, wire int }
+
+// measure refuses m before it is queued when it is nil, has an ordering
+// key without Config.EnableOrdering, or breaks a limit of the service,
+// so that it never fails the other messages of a batch; else it returns
+// m's sizes.
+func (p *Publisher) measure(m *Message, sc trace.SpanContext) (msgSize, error) {
+	index := p.stats.calls.Add(1) - 1
+	if m == nil {
+		return msgSize{}, invalid("", "message #%d: nil", index)
+	}
+	if m.OrderingKey != "" && !p.cfg.EnableOrdering {
+		return msgSize{}, invalid(m.OrderingKey, "message #%d: OrderingKey set but Config.EnableOrdering is false", index)
+	}
+	if v := limits.CheckMessage(m.Data, m.Attributes, m.OrderingKey); v != nil {
+		return msgSize{}, invalid(m.OrderingKey, "message #%d: %v", index, v)
+	}
+	// The trace context's googclient_ entries follow the caller's
+	// attributes on the wire and so win over the caller's own googclient_
+	// keys, which the service allows (see carrier.AppendWire).
+	sz := msgSize{wire: carrier.WireSize(sc)}
+	sz.flow = m.encodedSize() + sz.wire
+	sz.req = fieldBytes(sz.flow)
+	if n := p.topicBytes + sz.req; n > limits.MaxRequestBytes {
+		return msgSize{}, invalid(m.OrderingKey, "message #%d: message: request size: %d bytes encoded in a request, the limit is %d",
+			index, n, limits.MaxRequestBytes)
+	}
+	return sz, nil
+}
+
+// admit batches m under one hold of p.mu unless the Publisher is closed
+// or m's key paused. With held, m already holds its flow-control permit,
+// which a refusal gives back; without, admit takes one if it is free now
+// and reports ok false, having done nothing, when m must wait for it.
+// The fast path and the end of the slow one are thus the same code.
+func (p *Publisher) admit(m *Message, sz msgSize, tm *tracedMsg, sc trace.SpanContext, held bool) (r *Result, ok bool) {
 	p.mu.Lock()
 	ks, err := p.admitLocked(m.OrderingKey)
 	if err != nil {
 		p.mu.Unlock()
-		p.flow.release(1, size)
-		return failed(err)
+		if held {
+			p.flow.release(1, sz.flow)
+		}
+		return failed(err), true
 	}
-	r := p.addLocked(p.keyStateLocked(m.OrderingKey, ks), m, size, reqBytes, tm, sc, wire)
+	if !held && !p.flow.tryAcquire(sz.flow) {
+		p.mu.Unlock()
+		return nil, false
+	}
+	r = p.addLocked(p.keyStateLocked(m.OrderingKey, ks), m, sz, tm, sc)
 	p.mu.Unlock()
-	return r
+	return r, true
 }
 
 // admitLocked returns the error that refuses a message for key now
@@ -273,9 +297,9 @@ func (p *Publisher) keyStateLocked(key string, ks *keyState) *keyState {
 
 // addLocked appends a message to the open batch of ks, closing batches on
 // the count and byte thresholds.
-func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *tracedMsg, sc trace.SpanContext, wire int) *Result {
+func (p *Publisher) addLocked(ks *keyState, m *Message, sz msgSize, tm *tracedMsg, sc trace.SpanContext) *Result {
 	b := ks.open
-	if b != nil && b.bytes+reqBytes > p.batchLimit {
+	if b != nil && b.bytes+sz.req > p.batchLimit {
 		p.sealLocked(b) // m would take it over the limit: m opens the next one
 		b = nil
 	}
@@ -284,8 +308,8 @@ func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *
 	}
 	pm, r := b.slot(p.cfg.MaxMessages, &p.slabs)
 	m.fill(pm)
-	if wire > 0 {
-		b.carry(pm, sc, wire)
+	if sz.wire > 0 {
+		b.carry(pm, sc, sz.wire)
 	}
 	r.o, r.i = &b.outcome, len(b.msgs)
 	if tm != nil {
@@ -294,8 +318,8 @@ func (p *Publisher) addLocked(ks *keyState, m *Message, size, reqBytes int, tm *
 	}
 	b.msgs = append(b.msgs, pm)
 	b.n++
-	b.bytes += reqBytes
-	b.flowBytes += size
+	b.bytes += sz.req
+	b.flowBytes += sz.flow
 	if len(b.msgs) >= p.cfg.MaxMessages || b.bytes >= p.batchLimit {
 		p.sealLocked(b)
 	}

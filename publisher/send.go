@@ -140,98 +140,115 @@ func (p *Publisher) attempt(ctx context.Context, req *pubsubpb.PublishRequest) (
 // Only a batch of an ordering key takes mu. The caller drops b from live
 // afterwards.
 func (p *Publisher) complete(b *batch, ids []string, msgErrs []error, err error) {
+	// b is no longer shared: no Publish adds to a sealed batch, and its
+	// Results read these fields only once done is closed.
+	b.ids, b.msgErrs = ids, msgErrs
+	if msgErrs == nil {
+		b.err = err
+	} else if err == nil && b.ordered {
+		err = firstErr(msgErrs) // pauses the key below; b.msgErrs still decides each Result
+	}
+	b.dropWire(&p.slabs) // the ids are all a Result needs; let the data go
 	var paused []*batch
 	var perr *Error
-	nfailed := 0
+	if b.ordered {
+		paused, perr = p.settleKey(b.ks, err)
+	}
+	// Settle outside the locks: release flow control, count, then wake
+	// Results (counted first, so Stats agrees with a Result just read).
+	p.flow.release(b.n, b.flowBytes)
+	p.count(b.n, msgErrs, err)
+	close(b.done)
+	if perr != nil {
+		p.failPaused(paused, perr)
+	}
+}
+
+// settleKey moves ks on once its batch in flight completed with err:
+// a failure pauses the key and fails its queued and open batches (they
+// are returned, with the pause's error, for failPaused to settle outside
+// mu); else the key's next batch becomes ready, or the key, idle, is
+// forgotten.
+func (p *Publisher) settleKey(ks *keyState, err error) (paused []*batch, perr *Error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case err != nil:
+		perr = &Error{Kind: ErrPaused, OrderingKey: ks.key, Err: err}
+		ks.paused = perr
+		paused = append(paused, ks.queue...)
+		ks.queue = nil
+		if ks.open != nil {
+			paused = append(paused, ks.open)
+			p.closeLocked(ks.open)
+		}
+		ks.busy = false
+		for _, q := range paused {
+			q.err = perr
+			q.dropWire(&p.slabs)
+		}
+	case len(ks.queue) > 0:
+		next := ks.queue[0]
+		ks.queue[0] = nil
+		ks.queue = ks.queue[1:]
+		p.sendMu.Lock()
+		p.ready.Push(next)
+		p.dispatchSendLocked()
+		p.sendMu.Unlock()
+	default:
+		ks.busy = false
+		if ks.idle() {
+			delete(p.keys, ks.key)
+		}
+	}
+	return paused, perr
+}
+
+// count adds a completed batch of n messages to Stats and logs its
+// failures: the single messages of msgErrs when it is set (the others
+// were published), else all n when err is set.
+func (p *Publisher) count(n int, msgErrs []error, err error) {
+	nfailed, msg, cause := 0, "publisher: messages could not be encoded", firstErr(msgErrs)
 	for _, e := range msgErrs {
 		if e != nil {
 			nfailed++
-			if err == nil && b.ordered {
-				err = e // pauses the key below; b.msgErrs still decides each Result
-			}
 		}
 	}
-	// b is no longer shared: no Publish adds to a sealed batch, and its
-	// Results read these fields only once done is closed.
-	b.ids, b.err, b.msgErrs = ids, err, msgErrs
-	if msgErrs != nil {
-		b.err = nil
+	if msgErrs == nil && err != nil {
+		nfailed, msg, cause = n, "publisher: publish failed", err
 	}
-	b.dropWire(&p.slabs) // the ids are all a Result needs; let the data go
-	if b.ordered {
-		ks := b.ks
-		p.mu.Lock()
-		switch {
-		case err != nil:
-			perr = &Error{Kind: ErrPaused, OrderingKey: ks.key, Err: err}
-			ks.paused = perr
-			paused = append(paused, ks.queue...)
-			ks.queue = nil
-			if ks.open != nil {
-				paused = append(paused, ks.open)
-				p.closeLocked(ks.open)
-			}
-			ks.busy = false
-			for _, q := range paused {
-				q.err = perr
-				q.dropWire(&p.slabs)
-			}
-		case len(ks.queue) > 0:
-			next := ks.queue[0]
-			ks.queue[0] = nil
-			ks.queue = ks.queue[1:]
-			p.sendMu.Lock()
-			p.ready.Push(next)
-			p.dispatchSendLocked()
-			p.sendMu.Unlock()
-		default:
-			ks.busy = false
-			if ks.idle() {
-				delete(p.keys, ks.key)
-			}
-		}
-		p.mu.Unlock()
-	}
-
-	// Settle outside the locks: release flow control, count, then wake
-	// Results (counted first, so Stats agrees with a Result just read).
-	n := b.n
-	p.flow.release(n, b.flowBytes)
-	if msgErrs != nil {
-		if n > nfailed {
-			p.stats.published.Add(int64(n - nfailed))
-			p.stats.batches.Add(1)
-		}
-		p.stats.failed.Add(int64(nfailed))
-		p.cfg.Logger.Warn("publisher: messages could not be encoded", "topic", p.topic, "messages", nfailed, "err", firstErr(msgErrs))
-	} else if err == nil {
-		p.stats.published.Add(int64(n))
+	if n > nfailed {
+		p.stats.published.Add(int64(n - nfailed))
 		p.stats.batches.Add(1)
-	} else {
-		p.stats.failed.Add(int64(n))
-		p.cfg.Logger.Warn("publisher: publish failed", "topic", p.topic, "messages", n, "err", err)
 	}
-	close(b.done)
-	if perr != nil {
-		count := 0
-		for _, q := range paused {
-			count += q.n
-			p.flow.release(q.n, q.flowBytes)
-		}
-		p.stats.failed.Add(int64(count))
-		for _, q := range paused {
-			close(q.done)
-			if q.spans != nil {
-				endCreates(q, nil, nil, perr)
-			}
-		}
-		p.sendMu.Lock()
-		for _, q := range paused {
-			delete(p.live, q) // after its done closed, for Flush
-		}
-		p.sendMu.Unlock()
-		p.cfg.Logger.Warn("publisher: ordering key paused", "topic", p.topic, "key", perr.OrderingKey, "failed_behind", count, "err", err)
+	if nfailed > 0 {
+		p.stats.failed.Add(int64(nfailed))
+		p.cfg.Logger.Warn(msg, "topic", p.topic, "messages", nfailed, "err", cause)
 	}
+}
+
+// failPaused settles the batches a paused key failed with perr, after
+// the batch that paused it: their permits and counts, then their Results
+// and spans, and last their place in live, so that Flush waits for them.
+func (p *Publisher) failPaused(paused []*batch, perr *Error) {
+	count := 0
+	for _, q := range paused {
+		count += q.n
+		p.flow.release(q.n, q.flowBytes)
+	}
+	p.stats.failed.Add(int64(count))
+	for _, q := range paused {
+		close(q.done)
+		if q.spans != nil {
+			endCreates(q, nil, nil, perr)
+		}
+	}
+	p.sendMu.Lock()
+	for _, q := range paused {
+		delete(p.live, q) // after its done closed, for Flush
+	}
+	p.sendMu.Unlock()
+	p.cfg.Logger.Warn("publisher: ordering key paused", "topic", p.topic, "key", perr.OrderingKey, "failed_behind", count, "err", perr.Err)
 }
 
 func firstErr(errs []error) error {
