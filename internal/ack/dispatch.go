@@ -232,69 +232,105 @@ func (a *Acknowledger) classify(r *request, err error) outcome {
 // fail, transient ones wait for their backoff unless the retry deadline
 // has passed or the acknowledger was closed.
 func (a *Acknowledger) complete(r *request, err error) {
-	now := time.Now()
 	a.mu.Lock()
 	aborted := a.aborted
 	a.mu.Unlock()
 
-	var evs []event.Event
-	var again *request
-	var final []string // ack ids whose fate is now final (for OnAcked)
-	var o outcome
-	exhausted := false
-	switch {
-	case err != nil && aborted:
+	var s settlement
+	if err != nil && aborted {
 		a.failAll(r, ErrClosed, err)
-	default:
-		o = a.classify(r, err)
-		a.resolveOK(r, o, err == nil, now)
-		if o.ok > 0 {
-			switch {
-			case r.key.kind == kindAck:
-				evs = append(evs, event.Event{Kind: event.Ack, Subscription: a.sub, Count: o.ok})
-			case r.key.nack:
-				evs = append(evs, event.Event{Kind: event.Nack, Subscription: a.sub, Count: o.ok})
-			}
-		}
-		if len(o.failed) > 0 {
-			first := a.failIndexes(r, o.failed, o.reason, ErrPermanent, err)
-			evs = append(evs, event.Event{Kind: event.AckFailed, Subscription: a.sub, Count: len(o.failed), Err: first})
-			a.log.Warn("pubsubflow: ack ids failed for good", "subscription", a.sub, "count", len(o.failed), "err", first)
-		}
-		if len(o.retry) == 0 {
-			final = r.ids
-		}
-		if len(o.retry) > 0 {
-			again = r.subset(o.retry)
-			again.err = err
-			again.bo = r.pauses()
-			delay := again.bo.Pause()
-			if now.Add(delay).After(r.start.Add(a.cfg.retryDeadline(r.key.eo))) || a.bestEffortAfterClose(r.key) {
-				first := a.failIndexes(again, nil, nil, ErrRetryExhausted, err)
-				evs = append(evs, event.Event{Kind: event.AckFailed, Subscription: a.sub, Count: len(again.ids), Err: first})
-				a.log.Warn("pubsubflow: ack retries exhausted", "subscription", a.sub, "count", len(again.ids), "err", err)
-				again = nil
-				final = r.ids
-				exhausted = true
-			} else {
-				again.due = now.Add(delay)
-				final = without(r.ids, o.retry)
-				evs = append(evs, event.Event{Kind: event.Retry, Subscription: a.sub, Count: len(again.ids), Delay: delay, Err: err})
-				a.log.Debug("pubsubflow: ack retry", "subscription", a.sub, "count", len(again.ids), "delay", delay, "err", err)
-			}
-		}
+	} else {
+		s = a.settle(r, err, time.Now())
 	}
-
 	if r.trace != nil {
-		r.trace(traceAttempt(len(r.ids), err, err != nil && aborted, exhausted, o))
+		r.trace(traceAttempt(len(r.ids), err, err != nil && aborted, s.exhausted, s.o))
 	}
 
-	finished := len(r.ids)
 	a.mu.Lock()
-	if again != nil && a.aborted {
-		defer a.failAll(again, ErrClosed, err) // after the unlock below
-		again = nil
+	if s.again != nil && a.aborted {
+		defer a.failAll(s.again, ErrClosed, err) // after the unlock below
+		s.again = nil
 	}
+	a.endAttemptLocked(r, s.again)
+	a.mu.Unlock()
+
+	a.acked(r.key, s.final)
+	for _, e := range s.evs {
+		a.events.Emit(e)
+	}
+	// Flush and Close return only once the outcome is reported: a caller
+	// that flushed finds the leases released (OnAcked) and the events seen.
+	a.mu.Lock()
+	a.reporting--
+	a.noteIdleLocked()
+	a.mu.Unlock()
+}
+
+// settlement is what settle decided for an attempt, for complete to act
+// on once the acknowledger's counts are updated.
+type settlement struct {
+	o         outcome
+	evs       []event.Event // to emit
+	again     *request      // the ids to retry after their backoff (nil: none)
+	final     []string      // ack ids whose fate is now final (for OnAcked)
+	exhausted bool          // the retries ran out (for the trace)
+}
+
+// settle sorts an attempt that was not aborted: it resolves the ids the
+// server accepted, fails the permanent failures, and leaves the transient
+// ones to retryLater.
+func (a *Acknowledger) settle(r *request, err error, now time.Time) settlement {
+	s := settlement{o: a.classify(r, err), final: r.ids}
+	a.resolveOK(r, s.o, err == nil, now)
+	if s.o.ok > 0 {
+		switch {
+		case r.key.kind == kindAck:
+			s.evs = append(s.evs, event.Event{Kind: event.Ack, Subscription: a.sub, Count: s.o.ok})
+		case r.key.nack:
+			s.evs = append(s.evs, event.Event{Kind: event.Nack, Subscription: a.sub, Count: s.o.ok})
+		}
+	}
+	if n := len(s.o.failed); n > 0 {
+		first := a.failIndexes(r, s.o.failed, s.o.reason, ErrPermanent, err)
+		s.evs = append(s.evs, event.Event{Kind: event.AckFailed, Subscription: a.sub, Count: n, Err: first})
+		a.log.Warn("pubsubflow: ack ids failed for good", "subscription", a.sub, "count", n, "err", first)
+	}
+	if len(s.o.retry) > 0 {
+		a.retryLater(r, err, now, &s)
+	}
+	return s
+}
+
+// retryLater sets s.again to the transient failures of r, due after
+// their backoff, unless that pause would pass the retry deadline or they
+// are best-effort nacks after Close: then they fail with
+// ErrRetryExhausted, so no id is retried past its deadline.
+func (a *Acknowledger) retryLater(r *request, err error, now time.Time, s *settlement) {
+	again := r.subset(s.o.retry)
+	again.err = err
+	again.bo = r.pauses()
+	delay := again.bo.Pause()
+	n := len(again.ids)
+	if now.Add(delay).After(r.start.Add(a.cfg.retryDeadline(r.key.eo))) || a.bestEffortAfterClose(r.key) {
+		first := a.failIndexes(again, nil, nil, ErrRetryExhausted, err)
+		s.evs = append(s.evs, event.Event{Kind: event.AckFailed, Subscription: a.sub, Count: n, Err: first})
+		a.log.Warn("pubsubflow: ack retries exhausted", "subscription", a.sub, "count", n, "err", err)
+		s.exhausted = true
+		return
+	}
+	again.due = now.Add(delay)
+	s.again = again
+	s.final = without(r.ids, s.o.retry)
+	s.evs = append(s.evs, event.Event{Kind: event.Retry, Subscription: a.sub, Count: n, Delay: delay, Err: err})
+	a.log.Debug("pubsubflow: ack retry", "subscription", a.sub, "count", n, "delay", delay, "err", err)
+}
+
+// endAttemptLocked gives back r's slot and queues again (its ids to
+// retry, or nil), then starts what the free slot lets go. The attempt
+// counts as reporting until complete has told OnAcked and the events, so
+// that Flush and Close wait for that.
+func (a *Acknowledger) endAttemptLocked(r, again *request) {
+	finished := len(r.ids)
 	if again != nil {
 		finished -= len(again.ids)
 		a.retries = append(a.retries, again)
@@ -310,18 +346,6 @@ func (a *Acknowledger) complete(r *request, err error) {
 	a.reporting++
 	a.dispatchLocked()
 	a.armRetryLocked()
-	a.mu.Unlock()
-
-	a.acked(r.key, final)
-	for _, e := range evs {
-		a.events.Emit(e)
-	}
-	// Flush and Close return only once the outcome is reported: a caller
-	// that flushed finds the leases released (OnAcked) and the events seen.
-	a.mu.Lock()
-	a.reporting--
-	a.noteIdleLocked()
-	a.mu.Unlock()
 }
 
 // acked reports ack ids whose fate is final to Config.OnAcked.
