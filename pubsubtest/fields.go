@@ -124,41 +124,11 @@ func (s *Server) checkSubscriptionLocked(sub *pubsubpb.Subscription) (filter, er
 	} else if _, err := checkDuration("message_retention_duration", sub.MessageRetentionDuration, minRetention, maxSubRetention); err != nil {
 		return nil, err
 	}
-	if dlp := sub.DeadLetterPolicy; dlp != nil {
-		if dlp.MaxDeliveryAttempts == 0 {
-			dlp.MaxDeliveryAttempts = defaultMaxDeliveryAttempts
-		}
-		if n := dlp.MaxDeliveryAttempts; n < minMaxDeliveryAttempts || n > maxMaxDeliveryAttempts {
-			return nil, invalidArg("Invalid dead_letter_policy.max_delivery_attempts: %d; it must be between %d and %d.", n, minMaxDeliveryAttempts, maxMaxDeliveryAttempts)
-		}
-		if dlp.DeadLetterTopic == "" {
-			return nil, invalidArg("Invalid dead_letter_policy: dead_letter_topic is required.")
-		}
-		if !validName(dlp.DeadLetterTopic, "topics") {
-			return nil, invalidArg("Invalid dead_letter_policy.dead_letter_topic: (name=%s)", dlp.DeadLetterTopic)
-		}
-		if s.topics[dlp.DeadLetterTopic] == nil {
-			return nil, status.Errorf(codes.NotFound, "Dead letter topic not found (resource=%s).", dlp.DeadLetterTopic)
-		}
+	if err := s.checkDeadLetterLocked(sub.DeadLetterPolicy); err != nil {
+		return nil, err
 	}
-	if rp := sub.RetryPolicy; rp != nil {
-		if rp.MinimumBackoff == nil {
-			rp.MinimumBackoff = durationpb.New(defaultMinBackoff)
-		}
-		if rp.MaximumBackoff == nil {
-			rp.MaximumBackoff = durationpb.New(defaultMaxBackoff)
-		}
-		lo, err := checkDuration("retry_policy.minimum_backoff", rp.MinimumBackoff, 0, maxBackoffLimit)
-		if err != nil {
-			return nil, err
-		}
-		hi, err := checkDuration("retry_policy.maximum_backoff", rp.MaximumBackoff, 0, maxBackoffLimit)
-		if err != nil {
-			return nil, err
-		}
-		if lo > hi {
-			return nil, invalidArg("Invalid retry_policy: minimum_backoff %v is greater than maximum_backoff %v.", lo, hi)
-		}
+	if err := checkRetryPolicy(sub.RetryPolicy); err != nil {
+		return nil, err
 	}
 	f, err := parseFilter(sub.Filter)
 	if err != nil {
@@ -171,4 +141,56 @@ func (s *Server) checkSubscriptionLocked(sub *pubsubpb.Subscription) (filter, er
 		sub.TopicMessageRetentionDuration = t.pb.MessageRetentionDuration
 	}
 	return f, nil
+}
+
+// checkDeadLetterLocked validates a subscription's dead-letter policy
+// (nil: none) and fills in the service's default attempts; its topic must
+// exist. s.mu must be held.
+func (s *Server) checkDeadLetterLocked(dlp *pubsubpb.DeadLetterPolicy) error {
+	if dlp == nil {
+		return nil
+	}
+	if dlp.MaxDeliveryAttempts == 0 {
+		dlp.MaxDeliveryAttempts = defaultMaxDeliveryAttempts
+	}
+	if n := dlp.MaxDeliveryAttempts; n < minMaxDeliveryAttempts || n > maxMaxDeliveryAttempts {
+		return invalidArg("Invalid dead_letter_policy.max_delivery_attempts: %d; it must be between %d and %d.", n, minMaxDeliveryAttempts, maxMaxDeliveryAttempts)
+	}
+	if dlp.DeadLetterTopic == "" {
+		return invalidArg("Invalid dead_letter_policy: dead_letter_topic is required.")
+	}
+	if !validName(dlp.DeadLetterTopic, "topics") {
+		return invalidArg("Invalid dead_letter_policy.dead_letter_topic: (name=%s)", dlp.DeadLetterTopic)
+	}
+	if s.topics[dlp.DeadLetterTopic] == nil {
+		return status.Errorf(codes.NotFound, "Dead letter topic not found (resource=%s).", dlp.DeadLetterTopic)
+	}
+	return nil
+}
+
+// checkRetryPolicy validates a subscription's retry policy (nil: none)
+// and fills in the service's default backoffs, so that a stored policy
+// always has both bounds.
+func checkRetryPolicy(rp *pubsubpb.RetryPolicy) error {
+	if rp == nil {
+		return nil
+	}
+	if rp.MinimumBackoff == nil {
+		rp.MinimumBackoff = durationpb.New(defaultMinBackoff)
+	}
+	if rp.MaximumBackoff == nil {
+		rp.MaximumBackoff = durationpb.New(defaultMaxBackoff)
+	}
+	lo, err := checkDuration("retry_policy.minimum_backoff", rp.MinimumBackoff, 0, maxBackoffLimit)
+	if err != nil {
+		return err
+	}
+	hi, err := checkDuration("retry_policy.maximum_backoff", rp.MaximumBackoff, 0, maxBackoffLimit)
+	if err != nil {
+		return err
+	}
+	if lo > hi {
+		return invalidArg("Invalid retry_policy: minimum_backoff %v is greater than maximum_backoff %v.", lo, hi)
+	}
+	return nil
 }

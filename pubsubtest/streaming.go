@@ -97,6 +97,8 @@ func (s *Server) checkModacks(req *pubsubpb.StreamingPullRequest) error {
 	return nil
 }
 
+// openStream checks the initial request of a StreamingPull and opens its
+// stream, applying the acks and modacks the request carries.
 func (s *Server) openStream(req *pubsubpb.StreamingPullRequest) (*stream, error) {
 	size := proto.Size(req)
 	if req.Subscription == "" {
@@ -109,6 +111,27 @@ func (s *Server) openStream(req *pubsubpb.StreamingPullRequest) (*stream, error)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.methodLocked(methodStreamingPull).noteRequest(size)
+	sub, err := s.streamSubLocked(req)
+	if err != nil {
+		return nil, err
+	}
+	s.nextStream++
+	st := newStream(s.nextStream, sub, req, s.stallAll)
+	if s.cfg.recordRequests {
+		st.requests = append(st.requests, req)
+	}
+	s.streams = append(s.streams, st)
+	sub.streams[st] = struct{}{}
+	sub.stats.Streams++
+	s.applyStreamAcksLocked(st, req, now)
+	st.wake()
+	return st, nil
+}
+
+// streamSubLocked returns the subscription an initial request opens a
+// stream on, or the error the service answers: the subscription missing
+// or detached, or the request's deadlines invalid (counted as rejected).
+func (s *Server) streamSubLocked(req *pubsubpb.StreamingPullRequest) (*subscription, error) {
 	sub := s.subs[req.Subscription]
 	if sub == nil {
 		return nil, status.Errorf(codes.NotFound, "Subscription does not exist (resource=%s).", req.Subscription)
@@ -124,10 +147,16 @@ func (s *Server) openStream(req *pubsubpb.StreamingPullRequest) (*stream, error)
 		sub.stats.RejectedRequests++
 		return nil, err
 	}
-	s.nextStream++
+	return sub, nil
+}
+
+// newStream is stream id of sub as its initial request asks; stalled is
+// whether it starts stalled (StallStreams without ids covers streams
+// opened later).
+func newStream(id int64, sub *subscription, req *pubsubpb.StreamingPullRequest, stalled bool) *stream {
 	deadline := time.Duration(req.StreamAckDeadlineSeconds) * time.Second
-	st := &stream{
-		id:          s.nextStream,
+	return &stream{
+		id:          id,
 		sub:         sub,
 		ackDeadline: deadline,
 		maxMsgs:     req.MaxOutstandingMessages,
@@ -135,7 +164,7 @@ func (s *Server) openStream(req *pubsubpb.StreamingPullRequest) (*stream, error)
 		wakeCh:      make(chan struct{}, 1),
 		doneCh:      make(chan struct{}),
 		info: StreamInfo{
-			ID:                     s.nextStream,
+			ID:                     id,
 			Subscription:           sub.name,
 			ClientID:               req.ClientId,
 			MaxOutstandingMessages: req.MaxOutstandingMessages,
@@ -145,18 +174,9 @@ func (s *Server) openStream(req *pubsubpb.StreamingPullRequest) (*stream, error)
 			AckDeadline:            deadline,
 			Requests:               1,
 			Open:                   true,
-			Stalled:                s.stallAll, // StallStreams without ids covers streams opened later
+			Stalled:                stalled,
 		},
 	}
-	if s.cfg.recordRequests {
-		st.requests = append(st.requests, req)
-	}
-	s.streams = append(s.streams, st)
-	sub.streams[st] = struct{}{}
-	sub.stats.Streams++
-	s.applyStreamAcksLocked(st, req, now)
-	st.wake()
-	return st, nil
 }
 
 // recvLoop reads the requests after the first one. It ends when the call
