@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -114,6 +115,10 @@ const (
 // shapeLabels label the shapes' progress, in one width.
 var shapeLabels = map[string]string{shapeOurs: "ours ", shapeNaive: "naive"}
 
+// runBench runs the shapes in turn on the same load, then prints the
+// table, the redelivery comparison and the plot. Its phases are functions
+// of their own so that each reads on its own: tracing, the runs, and what
+// is reported from them.
 func runBench(ctx context.Context, env cliEnv, o benchOptions) error {
 	if err := o.validate(); err != nil {
 		return err
@@ -130,12 +135,31 @@ func runBench(ctx context.Context, env cliEnv, o benchOptions) error {
 		}()
 		o.s.tracer = tp
 	}
+	fmt.Fprintf(env.stdout, "bench: %d messages of %d bytes, %d workers × %v handler, %d stream(s), ack deadline %v, max outstanding %d\n",
+		o.s.messages, o.s.size, o.s.parallelism, o.s.handlerDelay, o.s.streams, o.s.ackDeadline, o.s.maxOutstanding)
+	runs, err := benchShapes(ctx, env, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(env.stdout)
+	if err := benchTable(runs).write(env.stdout); err != nil {
+		return err
+	}
+	if o.compareNaive && len(runs) == 2 {
+		writeRedelivered(env.stdout, runs[0].redelivered(), runs[1].redelivered())
+	}
+	return benchErrors(env, o.plot, runs)
+}
+
+// benchShapes runs ours, then with --compare-naive the naive shape, and
+// returns their results; it stops early once ctx ends. A run's own
+// failure is in its result, so that the others are still reported; err is
+// a run that could not start.
+func benchShapes(ctx context.Context, env cliEnv, o benchOptions) ([]runResult, error) {
 	shapes := []string{shapeOurs}
 	if o.compareNaive {
 		shapes = append(shapes, shapeNaive)
 	}
-	fmt.Fprintf(env.stdout, "bench: %d messages of %d bytes, %d workers × %v handler, %d stream(s), ack deadline %v, max outstanding %d\n",
-		o.s.messages, o.s.size, o.s.parallelism, o.s.handlerDelay, o.s.streams, o.s.ackDeadline, o.s.maxOutstanding)
 	var runs []runResult
 	for _, shape := range shapes {
 		s := o.s
@@ -146,7 +170,7 @@ func runBench(ctx context.Context, env cliEnv, o benchOptions) error {
 		}
 		r, err := benchRun(ctx, env, o, s, shape)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if shape == shapeNaive && r.timedOut && ctx.Err() == nil {
 			r.err, r.gaveUp = nil, true
@@ -156,28 +180,33 @@ func runBench(ctx context.Context, env cliEnv, o benchOptions) error {
 			break
 		}
 	}
-	fmt.Fprintln(env.stdout)
-	if err := benchTable(runs).write(env.stdout); err != nil {
-		return err
+	return runs, nil
+}
+
+// writeRedelivered compares the two shapes' redeliveries, and says why
+// when this load shows no difference, so that an equal count is not read
+// as the tracker making no difference.
+func writeRedelivered(w io.Writer, ours, naive int64) {
+	if naive > ours {
+		fmt.Fprintf(w, "\nours: %d redelivered; naive: %d redelivered — the naive shape leases a message only when a worker asks for it.\n", ours, naive)
+	} else {
+		fmt.Fprintf(w, "\nours: %d redelivered; naive: %d redelivered — this load does not expose the demand-driven tracker: "+
+			"messages must wait in the stream's buffers longer than the ack deadline (a slower handler per message does it).\n", ours, naive)
 	}
-	if o.compareNaive && len(runs) == 2 {
-		ours, naive := runs[0].redelivered(), runs[1].redelivered()
-		if naive > ours {
-			fmt.Fprintf(env.stdout, "\nours: %d redelivered; naive: %d redelivered — the naive shape leases a message only when a worker asks for it.\n", ours, naive)
-		} else {
-			fmt.Fprintf(env.stdout, "\nours: %d redelivered; naive: %d redelivered — this load does not expose the demand-driven tracker: "+
-				"messages must wait in the stream's buffers longer than the ack deadline (a slower handler per message does it).\n", ours, naive)
-		}
-	}
+}
+
+// benchErrors writes the plot (to plot, if set) and joins the runs'
+// errors with the plot's: a failed run still gets its plot.
+func benchErrors(env cliEnv, plot string, runs []runResult) error {
 	var errs []error
 	for _, r := range runs {
 		errs = append(errs, r.err)
 	}
-	if o.plot != "" {
-		if err := writePlot(o.plot, runs); err != nil {
+	if plot != "" {
+		if err := writePlot(plot, runs); err != nil {
 			errs = append(errs, err)
 		} else {
-			fmt.Fprintf(env.stdout, "plot written to %s\n", o.plot)
+			fmt.Fprintf(env.stdout, "plot written to %s\n", plot)
 		}
 	}
 	return errors.Join(errs...)
