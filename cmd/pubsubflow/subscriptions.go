@@ -66,7 +66,8 @@ func (s *subscriptionFlags) register(fs *pflag.FlagSet) {
 }
 
 // build checks the flags (fs, where they were given) and returns the
-// subscription to create.
+// subscription to create. Each group of flags is checked by a method of
+// its own, in the order the errors are reported.
 func (s *subscriptionFlags) build(o *adminOptions, name string, fs *pflag.FlagSet) (*pubsubpb.Subscription, error) {
 	if s.topic == "" {
 		return nil, usagef("missing --topic: the topic to subscribe to")
@@ -83,54 +84,17 @@ func (s *subscriptionFlags) build(o *adminOptions, name string, fs *pflag.FlagSe
 		Filter:                    s.filter,
 		RetainAckedMessages:       s.retainAcked,
 	}
-	if s.ackDeadline.set {
-		d := s.ackDeadline.d
-		if err := checkRange("ack-deadline", d, minAckDeadline, maxAckDeadline); err != nil {
-			return nil, err
-		}
-		if d%time.Second != 0 {
-			return nil, usagef("--ack-deadline %v: want whole seconds", d)
-		}
-		sub.AckDeadlineSeconds = int32(d / time.Second)
+	if sub.AckDeadlineSeconds, err = s.ackDeadlineSeconds(); err != nil {
+		return nil, err
 	}
-	switch {
-	case s.deadLetter != "":
-		dl, err := o.ep.resolve("topics", s.deadLetter)
-		if err != nil {
-			return nil, err
-		}
-		n := s.maxAttempts
-		if n < minDeliveryAttempts || n > maxDeliveryAttempts {
-			return nil, usagef("--max-delivery-attempts %d: want %d–%d", n, minDeliveryAttempts, maxDeliveryAttempts)
-		}
-		sub.DeadLetterPolicy = &pubsubpb.DeadLetterPolicy{DeadLetterTopic: dl, MaxDeliveryAttempts: int32(n)}
-	case fs.Changed("max-delivery-attempts"):
-		return nil, usagef("--max-delivery-attempts needs --dead-letter-topic")
+	if sub.DeadLetterPolicy, err = s.deadLetterPolicy(o, fs); err != nil {
+		return nil, err
 	}
-	if s.minBackoff.set || s.maxBackoff.set {
-		lo, hi := defaultMinBackoff, defaultMaxBackoff
-		if s.minBackoff.set {
-			lo = s.minBackoff.d
-			if err := checkRange("min-backoff", lo, 0, maxBackoff); err != nil {
-				return nil, err
-			}
-		}
-		if s.maxBackoff.set {
-			hi = s.maxBackoff.d
-			if err := checkRange("max-backoff", hi, 0, maxBackoff); err != nil {
-				return nil, err
-			}
-		}
-		if lo > hi {
-			return nil, usagef("--min-backoff %s is above --max-backoff %s", fmtDuration(lo), fmtDuration(hi))
-		}
-		sub.RetryPolicy = &pubsubpb.RetryPolicy{MinimumBackoff: durationpb.New(lo), MaximumBackoff: durationpb.New(hi)}
+	if sub.RetryPolicy, err = s.retryPolicy(); err != nil {
+		return nil, err
 	}
-	if len(s.filter) > maxFilterBytes {
-		return nil, usagef("--filter is %d bytes: want at most %d", len(s.filter), maxFilterBytes)
-	}
-	if !utf8.ValidString(s.filter) {
-		return nil, usagef("--filter is not valid UTF-8")
+	if err := s.checkFilter(); err != nil {
+		return nil, err
 	}
 	if s.retention.set {
 		if err := checkRange("retention", s.retention.d, minRetention, maxSubRetention); err != nil {
@@ -139,6 +103,80 @@ func (s *subscriptionFlags) build(o *adminOptions, name string, fs *pflag.FlagSe
 		sub.MessageRetentionDuration = durationpb.New(s.retention.d)
 	}
 	return sub, nil
+}
+
+// ackDeadlineSeconds is --ack-deadline in whole seconds, 0 (the
+// service's default) when not given.
+func (s *subscriptionFlags) ackDeadlineSeconds() (int32, error) {
+	if !s.ackDeadline.set {
+		return 0, nil
+	}
+	d := s.ackDeadline.d
+	if err := checkRange("ack-deadline", d, minAckDeadline, maxAckDeadline); err != nil {
+		return 0, err
+	}
+	if d%time.Second != 0 {
+		return 0, usagef("--ack-deadline %v: want whole seconds", d)
+	}
+	return int32(d / time.Second), nil
+}
+
+// deadLetterPolicy is --dead-letter-topic with --max-delivery-attempts,
+// nil without a dead-letter topic; the attempts given alone are an error,
+// as they would be ignored.
+func (s *subscriptionFlags) deadLetterPolicy(o *adminOptions, fs *pflag.FlagSet) (*pubsubpb.DeadLetterPolicy, error) {
+	if s.deadLetter == "" {
+		if fs.Changed("max-delivery-attempts") {
+			return nil, usagef("--max-delivery-attempts needs --dead-letter-topic")
+		}
+		return nil, nil
+	}
+	dl, err := o.ep.resolve("topics", s.deadLetter)
+	if err != nil {
+		return nil, err
+	}
+	n := s.maxAttempts
+	if n < minDeliveryAttempts || n > maxDeliveryAttempts {
+		return nil, usagef("--max-delivery-attempts %d: want %d–%d", n, minDeliveryAttempts, maxDeliveryAttempts)
+	}
+	return &pubsubpb.DeadLetterPolicy{DeadLetterTopic: dl, MaxDeliveryAttempts: int32(n)}, nil
+}
+
+// retryPolicy is --min-backoff and --max-backoff, nil when neither is
+// given; the one not given takes the service's default.
+func (s *subscriptionFlags) retryPolicy() (*pubsubpb.RetryPolicy, error) {
+	if !s.minBackoff.set && !s.maxBackoff.set {
+		return nil, nil
+	}
+	lo, hi := defaultMinBackoff, defaultMaxBackoff
+	if s.minBackoff.set {
+		lo = s.minBackoff.d
+		if err := checkRange("min-backoff", lo, 0, maxBackoff); err != nil {
+			return nil, err
+		}
+	}
+	if s.maxBackoff.set {
+		hi = s.maxBackoff.d
+		if err := checkRange("max-backoff", hi, 0, maxBackoff); err != nil {
+			return nil, err
+		}
+	}
+	if lo > hi {
+		return nil, usagef("--min-backoff %s is above --max-backoff %s", fmtDuration(lo), fmtDuration(hi))
+	}
+	return &pubsubpb.RetryPolicy{MinimumBackoff: durationpb.New(lo), MaximumBackoff: durationpb.New(hi)}, nil
+}
+
+// checkFilter checks --filter's length and encoding before any RPC, so
+// that a bad filter is a usage error (exit 2) like the other flags.
+func (s *subscriptionFlags) checkFilter() error {
+	if len(s.filter) > maxFilterBytes {
+		return usagef("--filter is %d bytes: want at most %d", len(s.filter), maxFilterBytes)
+	}
+	if !utf8.ValidString(s.filter) {
+		return usagef("--filter is not valid UTF-8")
+	}
+	return nil
 }
 
 func subscriptionsCreateCommand(o *adminOptions) *cobra.Command {
