@@ -70,12 +70,27 @@ func runEmbedded(ctx context.Context, w io.Writer, keys, perKey int) (Result, er
 	if err != nil {
 		return Result{}, err
 	}
+	if err := publishInterleaved(ctx, srv, topic, keys, perKey); err != nil {
+		return Result{}, err
+	}
+	res, err := consume(ctx, srv, subName, keys*perKey)
+	if err != nil {
+		return Result{}, err
+	}
+	printResult(w, res)
+	return res, nil
+}
 
+// publishInterleaved publishes message i of every key before message i+1
+// of any, so that the keys' messages are mixed in the subscription and
+// only ordering keeps each key's sequence. It returns once the server
+// has every message.
+func publishInterleaved(ctx context.Context, srv *pubsubtest.Server, topic string, keys, perKey int) error {
 	// Publishing with ordering keys needs EnableOrdering; the publisher
 	// sends each key's messages in Publish order.
 	pub, err := publisher.New(srv.ClientConn(), topic, publisher.Config{EnableOrdering: true})
 	if err != nil {
-		return Result{}, err
+		return err
 	}
 	var results []*publisher.Result
 	for i := range perKey {
@@ -89,33 +104,39 @@ func runEmbedded(ctx context.Context, w io.Writer, keys, perKey int) (Result, er
 	for _, r := range results {
 		if _, err := r.Get(ctx); err != nil {
 			_ = pub.Close()
-			return Result{}, err
+			return err
 		}
 	}
-	if err := pub.Close(); err != nil {
-		return Result{}, err
-	}
+	return pub.Close()
+}
 
+// consume runs a Subscriber on subName with 8 workers until want messages
+// were handled, and returns what the handler saw.
+func consume(ctx context.Context, srv *pubsubtest.Server, subName string, want int) (Result, error) {
 	sub, err := pubsubflow.NewSubscriber(ctx, subName, pubsubflow.SubscriberConfig{Conn: srv.ClientConn()})
 	if err != nil {
 		return Result{}, err
 	}
 	defer sub.Close()
-	c := &collector{order: map[string][]int{}, active: map[string]int64{}, want: keys * perKey}
+	c := &collector{order: map[string][]int{}, active: map[string]int64{}, want: want}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c.done = cancel
+	c.done = cancel // the last message ends Run
 	if err := sub.Run(runCtx, 8, c.handle); err != nil {
 		return Result{}, err
 	}
-	res := c.result()
+	return c.result(), nil
+}
+
+// printResult prints how many messages each key got, whether each came in
+// order, and the most that ran at once.
+func printResult(w io.Writer, res Result) {
 	var b strings.Builder
 	for k, seq := range res.Order {
 		fmt.Fprintf(&b, " %s:%d", k, len(seq))
 	}
 	fmt.Fprintf(w, "processed per key:%s; in order: %v; at most %d at once, %d per key\n",
 		b.String(), inOrder(res.Order), res.MaxConcurrent, res.MaxPerKey)
-	return res, nil
 }
 
 // collector is the handler: it records the order of each key and how many
