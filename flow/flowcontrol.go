@@ -238,7 +238,12 @@ type permit struct {
 }
 
 // Settled returns the client's permit (the message is no longer held).
-func (p *permit) Settled(any, uint32) { p.fc.settle(1, p.size) }
+func (p *permit) Settled(any, uint32) {
+	if p.lane != nil {
+		p.lane.settled(p.size)
+	}
+	p.fc.settle(1, p.size)
+}
 
 // Done returns what the server counted: the lane's share and the room a
 // new stream may be granted.

@@ -25,22 +25,42 @@ type lane struct {
 	cur atomic.Pointer[laneCount]
 }
 
-// laneCount is what one stream delivered and the server still counts,
-// against the grant its initial request asked for (0: unlimited).
+// laneCount is what one stream delivered and the server may still count
+// (msgs, bytes: until each release is final, for the grants), and what it
+// certainly still counts (held, heldBytes: not settled yet, for telling
+// an over-grant), against the grant its initial request asked for (0:
+// unlimited).
 type laneCount struct {
 	msgs, bytes           atomic.Int64
+	held, heldBytes       atomic.Int64
 	grantMsgs, grantBytes int64       // set before the stream opens
 	warned                atomic.Bool // its over-grant was logged
 }
 
 // over reports whether a message received now on the lane is past its
-// grant: the lane already holds its grant of messages or of bytes (one
-// message may take the bytes past the grant, as the service allows).
+// grant: the lane already holds its grant of unsettled messages or bytes
+// (one message may take the bytes past the grant, as the service allows).
+// Settled messages do not count: the server may release one (an ack it
+// applied) before the client hears that it did, and send the next.
 func (c *laneCount) over(msgs, bytes int64) bool {
 	return (c.grantMsgs > 0 && msgs >= c.grantMsgs) || (c.grantBytes > 0 && bytes >= c.grantBytes)
 }
 
-// release takes one message of size off the count.
+// add counts n messages of bytes just received on the lane.
+func (c *laneCount) add(n, bytes int64) {
+	c.msgs.Add(n)
+	c.bytes.Add(bytes)
+	c.held.Add(n)
+	c.heldBytes.Add(bytes)
+}
+
+// settled takes one message of size off what the lane certainly holds.
+func (c *laneCount) settled(size int64) {
+	c.heldBytes.Add(-size)
+	c.held.Add(-1)
+}
+
+// release takes one message of size off what the server may count.
 func (c *laneCount) release(size int64) {
 	c.bytes.Add(-size)
 	c.msgs.Add(-1)
@@ -68,7 +88,7 @@ func (fc *FlowControl) receive(lane int, ms []*source.Message) (over int64, firs
 	slab := make([]permit, len(ms))
 	var n, bytes, held, heldBytes int64
 	if lc != nil {
-		held, heldBytes = lc.msgs.Load(), lc.bytes.Load()
+		held, heldBytes = lc.held.Load(), lc.heldBytes.Load()
 	}
 	now := time.Now() // one clock read for the batch
 	for i, m := range ms {
@@ -88,8 +108,7 @@ func (fc *FlowControl) receive(lane int, ms []*source.Message) (over int64, firs
 	}
 	fc.count(n, bytes)
 	if lc != nil {
-		lc.msgs.Add(n)
-		lc.bytes.Add(bytes)
+		lc.add(n, bytes)
 	}
 	for i, m := range ms {
 		if p := &slab[i]; p.fc != nil {

@@ -308,3 +308,30 @@ func TestLaneGrantsProperty(t *testing.T) {
 		})
 	})
 }
+
+// TestOverGrantCountsOnlyUnsettled: a server may release a message as soon
+// as it applies its ack, before the client hears the ack is final, and
+// send the next one within its grant: that is no over-grant. A message
+// received while the lane's grant is all unsettled is one, counted and
+// reported first once.
+func TestOverGrantCountsOnlyUnsettled(t *testing.T) {
+	fc := NewFlowControl(10, Unlimited)
+	var p heldPath
+	lane, grant, _, ok := fc.openLane(2, 0)
+	if !ok || grant != 2 {
+		t.Fatalf("grant %d ok %v; want 2", grant, ok)
+	}
+	for _, m := range receiveOn(fc, lane, &p, 2) {
+		m.Ack() // settled; its ack is not final yet
+	}
+	if over, _ := fc.receive(lane, []*source.Message{p.bind(newMsg(3, 10)), p.bind(newMsg(4, 10))}); over != 0 {
+		t.Fatalf("the grant's worth sent after two acks: over %d, want 0", over)
+	}
+	over, first := fc.receive(lane, []*source.Message{p.bind(newMsg(5, 10))})
+	if over != 1 || !first || fc.Stats().OverGrant != 1 {
+		t.Fatalf("a third unsettled message on a grant of 2: over %d first %v, %+v", over, first, fc.Stats())
+	}
+	if over, first := fc.receive(lane, []*source.Message{p.bind(newMsg(6, 10))}); over != 1 || first {
+		t.Fatalf("the next one: over %d first %v; want 1, false", over, first)
+	}
+}
