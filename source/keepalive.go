@@ -45,18 +45,32 @@ type keepalive struct {
 	// Written by the sender: a heartbeat went out on this stream, so an
 	// empty response from now on is its answer.
 	hbSent atomic.Bool
+	// initial is the stream ack deadline the initial request announced;
+	// floor is the lowest announced on the stream since (seconds).
+	initial int32
+	floor   atomic.Int32
 }
 
-func newKeepalive(s *Source, i int) *keepalive {
-	return &keepalive{
+// newKeepalive watches stream i, opened with stream ack deadline initial.
+func newKeepalive(s *Source, i int, initial int32) *keepalive {
+	k := &keepalive{
 		s:        s,
 		stream:   i,
+		initial:  initial,
 		start:    time.Now(),
 		interval: s.cfg.HeartbeatInterval,
 		timeout:  s.cfg.HeartbeatTimeout,
 		wake:     make(chan struct{}, 1),
 	}
+	k.floor.Store(initial)
+	return k
 }
+
+// deadline is the ack deadline a message received on the stream now is
+// sure to have on the server: the lowest the stream announced. The server
+// may not have applied a later, longer one yet, and a client that assumed
+// it would hold messages the server has given out again.
+func (k *keepalive) deadline() time.Duration { return time.Duration(k.floor.Load()) * time.Second }
 
 func (k *keepalive) now() time.Duration { return time.Since(k.start) }
 
@@ -101,7 +115,7 @@ func (k *keepalive) run(ctx context.Context, stream pubsubpb.Subscriber_Streamin
 	r.dog.Stop()
 	defer r.hb.Stop()
 	defer r.dog.Stop()
-	r.sent = k.s.deadline.Load() // as the initial request announced it
+	r.sent = k.initial
 	changed := k.s.deadlineChanged()
 	for {
 		select {
@@ -153,6 +167,9 @@ func (r *kaRun) heartbeat() bool {
 		k.pending.Store(true)
 	}
 	cur := k.s.deadline.Load()
+	if cur < k.floor.Load() {
+		k.floor.Store(cur) // before Send: the server may apply it at once
+	}
 	if err := r.stream.Send(heartbeatRequest(cur, r.sent)); err != nil {
 		return false
 	}

@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -117,5 +118,64 @@ func TestWatchdogRestartsSilentStreamOnceAnswered(t *testing.T) {
 		}
 		g.Cancel()
 		_ = g.Wait()
+	})
+}
+
+// TestReceiptDeadlineIsTheStreamsLowest: the client raises its stream ack
+// deadline from 10 s to 60 s on an open stream, and the server delivers a
+// message before it applied the heartbeat that announced 60 s. The
+// message's deadline is receipt plus 10 s, the lowest the stream
+// announced, not 60 s: a client that assumed the longer one would hold the
+// message past the server's deadline, when the server may give it out
+// again. The heartbeat carrying 60 s does reach the server.
+func TestReceiptDeadlineIsTheStreamsLowest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		announced := make(chan int32, 4)
+		deliver := make(chan struct{})
+		f := &scripted{script: func(_ int, ss pubsubpb.Subscriber_StreamingPullServer) error {
+			go func() {
+				for {
+					req, err := ss.Recv()
+					if err != nil {
+						return
+					}
+					announced <- req.StreamAckDeadlineSeconds
+				}
+			}()
+			<-deliver
+			if err := ss.Send(&pubsubpb.StreamingPullResponse{ReceivedMessages: []*pubsubpb.ReceivedMessage{
+				{AckId: "a1", Message: &pubsubpb.PubsubMessage{MessageId: "1", Data: []byte("x")}},
+			}}); err != nil {
+				return err
+			}
+			return holdOpen(ss)
+		}}
+		src, err := Subscribe(serveScripted(t, f), Config{Subscription: "projects/p/subscriptions/sub", Streams: 1, StreamAckDeadline: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := stage.NewGroup(context.Background())
+		out := src.Run(g)
+		if d := <-announced; d != 10 {
+			t.Fatalf("the initial request announced %d s, want 10", d)
+		}
+		src.setStreamAckDeadline(time.Minute)
+		synctest.Wait() // the heartbeat is sent (and read); this server ignores it
+		close(deliver)
+		m := <-out
+		if got, want := m.st.Deadline().Sub(m.ReceiveTime), 10*time.Second; got != want {
+			t.Fatalf("receipt deadline %v after receipt, want %v", got, want)
+		}
+		if d := <-announced; d != 60 {
+			t.Fatalf("the heartbeat announced %d s, want 60", d)
+		}
+		m.Ack()
+		g.Cancel()
+		for range out {
+		}
+		_ = g.Wait()
+		if err := src.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	})
 }

@@ -90,9 +90,10 @@ func (r *run) unsent(ms []*Message) {
 // receipt decodes a response's messages and makes them the source's:
 // each is bound to the settle path and recorded as held, and the steps
 // run on them, on the stream's goroutine, before any of them is queued.
-func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage) []*Message {
+// deadline is the stream's ack deadline the server is sure to apply.
+func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage, deadline time.Duration) []*Message {
 	now := time.Now()
-	slab, ms := decodeResponse(rms, s.cfg.Subscription, s.props.Load(), now, s.StreamAckDeadline(), &s.path, s.clock)
+	slab, ms := decodeResponse(rms, s.cfg.Subscription, s.props.Load(), now, deadline, &s.path, s.clock)
 	s.c.received.Add(uint64(len(ms)))
 	for _, m := range ms {
 		if m.DeliveryAttempt > 1 {

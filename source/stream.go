@@ -119,8 +119,9 @@ func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMs
 		bound = time.AfterFunc(max(time.Until(giveUp), lastOpenGrace), func() { cancel(errOpenTimedOut) })
 	}
 	stream, err := s.client.StreamingPull(sctx)
+	req := s.initialRequest(maxMsgs, maxBytes)
 	if err == nil {
-		err = stream.Send(s.initialRequest(maxMsgs, maxBytes))
+		err = stream.Send(req)
 		if errors.Is(err, io.EOF) {
 			// Send reports only that the stream is gone; Recv has the status.
 			_, err = stream.Recv()
@@ -140,7 +141,7 @@ func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMs
 	s.emit(event.Event{Kind: event.Connect, Stream: i})
 	opened := time.Now()
 
-	ka := newKeepalive(s, i)
+	ka := newKeepalive(s, i, req.StreamAckDeadlineSeconds)
 	kaDone := make(chan struct{})
 	go func() {
 		defer close(kaDone)
@@ -205,7 +206,7 @@ func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_Streami
 			continue // a heartbeat answer or a confirmation
 		}
 		delivered = true
-		if batch := s.receipt(lane, rms); len(batch) > 0 {
+		if batch := s.receipt(lane, rms, ka.deadline()); len(batch) > 0 {
 			h.push(batch)
 		}
 	}
