@@ -238,3 +238,62 @@ func TestKillsWithBatchesInFlight(t *testing.T) {
 		}
 	})
 }
+
+// TestOversizeOnEveryStreamIsRead: three streams share a 2,000-byte
+// budget, and each is sent one 5,000-byte message (the service sends a
+// message larger than a stream's byte grant alone). The first spends the
+// budget; the other two come after a heartbeat answer brought their
+// streams back from Recv. They are read and leased at once, whatever the
+// budget says: a stream that stopped reading at the budget would leave
+// them unread in the transport while the server's deadline ran, and the
+// server would redeliver them. With the handlers held for three ack
+// deadlines, nothing expires and nothing is redelivered.
+func TestOversizeOnEveryStreamIsRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, pubsubtest.WithBufconn())
+		s := e.subscriber(t, SubscriberConfig{
+			Streams: 3, MaxOutstandingMessages: Unlimited, MaxOutstandingBytes: 2000,
+			StreamAckDeadline: 10 * time.Second, HeartbeatInterval: time.Second,
+		})
+		release := make(chan struct{})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := runAsync(ctx, s, 3, func(context.Context, *Message) error {
+			<-release
+			return nil
+		})
+		waitFor(t, "three streams open", time.Second, func() bool { return openStreams(e) == 3 })
+		publishSized(t, e, 1, 5000)
+		waitFor(t, "the first message read", time.Second, func() bool { return s.Stats().Received == 1 })
+		waitFor(t, "a heartbeat answered on every stream", 3*time.Second, func() bool {
+			for _, st := range e.srv.Streams(e.sub) {
+				if st.HeartbeatReplies == 0 {
+					return false
+				}
+			}
+			return true
+		})
+		publishSized(t, e, 2, 5000)
+		waitFor(t, "all three messages read", time.Second, func() bool { return s.Stats().Received == 3 })
+		time.Sleep(30 * time.Second) // three ack deadlines, in virtual time
+		if ss, st := e.srv.SubscriptionStats(e.sub), s.Stats(); ss.Expired != 0 || ss.Redelivered != 0 || st.Received != 3 || st.Processing != 3 {
+			t.Fatalf("server %+v, client %+v: want 3 received and held, none expired or redelivered", ss, st)
+		}
+		close(release)
+		waitFor(t, "all acked", 5*time.Second, func() bool { return e.srv.SubscriptionStats(e.sub).Acked == 3 })
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// openStreams counts the subscription's open streams.
+func openStreams(e *env) int {
+	n := 0
+	for _, st := range e.srv.Streams(e.sub) {
+		if st.Open {
+			n++
+		}
+	}
+	return n
+}

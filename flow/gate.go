@@ -75,11 +75,16 @@ func (gt *Gate) Open(shareMessages, shareBytes int64) (lane int, maxMessages, ma
 // Closed returns a stream's lane (source.Budget).
 func (gt *Gate) Closed(lane int) { gt.fc.closeLane(lane) }
 
-// Room reports whether the streams may read on (source.Budget): while
-// both the messages and the bytes outstanding are under their limits. A
-// server that sends past its grant therefore gets at most one response
-// more read per stream.
-func (gt *Gate) Room() bool { return gt.fc.Room() }
+// Room reports whether the stream on lane may read on (source.Budget):
+// while the messages and the bytes outstanding are both under their
+// limits, or the lane holds less than its grant unsettled. A response a
+// server sent within the grant is read at once, whatever the budget says:
+// the server counts its messages from the moment it sent them, and unread
+// they would be leased by no one (each stream may be sent one message
+// larger than its byte grant, so a stream that stopped at the budget left
+// the others' unread). A server that sends past its grant therefore gets
+// at most one response more read per stream.
+func (gt *Gate) Room(lane int) bool { return gt.fc.Room() || gt.fc.laneRoom(lane) }
 
 // Wake is closed when room may have changed (source.Budget).
 func (gt *Gate) Wake() <-chan struct{} { return gt.fc.Wake() }

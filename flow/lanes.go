@@ -46,6 +46,16 @@ func (c *laneCount) over(msgs, bytes int64) bool {
 	return (c.grantMsgs > 0 && msgs >= c.grantMsgs) || (c.grantBytes > 0 && bytes >= c.grantBytes)
 }
 
+// laneRoom reports whether lane's stream holds less than its grant
+// unsettled: what a server keeping to the grant sends it fits.
+func (fc *FlowControl) laneRoom(lane int) bool {
+	if lane < 0 || lane >= maxLanes {
+		return false
+	}
+	c := fc.lanes[lane].cur.Load()
+	return c != nil && !c.over(c.held.Load(), c.heldBytes.Load())
+}
+
 // add counts n messages of bytes just received on the lane.
 func (c *laneCount) add(n, bytes int64) {
 	c.msgs.Add(n)

@@ -118,14 +118,14 @@ func TestOpenLaneCountsServerHeld(t *testing.T) {
 		t.Fatalf("first stream: grant %d ok %v; want the whole budget", grant, ok)
 	}
 	old := receiveOn(fc, a, &p, 10)
-	if gate.Room() {
+	if gate.Room(a) {
 		t.Fatal("Room with the budget spent")
 	}
 	for _, m := range old {
 		m.Ack()
 	}
-	if st := fc.Stats(); st.Outstanding != 0 || st.ServerHeld != 10 || !gate.Room() {
-		t.Fatalf("acked, not final: %+v, Room %v; want 0 outstanding, 10 server-held, room", st, gate.Room())
+	if st := fc.Stats(); st.Outstanding != 0 || st.ServerHeld != 10 || !gate.Room(a) {
+		t.Fatalf("acked, not final: %+v, Room %v; want 0 outstanding, 10 server-held, room", st, gate.Room(a))
 	}
 	if _, _, _, ok := gate.Open(0, 0); ok {
 		t.Fatal("a stream opened while the server still counts the whole budget")
@@ -217,8 +217,8 @@ func (lm *laneModel) check(t *rapid.T) {
 	if potential > lm.limit {
 		t.Fatalf("the server may hold %d messages (%d not done, streams %v); budget %d", potential, notDone, lm.openLanes(), lm.limit)
 	}
-	if room := int64(len(lm.live)) < lm.limit; lm.gate.Room() != room {
-		t.Fatalf("Room %v with %d outstanding of %d", lm.gate.Room(), len(lm.live), lm.limit)
+	if room := int64(len(lm.live)) < lm.limit; lm.fc.Room() != room {
+		t.Fatalf("Room %v with %d outstanding of %d", lm.fc.Room(), len(lm.live), lm.limit)
 	}
 }
 

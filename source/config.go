@@ -214,8 +214,8 @@ type Budget interface {
 	Open(shareMessages, shareBytes int64) (lane int, maxMessages, maxBytes int64, ok bool)
 	// Closed tells that lane's stream has ended.
 	Closed(lane int)
-	// Room reports whether the streams may read another response.
-	Room() bool
+	// Room reports whether the stream on lane may read another response.
+	Room(lane int) bool
 	// Wake returns a channel closed when Room or Open may have changed.
 	Wake() <-chan struct{}
 }

@@ -188,7 +188,7 @@ func (s *Source) openLane(ctx context.Context, shareMsgs, shareBytes int64) (lan
 func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, ka *keepalive, i, lane int, h *handoff) (delivered bool, err error) {
 	var sc screen // kinds already logged on this stream, and its screening scratch
 	for {
-		if !s.waitRoom(ctx, h) {
+		if !s.waitRoom(ctx, lane, h) {
 			return delivered, ctx.Err()
 		}
 		ka.recvStart()
@@ -214,11 +214,11 @@ func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_Streami
 
 // waitRoom waits until this stream may read another response; false when
 // ctx is done first.
-func (s *Source) waitRoom(ctx context.Context, h *handoff) bool {
+func (s *Source) waitRoom(ctx context.Context, lane int, h *handoff) bool {
 	for {
 		if b := s.flow; b != nil {
 			wake := b.Wake()
-			if b.Room() {
+			if b.Room(lane) {
 				return true
 			}
 			if !waitOn(ctx, wake, budgetRecheck) {
