@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -96,6 +97,7 @@ func (s *Source) pump(ctx context.Context, r *run, h *handoff, out chan<- []*Mes
 			r.unsent(b)
 			continue // ctx is done: the next pass finishes
 		}
+		expired := s.expiries.wait() // before the check: no expiry after it is missed
 		b = s.dropSettled(b)
 		for _, f := range s.handOff {
 			b = f(ctx, b)
@@ -104,7 +106,7 @@ func (s *Source) pump(ctx context.Context, r *run, h *handoff, out chan<- []*Mes
 			for _, m := range b {
 				m.st.SetOwner(r.id)
 			}
-			s.send(ctx, r, out, b)
+			s.send(ctx, r, out, b, expired)
 		}
 		h.emptied()
 	}
@@ -113,8 +115,10 @@ func (s *Source) pump(ctx context.Context, r *run, h *handoff, out chan<- []*Mes
 // send hands b on. While downstream does not take it, its messages keep
 // lapsing: at the earliest one's lapse (its deadline less its margin) the lapsed
 // ones are expired and the rest offered again, so no copy the server may
-// have given out again is handed on.
-func (s *Source) send(ctx context.Context, r *run, out chan<- []*Message, b []*Message) {
+// have given out again is handed on. An expiry elsewhere (the Extender's,
+// when an extension brought a deadline forward) closes expired, fetched
+// before b was last checked: the settled are dropped and the rest offered.
+func (s *Source) send(ctx context.Context, r *run, out chan<- []*Message, b []*Message, expired <-chan struct{}) {
 	var t *time.Timer
 	defer func() {
 		if t != nil {
@@ -136,11 +140,39 @@ func (s *Source) send(ctx context.Context, r *run, out chan<- []*Message, b []*M
 		case out <- b:
 			return
 		case <-lapse:
+			expired = s.expiries.wait()
+			b = s.dropSettled(b)
+		case <-expired:
+			expired = s.expiries.wait()
 			b = s.dropSettled(b)
 		case <-ctx.Done():
 			r.unsent(b)
 			return
 		}
+	}
+}
+
+// wake is a broadcast: wait returns a channel that the next broadcast
+// closes. A broadcast nobody waits for costs one atomic swap.
+type wake struct{ ch atomic.Pointer[chan struct{}] }
+
+// wait returns the channel the next broadcast closes.
+func (w *wake) wait() <-chan struct{} {
+	for {
+		if p := w.ch.Load(); p != nil {
+			return *p
+		}
+		c := make(chan struct{})
+		if w.ch.CompareAndSwap(nil, &c) {
+			return c
+		}
+	}
+}
+
+// broadcast closes the channel waiters hold.
+func (w *wake) broadcast() {
+	if p := w.ch.Swap(nil); p != nil {
+		close(*p)
 	}
 }
 

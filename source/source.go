@@ -53,6 +53,7 @@ type core struct {
 	held     registry
 	heldIDs  *heldIDs // the ack ids of what held holds, for refuseMalformed
 	later    later
+	expiries wake          // broadcast when a message expires (Expired), for the hand-offs
 	lanes    atomic.Int64  // lane numbers for sources without a Budget
 	runs     atomic.Uint64 // run ids (owners of handed-off messages)
 
@@ -236,34 +237,42 @@ func (s *Source) Run(g *stage.Group) <-chan *Message {
 	return out
 }
 
-// sendOne hands m on unless it lapses first (it is then expired); false
-// when ctx is done first.
+// sendOne hands m on unless it lapses or expires first (it is then
+// settled Expired); false when ctx is done first. An extension can bring
+// the deadline forward (a modack shorter than the stream's deadline), and
+// the Extender then expires m before the lapse the timer was set for: an
+// expiry anywhere wakes the wait, so m is not handed on settled.
 func (s *Source) sendOne(ctx context.Context, out chan<- *Message, m *Message, t **time.Timer) bool {
-	if m.st.ExpireIfLateNow(m) {
-		return true
-	}
-	var lapse <-chan time.Time
-	if d := m.st.LapseAt(); !d.IsZero() {
-		wait := time.Until(d) - handOffSlack
-		if wait <= 0 {
-			m.st.Settle(m, message.Expired, 0)
+	for {
+		expired := s.expiries.wait()
+		if m.st.ExpireIfLateNow(m) {
 			return true
 		}
-		if *t == nil {
-			*t = time.NewTimer(wait)
-		} else {
-			(*t).Reset(wait)
+		var lapse <-chan time.Time
+		if d := m.st.LapseAt(); !d.IsZero() {
+			wait := time.Until(d) - handOffSlack
+			if wait <= 0 {
+				m.st.Settle(m, message.Expired, 0)
+				return true
+			}
+			if *t == nil {
+				*t = time.NewTimer(wait)
+			} else {
+				(*t).Reset(wait)
+			}
+			lapse = (*t).C
 		}
-		lapse = (*t).C
+		select {
+		case out <- m:
+			return true
+		case <-lapse:
+			m.st.Settle(m, message.Expired, 0) // it would lapse as it went
+			return true
+		case <-expired:
+		case <-ctx.Done():
+			return false
+		}
 	}
-	select {
-	case out <- m:
-	case <-lapse:
-		m.st.Settle(m, message.Expired, 0) // it would lapse as it went
-	case <-ctx.Done():
-		return false
-	}
-	return true
 }
 
 // RunBatches starts the streams under g and returns the merged output in
