@@ -71,7 +71,7 @@ type Options struct {
 // Options.Checks cases, each a consumer (a Subscriber, or the same chain
 // built by hand from source.Subscribe, flow.EagerTrack and flow.FlowGate)
 // with random limits, and a random sequence of actions — publishes, stalls
-// of the topology's input, failing and slow acks and modacks, lease
+// of the topology's input, failing and slow acks and modacks (with an ErrorInfo too), lease
 // extensions failing for a while, streams killed and stalled, time passing,
 // the topology's pipeline stopped and started again — then usually a
 // quiet phase, and Close. Everything runs over a pubsubtest server on
@@ -216,6 +216,8 @@ type tally struct {
 	Cases, Published, Deliveries, Redeliveries, Expired int
 	Kills, Reruns, Stalls, ExtendFails, Streams         int
 	Chain                                               int
+	InfoRetryable, InfoPermanent                        int // FailInfo injections
+	Refused                                             int // deliveries whose ack or extension was refused
 	VirtualTime                                         time.Duration
 }
 
@@ -230,6 +232,9 @@ func (t *tally) add(m *machine) {
 	t.Reruns += m.tally.Reruns
 	t.Stalls += m.tally.Stalls
 	t.ExtendFails += m.tally.ExtendFails
+	t.InfoRetryable += m.tally.InfoRetryable
+	t.InfoPermanent += m.tally.InfoPermanent
+	t.Refused += m.led.refusedCount()
 	t.Streams += int(ss.Streams)
 	if m.cfg.Chain {
 		t.Chain++
@@ -238,6 +243,6 @@ func (t *tally) add(m *machine) {
 }
 
 func (t *tally) String() string {
-	return fmt.Sprintf("%d cases (%d on the hand-built chain), %d published, %d deliveries (%d redeliveries, %d expired at the server), %d streams killed, %d reruns, %d stalls, %d extension failures, %d streams, %v of virtual time",
-		t.Cases, t.Chain, t.Published, t.Deliveries, t.Redeliveries, t.Expired, t.Kills, t.Reruns, t.Stalls, t.ExtendFails, t.Streams, t.VirtualTime.Round(time.Second))
+	return fmt.Sprintf("%d cases (%d on the hand-built chain), %d published, %d deliveries (%d redeliveries, %d expired at the server), %d streams killed, %d reruns, %d stalls, %d extension failures, %d+%d ErrorInfo faults (retryable+permanent; %d deliveries refused), %d streams, %v of virtual time",
+		t.Cases, t.Chain, t.Published, t.Deliveries, t.Redeliveries, t.Expired, t.Kills, t.Reruns, t.Stalls, t.ExtendFails, t.InfoRetryable, t.InfoPermanent, t.Refused, t.Streams, t.VirtualTime.Round(time.Second))
 }

@@ -14,7 +14,10 @@
 // flow.EagerTrack → flow.FlowGate, fused) — against a pubsubtest server
 // over bufconn inside a testing/synctest bubble, and drives it with random
 // actions: publishes, stalls of the topology's input, failing and slow
-// acks and modacks, lease extensions failing for a while, streams killed
+// acks and modacks, acks and modacks failing with an AIP-193 ErrorInfo
+// that carries no per-id reasons (RESOURCE_EXHAUSTED or UNAVAILABLE,
+// retried; PERMISSION_DENIED, refused for good: not acked, no lease
+// confirmed, redelivered), lease extensions failing for a while, streams killed
 // or stalled, time passing, the topology's pipeline stopped and started
 // again; then, in most cases, a quiet phase; then Close, and a drain of
 // the subscription. After every action the machine checks a model of the

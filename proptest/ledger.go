@@ -41,15 +41,17 @@ import (
 type ledger struct {
 	pubsubpb.SubscriberClient
 
-	mu       sync.Mutex
-	byAck    map[string]*delivery
-	last     map[string]*delivery // message id → its latest delivery
-	all      []*delivery
-	msgs     map[string]*published
-	failExt  time.Time // modacks with seconds > 0 fail until then
-	windows  []window  // every time extensions failed
-	seq      int64     // hand-offs so far
-	problems problems
+	mu      sync.Mutex
+	byAck   map[string]*delivery
+	last    map[string]*delivery // message id → its latest delivery
+	all     []*delivery
+	msgs    map[string]*published
+	failExt time.Time // modacks with seconds > 0 fail until then
+	// extRefused: an extension was refused for good (a lease may lapse).
+	extRefused bool
+	windows    []window // every time extensions failed
+	seq        int64    // hand-offs so far
+	problems   problems
 	// disturbed: a fault or a stall has been in force since quietSince,
 	// so latencies do not count (MaxLatency).
 	disturbed  bool
@@ -79,6 +81,10 @@ type delivery struct {
 	// extFailed: the machine failed an extension of it (ExtendFail), so
 	// its lease may lapse: the client must expire it.
 	extFailed bool
+	// refused: the server refused its ack or an extension of it for good
+	// (the machine's PERMISSION_DENIED with an ErrorInfo): the ack is no
+	// ack, the lease is not extended, and the server delivers it again.
+	refused bool
 	// abandoned: its ack had not succeeded when a bounded Close gave up
 	// the flush (counted in AckRefused): the server delivers it again.
 	abandoned bool
@@ -129,7 +135,7 @@ func (d *delivery) gaveUp() bool {
 	case source.NoOp, source.NackAfter, source.Expired:
 		return true
 	}
-	return d.nackTried || d.extFailed || d.abandoned
+	return d.nackTried || d.extFailed || d.abandoned || d.refused
 }
 
 // serverDeadline is a time by which the server has surely released the
@@ -271,6 +277,9 @@ func (l *ledger) modackEnd(ids []string, seconds int32, sent time.Time, err erro
 	for d := range l.known(ids) {
 		d.note("modack %ds returned %v", seconds, err)
 		if err != nil {
+			if seconds > 0 && refusal(err) {
+				d.refused, l.extRefused = true, true
+			}
 			continue
 		}
 		if seconds > 0 {
@@ -304,6 +313,9 @@ func (l *ledger) ackEnd(ids []string, err error) {
 	defer l.mu.Unlock()
 	for d := range l.known(ids) {
 		d.note("ack returned %v", err)
+		if refusal(err) {
+			d.refused = true
+		}
 		if err == nil {
 			d.acks++
 			l.checkOnce(d)
@@ -339,8 +351,25 @@ func (l *ledger) failExtensions(until time.Time) {
 func (l *ledger) extensionsFailed() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.windows) > 0
+	return len(l.windows) > 0 || l.extRefused
 }
+
+// refusedCount counts the deliveries refused for good (refused).
+func (l *ledger) refusedCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, d := range l.all {
+		if d.refused {
+			n++
+		}
+	}
+	return n
+}
+
+// refusal reports whether err is the machine's refusal for good (FailInfo
+// with PERMISSION_DENIED): the one permanent status it injects.
+func refusal(err error) bool { return status.Code(err) == codes.PermissionDenied }
 
 // failedDuring reports whether extensions failed at some time in [from,
 // to]: a lease held then may have lapsed, and the client must have given

@@ -13,7 +13,9 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	gax "github.com/googleapis/gax-go/v2"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"pgregory.net/rapid"
 
 	"github.com/pubsubflow/pubsubflow"
@@ -261,6 +263,7 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 		"FailModacks":  m.failModacks,
 		"DelayAcks":    m.delayAcks,
 		"DelayModacks": m.delayModacks,
+		"FailInfo":     m.failInfo,
 		"ExtendFail":   m.extendFail,
 		"KillStreams":  m.killStreams,
 		"StallStreams": m.stallStreams,
@@ -387,6 +390,52 @@ func (m *machine) failModacks(t *rapid.T) { m.doFailModacks(rapid.IntRange(1, 2)
 
 func (m *machine) doFailModacks(n int) {
 	m.inject("ModifyAckDeadline", fmt.Sprintf("fail the next %d ModifyAckDeadline calls", n), func() { m.srv.FailNext("ModifyAckDeadline", n, codes.Unavailable) })
+}
+
+// failInfo fails the next acks and/or modacks with a status carrying an
+// AIP-193 ErrorInfo whose metadata holds no per-ack-id reasons (as the
+// service attaches to most errors): the error applies to every id of the
+// request. RESOURCE_EXHAUSTED and UNAVAILABLE are retried and land; a
+// PERMISSION_DENIED fails the ids for good (the ledger marks them
+// refused: an ack not acked, an extension that confirms no lease).
+func (m *machine) failInfo(t *rapid.T) {
+	method := rapid.SampledFrom([]string{"Acknowledge", "ModifyAckDeadline", "both"}).Draw(t, "method")
+	code := rapid.SampledFrom([]codes.Code{codes.ResourceExhausted, codes.Unavailable, codes.PermissionDenied}).Draw(t, "code")
+	m.doFailInfo(method, code, rapid.IntRange(1, 2).Draw(t, "n"))
+}
+
+func (m *machine) doFailInfo(method string, code codes.Code, n int) {
+	methods := []string{method}
+	if method == "both" {
+		methods = []string{"Acknowledge", "ModifyAckDeadline"}
+	}
+	for _, me := range methods {
+		st := infoStatus(code)
+		m.inject(me, fmt.Sprintf("fail the next %d %s calls with %v and an ErrorInfo without per-id reasons", n, me, code), func() {
+			m.srv.FailNextWith(me, n, st)
+			if code == codes.PermissionDenied {
+				m.tally.InfoPermanent++
+			} else {
+				m.tally.InfoRetryable++
+			}
+		})
+	}
+}
+
+// infoStatus is a status of code with an ErrorInfo as the service sends
+// it: a reason, a domain and metadata that are not per-ack-id reasons.
+func infoStatus(code codes.Code) *status.Status {
+	info := &errdetails.ErrorInfo{Reason: "RATE_LIMIT_EXCEEDED", Domain: "googleapis.com",
+		Metadata: map[string]string{"quota_limit": "AckRequestsPerMinute", "service": "pubsub.googleapis.com"}}
+	if code == codes.PermissionDenied {
+		info = &errdetails.ErrorInfo{Reason: "IAM_PERMISSION_DENIED", Domain: "iam.googleapis.com",
+			Metadata: map[string]string{"permission": "pubsub.subscriptions.consume", "resource": "projects/p/subscriptions/sub"}}
+	}
+	st, err := status.New(code, "proptest: "+info.Reason).WithDetails(info)
+	if err != nil {
+		panic(err) // a fixed, valid detail
+	}
+	return st
 }
 
 func (m *machine) delayAcks(t *rapid.T) {
