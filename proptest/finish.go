@@ -189,7 +189,13 @@ func (m *machine) close(t *rapid.T, abrupt bool) {
 		m.led.abandonUnflushed()
 	}
 	m.closed = true
-	// The topology's part of the pipeline ends with its context.
+	m.endTopology()
+	m.checkClosed()
+}
+
+// endTopology ends the topology's part of the pipeline, which ends with
+// its context, once the consumer is closed.
+func (m *machine) endTopology() {
 	m.env.input.release()
 	m.env.handler.release()
 	if r := m.run; r != nil {
@@ -200,7 +206,11 @@ func (m *machine) close(t *rapid.T, abrupt bool) {
 		m.run = nil
 	}
 	m.settle()
+}
 
+// checkClosed checks what must hold once Close returned and the topology
+// ended: nothing outstanding, leased or unsettled, and no goroutine left.
+func (m *machine) checkClosed() {
 	c := m.counts()
 	if c.outstanding != 0 || c.outstandingBytes != 0 || c.leases != 0 {
 		m.fail(invBalance, "after Close: %d outstanding (%d bytes), %d leases: %+v", c.outstanding, c.outstandingBytes, c.leases, c)
