@@ -93,8 +93,9 @@ func (l *lease) Done(_ any, now time.Time) { l.e.release(l, l.m.Outcome() == sou
 // Extender tracks the leases of received messages and keeps extending them
 // until they are settled or pass the maximum extension. Make it with
 // NewExtender and stop it with Close. One Extender may serve any number of
-// sources, subscriptions and Subscribers, and it outlives every stream
-// restart: it extends each message on the subscription the message names.
+// sources, subscriptions, connections and Subscribers, and it outlives
+// every stream restart: it extends each message through its own source,
+// on the client (connection, server) and subscription it came from.
 // Its methods are safe for concurrent use, and leasing a message
 // (EagerTrack) never waits for an RPC.
 //
@@ -110,8 +111,9 @@ func (l *lease) Done(_ any, now time.Time) { l.e.release(l, l.m.Outcome() == sou
 // same way at once, and a modack that succeeds after that does not revive
 // it.
 //
-// The modacks go out through a sender per subscription that serves this
-// Extender alone, so a slow ack RPC of a source never delays an extension:
+// The modacks go out through a sender per source that serves this
+// Extender alone, on that source's client, so a slow ack RPC of a source
+// never delays an extension:
 // requests are split at 1000 ack ids and 512 KiB, and transient failures
 // are retried with backoff for up to ExtenderConfig.RetryDeadline.
 //
@@ -150,11 +152,12 @@ type Extender struct {
 	extended atomic.Uint64
 	expired  atomic.Uint64
 
-	// senders send the modacks, one acknowledger per subscription (under
-	// mu): the one sender of deadline modifications, batching, splitting
-	// and retrying like a source's acks; the extender's own, so a slow ack
-	// RPC never delays an extension.
-	senders  map[string]*ack.Acknowledger
+	// senders send the modacks, one acknowledger per source (and per
+	// subscription for messages built by hand), under mu: the one sender
+	// of deadline modifications, batching, splitting and retrying like a
+	// source's acks, on the source's client; the extender's own, so a
+	// slow ack RPC never delays an extension.
+	senders  map[senderKey]*ack.Acknowledger
 	failures failures // modack failures not yet logged
 
 	wake      chan struct{} // cap 1: track queued a receipt modack
@@ -163,8 +166,10 @@ type Extender struct {
 	closeOnce sync.Once
 }
 
-// NewExtender validates cfg and starts the extender's loop; its modacks
-// go through client, at most MaxInFlight at once per subscription.
+// NewExtender validates cfg and starts the extender's loop. A message a
+// source received is extended through that source's client; client serves
+// the messages no source received (built by hand). At most MaxInFlight
+// modacks are in flight at once per source.
 func NewExtender(client pubsubpb.SubscriberClient, cfg ExtenderConfig) (*Extender, error) {
 	if client == nil {
 		return nil, errors.New("flow: nil SubscriberClient")
@@ -181,7 +186,7 @@ func NewExtender(client pubsubpb.SubscriberClient, cfg ExtenderConfig) (*Extende
 		wake:     make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		loopDone: make(chan struct{}),
-		senders:  map[string]*ack.Acknowledger{},
+		senders:  map[senderKey]*ack.Acknowledger{},
 	}
 	e.events = e.emitEvent
 	if cfg.TracerProvider != nil {

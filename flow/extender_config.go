@@ -70,7 +70,7 @@ type ExtenderConfig struct {
 	// Margin is the safety margin (zero: 5 s). The margin in effect is
 	// min(Margin, deadline/2).
 	Margin time.Duration
-	// MaxInFlight bounds concurrent ModifyAckDeadline RPCs per subscription
+	// MaxInFlight bounds concurrent ModifyAckDeadline RPCs per source
 	// (zero: 4).
 	MaxInFlight int
 	// RetryDeadline bounds the retries of one modack request (zero: 60 s).

@@ -238,7 +238,8 @@ func (e *Extender) drop(ls []*lease) {
 	}
 }
 
-// batcher groups leases into requests by subscription and deadline.
+// batcher groups leases into requests by source, subscription and
+// deadline.
 // There are few groups (nearly always one: one subscription, one
 // deadline), so they are found by a linear search from the last one used;
 // the first group's slices are sized once.
@@ -249,6 +250,7 @@ type batcher struct {
 }
 
 type groupKey struct {
+	src  *ack.Acknowledger // the messages' source's: modacks go out on its client
 	sub  string
 	secs int32
 }
@@ -260,7 +262,7 @@ type group struct {
 }
 
 func (b *batcher) add(l *lease, d time.Duration) {
-	gk := groupKey{sub: l.m.Subscription, secs: int32(d / time.Second)}
+	gk := groupKey{src: message.Of(l.m).Acks, sub: l.m.Subscription, secs: int32(d / time.Second)}
 	g := b.last
 	if g == nil || g.key != gk {
 		g = nil
@@ -292,6 +294,7 @@ func (b *batcher) jobs(receipt bool) []job {
 		off := 0
 		ackids.Split(g.ids, 0, 0, func(chunk []string) {
 			out = append(out, job{
+				src:     gk.src,
 				sub:     gk.sub,
 				secs:    gk.secs,
 				ids:     chunk,

@@ -15,6 +15,7 @@ import (
 // lease as the ack.Tag its sender tells its fate (the slices go to the
 // sender as they are).
 type job struct {
+	src     *ack.Acknowledger // the messages' source's (nil: built by hand)
 	sub     string
 	secs    int32
 	ids     []string
@@ -22,16 +23,31 @@ type job struct {
 	receipt bool      // the receipt modack (else an extension)
 }
 
-// senderLocked is the acknowledger that sends the modacks of sub (nil after
-// Close). Called with mu held.
-func (e *Extender) senderLocked(sub string) *ack.Acknowledger {
+// senderKey names a sender: the source whose messages it extends (its
+// acknowledger), and the subscription for messages that no source
+// received (src nil).
+type senderKey struct {
+	src *ack.Acknowledger
+	sub string
+}
+
+// senderLocked is the acknowledger that sends the modacks of k's messages
+// (nil after Close): through their source's client, so each message is
+// extended on the connection, server and subscription it came from; a
+// message built by hand, through the Extender's own client. Called with
+// mu held.
+func (e *Extender) senderLocked(k senderKey) *ack.Acknowledger {
 	if e.closed {
 		return nil
 	}
-	a := e.senders[sub]
+	a := e.senders[k]
 	if a == nil {
+		client := e.client
+		if k.src != nil {
+			client = k.src.Client()
+		}
 		var err error
-		a, err = ack.New(e.client, sub, ack.Config{
+		a, err = ack.New(client, k.sub, ack.Config{
 			MaxInFlight:   e.cfg.MaxInFlight,
 			RetryDeadline: e.cfg.RetryDeadline,
 			RPCTimeout:    attemptTimeout,
@@ -45,9 +61,9 @@ func (e *Extender) senderLocked(sub string) *ack.Acknowledger {
 			Logger: e.log,
 		})
 		if err != nil { // the config was validated: cannot happen
-			panic(fmt.Sprintf("flow: acknowledger for %s: %v", sub, err))
+			panic(fmt.Sprintf("flow: acknowledger for %s: %v", k.sub, err))
 		}
-		e.senders[sub] = a
+		e.senders[k] = a
 	}
 	return a
 }
@@ -58,7 +74,7 @@ func (e *Extender) dispatch(jobs []job) {
 	now := time.Now().UnixNano()
 	for _, j := range jobs {
 		e.mu.Lock()
-		a := e.senderLocked(j.sub)
+		a := e.senderLocked(senderKey{j.src, j.sub})
 		for _, t := range j.leases {
 			l := t.(*lease)
 			l.asked, l.secs, l.receipt = now, j.secs, j.receipt
@@ -113,7 +129,7 @@ func (e *Extender) succeeded(tags []ack.Tag) {
 		if l.receipt {
 			l.endConfirm()
 		} else {
-			extended[groupKey{sub: l.m.Subscription, secs: l.secs}]++
+			extended[groupKey{src: message.Of(l.m).Acks, sub: l.m.Subscription, secs: l.secs}]++
 		}
 	}
 	e.mu.Unlock()

@@ -96,6 +96,7 @@ func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage, deadline tim
 	slab, ms := decodeResponse(rms, s.cfg.Subscription, s.props.Load(), now, deadline, &s.path, s.clock)
 	s.c.received.Add(uint64(len(ms)))
 	for _, m := range ms {
+		m.st.Acks = s.acks // its lease extensions go where its acks go
 		if m.DeliveryAttempt > 1 {
 			s.c.redelivered.Add(1)
 		}

@@ -86,6 +86,10 @@ func New(client pubsubpb.SubscriberClient, subscription string, cfg Config) (*Ac
 // Subscription is the subscription the acknowledger sends for.
 func (a *Acknowledger) Subscription() string { return a.sub }
 
+// Client is the client the acknowledger sends through: its source's
+// connection, which a lease extender sends that source's modacks on too.
+func (a *Acknowledger) Client() pubsubpb.SubscriberClient { return a.client }
+
 // Ack queues an ack. It returns a Result only when Config.ExactlyOnce is
 // set (nil otherwise: fire and forget, failures are reported as events).
 func (a *Acknowledger) Ack(ackID string) *Result {

@@ -8,6 +8,8 @@ package message
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/pubsubflow/pubsubflow/internal/ack"
 )
 
 // Outcome values; source.Outcome has the same numbering.
@@ -63,6 +65,11 @@ type State struct {
 	// Clock is the clock of the source that decoded the message (set with
 	// Path), which the deadline checks read; nil: time.Now.
 	Clock *Clock
+	// Acks is the acknowledger of the source that decoded the message (set
+	// with Path; nil for a message built by hand): its client and
+	// subscription are the message's own, where its acks and its lease
+	// extensions go.
+	Acks *ack.Acknowledger
 	// Trace is the span state of a traced message (nil otherwise).
 	Trace *Trace
 
