@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"log/slog"
+	"math"
 	"sync/atomic"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
@@ -17,26 +18,29 @@ import (
 // subscription, which server-side flow control cannot tell apart.
 //
 // While several keys wait, each may hold at most its share — the budget
-// divided by the keys that hold or wait for messages — so one busy key
-// cannot take the whole budget while the others wait; the keys that are
-// behind are admitted first, in turn. Room a key does not use is lent to
-// the others: a key alone may take the whole budget.
+// divided by the keys that hold or wait for messages, at least one — so
+// one busy key cannot take the whole budget while the others wait; the
+// keys that are behind are taken first, in turn. Room a key does not use
+// is lent to the others: a key alone may take the whole budget. Each
+// message costs O(1), however many keys: a choice passes over at most the
+// keys at their share, which hold the budget between them.
 //
-// It is a standalone eager stage (one goroutine): it receives while it
-// holds fewer than MaxWaiting messages, waiting or admitted, counts a message
-// against the budget when it admits it, and hands admitted messages on
-// in the order it admitted them. Each message's settle path gives its
-// permit back. Put it behind the source (or behind the Subscriber's
-// Source, whose own budget still bounds what the client holds); messages
-// waiting for their key's share wait here, leased if the source leases on
-// receipt.
+// It is a standalone eager stage (one goroutine): it
+// receives while it holds fewer than MaxWaiting messages, waiting or
+// admitted, counts a message against the budget when it admits it, and
+// hands admitted messages on in the order it admitted them. A message that
+// reaches it long after receipt (LateAfter) means a buffer sits before
+// it, which it cannot be fair among: it says so once, at Warn.
+//
+// Each message's settle path gives its permit back.
 type KeyedGate struct {
 	// MaxWaiting bounds the messages the stage holds, waiting for their
 	// key's turn or admitted and not yet handed on (0: stage.DefaultBound).
-	// It is what the gate can be fair among: make it larger than the
-	// budget (the upstream budget, say), so a flood on one key cannot
+	// It is what the gate can be fair among: make it at least the budget
+	// (and the upstream budget), so a flood on one key cannot
 	// hide the other keys' messages upstream.
 	MaxWaiting int
+
 	// Logger receives the one warning about a buffer before the stage
 	// (nil: slog.Default()).
 	Logger *slog.Logger
@@ -59,12 +63,24 @@ func ByAttribute(name string) func(*source.Message) string {
 
 var _ stage.Flow[*source.Message, *source.Message] = (*KeyedGate)(nil)
 
-// keyState is one key's share: what it holds (settle paths decrement
-// it) and what waits for admission.
+// keyState is one key's share, on the stage's goroutine but for n.
 type keyState struct {
-	held    atomic.Int64
+	// n counts the key's messages waiting and held (settle paths take
+	// theirs off): the key is active while it is above 0.
+	n       atomic.Int64
+	active  *atomic.Int64 // the run's count of active keys
 	waiting *ring.Ring[*source.Message]
-	active  bool // on the turn list
+	queued  bool // on the turn list (it has messages waiting)
+}
+
+// held is what the key holds: admitted and not settled.
+func (k *keyState) held() int64 { return k.n.Load() - int64(k.waiting.Len()) }
+
+// release takes one message off the key: settled, or dropped unadmitted.
+func (k *keyState) release() {
+	if k.n.Add(-1) == 0 {
+		k.active.Add(-1)
+	}
 }
 
 // keyedPermit is a permit that also counts against its key.
@@ -74,7 +90,7 @@ type keyedPermit struct {
 }
 
 func (p *keyedPermit) Settled(m any, o uint32) {
-	p.k.held.Add(-1)
+	p.k.release()
 	p.permit.Settled(m, o)
 }
 
@@ -83,27 +99,33 @@ func (kg *KeyedGate) Run(g *stage.Group, in <-chan *source.Message) <-chan *sour
 	out := make(chan *source.Message)
 	g.Go(func(ctx context.Context) error {
 		defer close(out)
-		r := &keyedRun{kg: kg, keys: map[string]*keyState{}, ready: ring.New[*source.Message](16)}
+		r := &keyedRun{kg: kg, keys: map[string]*keyState{},
+			turns: ring.New[*keyState](16), ready: ring.New[*source.Message](16)}
 		defer r.dropAll()
 		return r.loop(ctx, in, out)
 	})
 	return out
 }
 
-// keyedRun is one run's state, on the stage's goroutine only.
+// keyedRun is one run's state, on the stage's goroutine only (but for
+// active, which settle paths lower).
 type keyedRun struct {
 	kg      *KeyedGate
 	keys    map[string]*keyState
-	turns   []*keyState // keys with messages waiting, in turn order
-	waiting int         // messages waiting over all keys
+	swept   int                   // len(keys) after the last sweep
+	active  atomic.Int64          // keys with messages waiting or held
+	turns   *ring.Ring[*keyState] // keys with messages waiting, in turn order
+	waiting int                   // messages waiting over all keys
 	ready   *ring.Ring[*source.Message]
 }
 
 func (r *keyedRun) bound() int { return cmpOr(r.kg.MaxWaiting, stage.DefaultBound) }
 
 func (r *keyedRun) loop(ctx context.Context, in <-chan *source.Message, out chan<- *source.Message) error {
-	fc := r.kg.fc
 	for {
+		for r.ready.Len() > 0 && expireIfLate(r.ready.Front()) {
+			r.ready.Pop() // settled while it waited: nothing to hand on
+		}
 		wake := r.admit()
 		if in == nil && r.waiting == 0 && r.ready.Len() == 0 {
 			return nil
@@ -114,14 +136,8 @@ func (r *keyedRun) loop(ctx context.Context, in <-chan *source.Message, out chan
 		}
 		var send chan<- *source.Message
 		var head *source.Message
-		for r.ready.Len() > 0 && expireIfLate(r.ready.Front()) {
-			r.ready.Pop() // settled while it waited: nothing to hand on
-		}
 		if r.ready.Len() > 0 {
 			send, head = out, r.ready.Front()
-		}
-		if wake == nil && r.waiting > 0 {
-			wake = fc.Wake()
 		}
 		select {
 		case m, ok := <-recv:
@@ -144,111 +160,112 @@ func (r *keyedRun) enqueue(m *source.Message) {
 	name := r.kg.key(m)
 	k := r.keys[name]
 	if k == nil {
-		k = &keyState{waiting: ring.New[*source.Message](4)}
+		r.sweep()
+		k = &keyState{active: &r.active, waiting: ring.New[*source.Message](2)}
 		r.keys[name] = k
+	}
+	if k.n.Add(1) == 1 {
+		r.active.Add(1)
 	}
 	k.waiting.Push(m)
 	r.waiting++
-	if !k.active {
-		k.active = true
-		r.turns = append(r.turns, k)
+	if !k.queued {
+		k.queued = true
+		r.turns.Push(k)
 	}
+}
+
+// sweep forgets the keys that neither wait nor hold, once the map has
+// doubled since the last sweep: O(1) per key, amortized. (Only the stage
+// adds to a key's n, so one at 0 stays there.)
+func (r *keyedRun) sweep() {
+	if len(r.keys) < 2*r.swept+64 {
+		return
+	}
+	for name, k := range r.keys {
+		if k.n.Load() == 0 {
+			delete(r.keys, name)
+		}
+	}
+	r.swept = len(r.keys)
 }
 
 // admit admits waiting messages while the budget has room, keys below
 // their share first, in turn; a key at or over its share is admitted only
-// when no key below it waits (its room is lent). It returns a channel
-// to wait on when the budget stopped it (nil otherwise).
+// when no key below it waits (its room is lent). It returns a channel to wait on when the
+// budget stopped it (nil otherwise).
 func (r *keyedRun) admit() <-chan struct{} {
-	fc := r.kg.fc
 	for r.waiting > 0 {
 		k := r.next()
 		m := k.waiting.Front()
 		if expireIfLate(m) {
-			r.pop(k)
+			r.take(k)
+			k.release() // it holds nothing
 			continue
 		}
-		if !r.acquire(k, m) {
-			// Fetch Wake, then try once more: a release in between is
-			// not missed.
-			wake := fc.Wake()
-			if !r.acquire(k, m) {
-				return wake
-			}
+		if wake := r.acquire(k, m); wake != nil {
+			r.turns.PushFront(k) // it keeps its turn
+			return wake
 		}
-		r.pop(k)
+		r.take(k)
 		r.ready.Push(m)
 	}
 	return nil
 }
 
-// next picks the key to admit from: the first in turn below its share,
-// else the first in turn.
+// next takes the key to admit from off the turn list: the first in turn
+// below its share, else the first in turn. The keys it passes over go to
+// the back, in order (after a full round the list is as it was).
 func (r *keyedRun) next() *keyState {
 	share := r.share()
-	for i, k := range r.turns {
-		if k.held.Load() < share {
-			// Its turn passes: it goes to the back.
-			r.turns = append(append(r.turns[:i:i], r.turns[i+1:]...), k)
+	for range r.turns.Len() {
+		k := r.turns.Pop()
+		if k.held() < share {
 			return k
 		}
+		r.turns.Push(k)
 	}
-	k := r.turns[0]
-	r.turns = append(r.turns[1:], k)
-	return k
+	return r.turns.Pop()
+}
+
+// take removes k's first waiting message; k goes to the back of the turn
+// list while it has more.
+func (r *keyedRun) take(k *keyState) {
+	k.waiting.Pop()
+	r.waiting--
+	if k.waiting.Len() > 0 {
+		r.turns.Push(k)
+	} else {
+		k.queued = false
+	}
 }
 
 // share is each active key's fair share of the message budget: the
-// budget divided among the keys that wait or hold messages (at least 1).
+// budget divided among the keys that wait or hold messages, at least 1.
 func (r *keyedRun) share() int64 {
-	max := r.kg.fc.MaxMessages()
-	if max <= 0 {
-		return 1 << 62
+	limit := r.kg.fc.MaxMessages()
+	if limit <= 0 {
+		return math.MaxInt64
 	}
-	active := int64(0)
-	for name, k := range r.keys {
-		switch {
-		case k.active || k.held.Load() > 0:
-			active++
-		default:
-			delete(r.keys, name) // idle: forget it
-		}
-	}
-	return max / max64(active, 1)
+	return max(limit/max(r.active.Load(), 1), 1)
 }
 
-func max64(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
-}
-
-// acquire counts m against the budget and its key, if there is room.
-func (r *keyedRun) acquire(k *keyState, m *source.Message) bool {
+// acquire counts m against the budget and its key if the budget has
+// room; else it returns the channel to wait on.
+func (r *keyedRun) acquire(k *keyState, m *source.Message) <-chan struct{} {
 	fc := r.kg.fc
 	size := int64(max(m.Size(), 0))
 	if !fc.TryAcquire(int(size)) {
-		return false
-	}
-	k.held.Add(1)
-	p := &keyedPermit{permit: permit{fc: fc, size: size}, k: k}
-	message.Of(m).Hold(m, &p.node, p)
-	return true
-}
-
-func (r *keyedRun) pop(k *keyState) {
-	k.waiting.Pop()
-	r.waiting--
-	if k.waiting.Len() == 0 {
-		k.active = false
-		for i, t := range r.turns {
-			if t == k {
-				r.turns = append(r.turns[:i], r.turns[i+1:]...)
-				break
-			}
+		// Fetch Wake, then try once more: a release in between is not
+		// missed.
+		wake := fc.Wake()
+		if !fc.TryAcquire(int(size)) {
+			return wake
 		}
 	}
+	p := &keyedPermit{permit: permit{fc: fc, size: size}, k: k}
+	message.Of(m).Hold(m, &p.node, p)
+	return nil
 }
 
 // dropAll nacks what the stage still holds when it stops.
@@ -256,7 +273,8 @@ func (r *keyedRun) dropAll() {
 	for r.ready.Len() > 0 {
 		r.ready.Pop().Nack()
 	}
-	for _, k := range r.keys {
+	for r.turns.Len() > 0 {
+		k := r.turns.Pop()
 		for k.waiting.Len() > 0 {
 			k.waiting.Pop().Nack()
 		}

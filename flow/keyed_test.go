@@ -3,6 +3,9 @@ package flow
 import (
 	"context"
 	"fmt"
+	"math"
+	"runtime"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -185,4 +188,74 @@ func TestKeyedGateNacksWhatItHoldsOnCancel(t *testing.T) {
 			t.Fatalf("%d permits held after the gate stopped", fc.Outstanding())
 		}
 	})
+}
+
+// keyedPass runs n messages, keyed over keys tenants in turn, through a
+// standalone KeyedGate with a budget of 100 to a consumer that acks each
+// at once, and returns how long it took (the messages are built before).
+func keyedPass(tb testing.TB, n, keys int) time.Duration {
+	tb.Helper()
+	ms := make([]*source.Message, n)
+	for i := range ms {
+		ms[i] = &source.Message{ID: strconv.Itoa(i), Attributes: map[string]string{"tenant": strconv.Itoa(i % keys)}}
+	}
+	fc := NewFlowControl(100, Unlimited)
+	runtime.GC()
+	start := time.Now()
+	g := stage.NewGroup(context.Background())
+	in := make(chan *source.Message)
+	go func() {
+		defer close(in)
+		for _, m := range ms {
+			in <- m
+		}
+	}()
+	handed := 0
+	for m := range KeyedFlowGate(fc, ByAttribute("tenant")).Run(g, in) {
+		handed++
+		m.Ack()
+	}
+	if err := g.Wait(); err != nil {
+		tb.Fatal(err)
+	}
+	took := time.Since(start)
+	if handed != n || fc.Outstanding() != 0 {
+		tb.Fatalf("handed on %d of %d, %d permits still held", handed, n, fc.Outstanding())
+	}
+	return took
+}
+
+// TestKeyedGateCostDoesNotGrowWithKeys: 40,000 messages of 40,000 keys
+// take at most twice as long as 40,000 of one key (each the fastest of
+// three runs, interleaved, so a busy machine slows both alike). The
+// gate's cost per message does not depend on the number of keys.
+func TestKeyedGateCostDoesNotGrowWithKeys(t *testing.T) {
+	const n = 40_000
+	one, many := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+	for range 3 {
+		one = min(one, keyedPass(t, n, 1))
+		many = min(many, keyedPass(t, n, n))
+	}
+	t.Logf("%d messages: 1 key %v, %d keys %v (%.2f×)", n, one, n, many, float64(many)/float64(one))
+	if many > 2*one {
+		t.Fatalf("%d keys took %v, 1 key %v: more than 2×", n, many, one)
+	}
+}
+
+// BenchmarkKeyedGate: the cost per message of a standalone KeyedGate
+// (budget 100, each message acked at once) with 1 key and with a new key
+// for every message; the two should match.
+//
+//	go test ./flow/ -run '^$' -bench KeyedGate
+func BenchmarkKeyedGate(b *testing.B) {
+	for _, keys := range []int{1, 40_000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			const n = 40_000
+			var total time.Duration
+			for b.Loop() {
+				total += keyedPass(b, n, keys)
+			}
+			b.ReportMetric(float64(total.Nanoseconds())/float64(b.N*n), "ns/msg")
+		})
+	}
 }
