@@ -20,8 +20,8 @@
 //
 // — they are fused into the source (they are each a source.Step): they run where
 // each StreamingPull response is decoded, the gate is also the streams'
-// Budget (they read only while there is room, and each stream asks the
-// server only for the room left), and the tracker's deadline becomes the
+// Budget (they read only while every fused gate has room, and each stream
+// asks the server only for the least room left), and the tracker's deadline becomes the
 // streams' ack deadline. Anywhere else they run as eager stages (one
 // goroutine, a bounded buffer) that still lease and count on their own
 // receipt, and say once, at Warn, when messages reach them long after the

@@ -47,8 +47,8 @@ type FlowControl struct {
 	overGrant       atomic.Int64 // messages a server sent past a stream's grant
 	_               [56]byte
 
-	mu    sync.Mutex // guards lane opening and closing
-	lanes [maxLanes]lane
+	mu    sync.Mutex         // guards lanes
+	lanes map[int]*laneCount // the open streams' lanes, by the source's lane number
 
 	// wake is closed and cleared by the next release; made on demand by
 	// Wake, so releases nobody waits for cost one atomic load.

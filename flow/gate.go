@@ -56,10 +56,12 @@ func (gt *Gate) Receive(lane int, ms []*source.Message) {
 	}
 }
 
-// Open grants a new stream a lane and the limits of its initial request
+// Open grants a new stream on lane the limits of its initial request
 // (source.Budget); 0 in a dimension means unlimited on the wire. ok is
-// false when a stream cannot open now (not enough room, or all 256 lanes
-// in use): the caller waits for Wake and asks again. The limits are the
+// false when a stream cannot open now (not enough room): the caller
+// waits for Wake and asks again; asked again for an open lane, it lowers
+// the lane's grant to the share (the least of several budgets'). The
+// limits are the
 // stream's share (0: unlimited) cut down to the room the server has
 // released: the budget,
 // less every message the server may still count (held, or settled with an
@@ -68,8 +70,8 @@ func (gt *Gate) Receive(lane int, ms []*source.Message) {
 // however many streams share it. A stream opens only once at least half
 // its share is free, so a reconnect while messages are held does not
 // leave it a tiny grant for its whole life.
-func (gt *Gate) Open(shareMessages, shareBytes int64) (lane int, maxMessages, maxBytes int64, ok bool) {
-	return gt.fc.openLane(shareMessages, shareBytes)
+func (gt *Gate) Open(lane int, shareMessages, shareBytes int64) (maxMessages, maxBytes int64, ok bool) {
+	return gt.fc.openLane(lane, shareMessages, shareBytes)
 }
 
 // Closed returns a stream's lane (source.Budget).

@@ -8,32 +8,18 @@ import (
 	"github.com/pubsubflow/pubsubflow/source"
 )
 
-// maxLanes bounds the streams open at once on one FlowControl (every run
-// of every source that shares it): a new stream waits for a free lane.
-const maxLanes = 256
-
-// lane is one stream's share of the budget as the server sees it: the
-// limits its initial request asked for (grant, under FlowControl.mu), and
-// how many of the messages it delivered the server still counts (cur).
-type lane struct {
-	open                  bool  // under FlowControl.mu
-	grantMsgs, grantBytes int64 // under FlowControl.mu; 0: unlimited on the wire
-	// cur counts what the lane's current stream delivered and the server
-	// still counts; nil while no stream is open on it. A stream's end
-	// detaches it, so permits of an earlier stream, which count against
-	// the one they were received on, no longer touch the lane.
-	cur atomic.Pointer[laneCount]
-}
-
 // laneCount is what one stream delivered and the server may still count
 // (msgs, bytes: until each release is final, for the grants), and what it
 // certainly still counts (held, heldBytes: not settled yet, for telling
 // an over-grant), against the grant its initial request asked for (0:
-// unlimited).
+// unlimited; written under FlowControl.mu, before the stream opens). A
+// stream's end drops it from the budget's lanes, so permits of an earlier
+// stream, which count against the one they were received on, no longer
+// touch a new one.
 type laneCount struct {
 	msgs, bytes           atomic.Int64
 	held, heldBytes       atomic.Int64
-	grantMsgs, grantBytes int64       // set before the stream opens
+	grantMsgs, grantBytes int64
 	warned                atomic.Bool // its over-grant was logged
 }
 
@@ -49,11 +35,15 @@ func (c *laneCount) over(msgs, bytes int64) bool {
 // laneRoom reports whether lane's stream holds less than its grant
 // unsettled: what a server keeping to the grant sends it fits.
 func (fc *FlowControl) laneRoom(lane int) bool {
-	if lane < 0 || lane >= maxLanes {
-		return false
-	}
-	c := fc.lanes[lane].cur.Load()
+	c := fc.lane(lane)
 	return c != nil && !c.over(c.held.Load(), c.heldBytes.Load())
+}
+
+// lane is the open lane numbered lane, or nil.
+func (fc *FlowControl) lane(lane int) *laneCount {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	return fc.lanes[lane]
 }
 
 // add counts n messages of bytes just received on the lane.
@@ -91,10 +81,7 @@ func (c *laneCount) release(size int64) {
 // server sends past a lane's grant is counted (OverGrant) and returned as
 // over; first is true the first time that lane's stream went over.
 func (fc *FlowControl) receive(lane int, ms []*source.Message) (over int64, first bool) {
-	var lc *laneCount // a lane this budget did not open counts nothing
-	if lane >= 0 && lane < maxLanes {
-		lc = fc.lanes[lane].cur.Load()
-	}
+	lc := fc.lane(lane) // nil: a lane this budget did not open counts nothing
 	slab := make([]permit, len(ms))
 	var n, bytes, held, heldBytes int64
 	if lc != nil {
@@ -132,11 +119,14 @@ func (fc *FlowControl) receive(lane int, ms []*source.Message) (over int64, firs
 	return over, !lc.warned.Swap(true)
 }
 
-// openLane is asked before a stream opens: it returns a lane for the
-// stream and the flow-control limits its initial request may ask the
-// server for (0 in a dimension: unlimited on the wire), or ok false when
-// there is not enough room to open a stream now; the caller then waits for
-// Wake and asks again.
+// openLane is asked before a stream opens on lane (a number the source
+// drew, unique in the process): it returns the flow-control limits the
+// stream's initial request may ask the server for (0 in a dimension:
+// unlimited on the wire), or ok false when there is not enough room to
+// open a stream now; the caller then waits for Wake and asks again.
+// Asked again for a lane already open, it lowers that lane's grant to
+// the share (a source whose stream asks for less, the least grant of
+// several budgets) and succeeds.
 //
 // share is the stream's share of the limits (0: unlimited). The grant is
 // the share cut down to the room the server has released: the limit,
@@ -146,53 +136,46 @@ func (fc *FlowControl) receive(lane int, ms []*source.Message) (over int64, firs
 // many streams, runs and reconnects share it. A stream opens only once at
 // least half its share is free, so a reconnect while messages are held
 // does not leave it a tiny grant for its whole life.
-func (fc *FlowControl) openLane(shareMsgs, shareBytes int64) (lane int, msgs, bytes int64, ok bool) {
+func (fc *FlowControl) openLane(lane int, shareMsgs, shareBytes int64) (msgs, bytes int64, ok bool) {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
-	free := -1
-	var otherMsgs, otherBytes int64 // what other open lanes may still be sent
-	for i := range fc.lanes {
-		l := &fc.lanes[i]
-		if !l.open {
-			if free < 0 {
-				free = i
-			}
-			continue
-		}
-		var heldMsgs, heldBytes int64
-		if c := l.cur.Load(); c != nil {
-			heldMsgs, heldBytes = c.msgs.Load(), c.bytes.Load()
-		}
-		otherMsgs += unused(l.grantMsgs, heldMsgs, fc.maxMessages)
-		otherBytes += unused(l.grantBytes, heldBytes, fc.maxBytes)
+	if c := fc.lanes[lane]; c != nil {
+		c.grantMsgs, c.grantBytes = least(c.grantMsgs, shareMsgs), least(c.grantBytes, shareBytes)
+		return c.grantMsgs, c.grantBytes, true
 	}
-	if free < 0 {
-		return 0, 0, 0, false
+	var otherMsgs, otherBytes int64 // what other open lanes may still be sent
+	for _, c := range fc.lanes {
+		otherMsgs += unused(c.grantMsgs, c.msgs.Load(), fc.maxMessages)
+		otherBytes += unused(c.grantBytes, c.bytes.Load(), fc.maxBytes)
 	}
 	msgs, okM := grant(fc.maxMessages, shareMsgs, fc.serverHeld.Load()+otherMsgs)
 	bytes, okB := grant(fc.maxBytes, shareBytes, fc.serverHeldBytes.Load()+otherBytes)
 	if !okM || !okB {
-		return 0, 0, 0, false
+		return 0, 0, false
 	}
-	l := &fc.lanes[free]
-	l.open, l.grantMsgs, l.grantBytes = true, msgs, bytes
-	l.cur.Store(&laneCount{grantMsgs: msgs, grantBytes: bytes})
-	return free, msgs, bytes, true
+	if fc.lanes == nil {
+		fc.lanes = map[int]*laneCount{}
+	}
+	fc.lanes[lane] = &laneCount{grantMsgs: msgs, grantBytes: bytes}
+	return msgs, bytes, true
 }
 
 // closeLane records that lane's stream has ended: what it was granted
 // returns to the budget (its messages stay counted, now against no
 // stream), and waiters on Wake are woken.
 func (fc *FlowControl) closeLane(lane int) {
-	if lane < 0 || lane >= maxLanes {
-		return
-	}
 	fc.mu.Lock()
-	l := &fc.lanes[lane]
-	l.open, l.grantMsgs, l.grantBytes = false, 0, 0
-	l.cur.Store(nil)
+	delete(fc.lanes, lane)
 	fc.mu.Unlock()
 	fc.broadcast()
+}
+
+// least is the lesser of two limits where 0 means unlimited.
+func least(a, b int64) int64 {
+	if a <= 0 || b > 0 && b < a {
+		return b
+	}
+	return a
 }
 
 // unused is what an open lane may still be sent: its grant minus what it

@@ -177,12 +177,12 @@ func (c Config) withDefaults() Config {
 // the moment it is received. A Source runs its steps (With, or Fuse when a
 // pipeline has a Step right after the source) on each response's
 // messages, in order, on the goroutine that decoded them, before any of
-// them is queued: lane is the stream's lane (Budget.Open's, or a number of
-// the source's own). Receive must not block.
+// them is queued: lane is the stream's lane, a number unique in the
+// process (the one its Budgets opened). Receive must not block.
 //
 // A step may also implement any of:
 //
-//   - Budget: the streams read and open only as it allows (the first such
+//   - Budget: the streams read and open only as it allows (every such
 //     step counts);
 //   - Ready(*Message) <-chan struct{}: a message is handed on only once
 //     the channel is closed (nil: at once); an exactly-once lease waits
@@ -204,14 +204,19 @@ type Step interface {
 
 // Budget is a client-side flow-control budget as the streams see it
 // (flow.FlowGate is one). The source only asks; it knows nothing of
-// permits.
+// permits. A source fused with several budgets asks every one: a stream
+// opens once each grants it room, asks the server for the least grant,
+// and reads only while each has room.
 type Budget interface {
-	// Open is asked before a stream opens, with the stream's share of the
-	// limits (0: unlimited). It returns the lane the stream's messages are
-	// counted on and the limits its initial request is to carry, or ok
-	// false when there is no room for a stream now: the source then waits
-	// for Wake (or budgetRecheck) and asks again.
-	Open(shareMessages, shareBytes int64) (lane int, maxMessages, maxBytes int64, ok bool)
+	// Open is asked before a stream opens on lane (a number the source
+	// draws, unique in the process), with the stream's share of the limits
+	// (0: unlimited). It returns the limits the stream's initial request
+	// is to carry, or ok false when there is no room for a stream now: the
+	// source then waits for Wake (or budgetRecheck) and asks again. Asked
+	// again for a lane it opened, it lowers the lane's grant to the share
+	// and succeeds (the source does so with the least grant of its
+	// budgets).
+	Open(lane int, shareMessages, shareBytes int64) (maxMessages, maxBytes int64, ok bool)
 	// Closed tells that lane's stream has ended.
 	Closed(lane int)
 	// Room reports whether the stream on lane may read another response.

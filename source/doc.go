@@ -41,10 +41,10 @@
 //     ack deadline, then each confirmed extension); a message past it (or
 //     within a second of it) is expired, never handed on, and an ack of it
 //     does not count.
-//   - With a Budget, a stream reads the next response only while the
-//     budget has room, opens only once it grants limits, and asks the
-//     server on its initial request for those limits: the room left, not a
-//     fresh budget per reconnect. Without one, it reads the next response
+//   - With Budgets, a stream reads the next response only while every
+//     budget has room, opens only once each grants limits, and asks the
+//     server on its initial request for the least of them: the room left,
+//     not a fresh budget per reconnect. Without one, it reads the next response
 //     only once the previous ones were handed on. Either way a stalled
 //     consumer stalls the HTTP/2 window and then the server; the watchdog
 //     does not count the time a stream is deliberately not reading.

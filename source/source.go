@@ -32,7 +32,7 @@ import (
 type Source struct {
 	*core
 	steps     []Step
-	flow      Budget
+	flows     []Budget
 	ready     []func(*Message) <-chan struct{}
 	handOff   []func(context.Context, []*Message) []*Message
 	unsentFns []func([]*Message)
@@ -54,7 +54,6 @@ type core struct {
 	heldIDs  *heldIDs // the ack ids of what held holds, for refuseMalformed
 	later    later
 	expiries wake          // broadcast when a message expires (Expired), for the hand-offs
-	lanes    atomic.Int64  // lane numbers for sources without a Budget
 	runs     atomic.Uint64 // run ids (owners of handed-off messages)
 
 	deadline   atomic.Int32 // stream ack deadline in whole seconds
@@ -138,14 +137,14 @@ func (s *Source) Fuse(f stage.Flow[*Message, *Message]) (stage.Source[*Message],
 func (s *Source) With(steps ...Step) *Source {
 	n := &Source{core: s.core}
 	n.steps = append(append(n.steps, s.steps...), steps...)
-	n.flow = s.flow
+	n.flows = append(n.flows, s.flows...)
 	n.ready = append(n.ready, s.ready...)
 	n.handOff = append(n.handOff, s.handOff...)
 	n.unsentFns = append(n.unsentFns, s.unsentFns...)
 	n.follow = s.follow
 	for _, st := range steps {
-		if b, ok := st.(Budget); ok && n.flow == nil {
-			n.flow = b
+		if b, ok := st.(Budget); ok {
+			n.flows = append(n.flows, b)
 		}
 		if r, ok := st.(interface {
 			Ready(*Message) <-chan struct{}

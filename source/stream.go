@@ -46,9 +46,7 @@ func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
 		}
 		gu.waited(time.Since(waitStart)) // waiting for room is not failing
 		healthy, err := s.connectOnce(ctx, i, lane, h, maxMsgs, maxBytes, gu.deadline())
-		if b := s.flow; b != nil {
-			b.Closed(lane)
-		}
+		s.closeLane(lane)
 		if ended(ctx) {
 			return nil
 		}
@@ -95,10 +93,12 @@ func (s *Source) terminal(i int, err error) error {
 // no backoff). ok is false when ctx ended first.
 func (s *Source) grant(ctx context.Context, i int) (lane int, maxMsgs, maxBytes int64, ok bool) {
 	maxMsgs, maxBytes = share(s.cfg.MaxOutstandingMessages, i, s.cfg.Streams), share(s.cfg.MaxOutstandingBytes, i, s.cfg.Streams)
-	if s.flow == nil {
-		return int(s.lanes.Add(1) - 1), maxMsgs, maxBytes, ctx.Err() == nil
+	lane = int(laneIDs.Add(1))
+	if len(s.flows) == 0 {
+		return lane, maxMsgs, maxBytes, ctx.Err() == nil
 	}
-	return s.openLane(ctx, maxMsgs, maxBytes)
+	maxMsgs, maxBytes, ok = s.openLane(ctx, lane, maxMsgs, maxBytes)
+	return lane, maxMsgs, maxBytes, ok
 }
 
 // connectOnce opens one stream with the given flow-control limits, sends
@@ -160,21 +160,6 @@ func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMs
 	return healthy, err
 }
 
-// openLane waits until the Budget grants a lane and limits for a new
-// stream, or ctx is done (ok false).
-func (s *Source) openLane(ctx context.Context, shareMsgs, shareBytes int64) (lane int, maxMsgs, maxBytes int64, ok bool) {
-	b := s.flow
-	for {
-		wake := b.Wake()
-		if lane, maxMsgs, maxBytes, ok = b.Open(shareMsgs, shareBytes); ok {
-			return lane, maxMsgs, maxBytes, true
-		}
-		if !waitOn(ctx, wake, budgetRecheck) {
-			return 0, 0, 0, false
-		}
-	}
-}
-
 // receive reads responses until the stream fails. Before each Recv it
 // waits for room — the Budget's, or without one for the previous
 // responses to be handed on — so a spent budget stops the reads, which
@@ -216,15 +201,8 @@ func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_Streami
 // ctx is done first.
 func (s *Source) waitRoom(ctx context.Context, lane int, h *handoff) bool {
 	for {
-		if b := s.flow; b != nil {
-			wake := b.Wake()
-			if b.Room(lane) {
-				return true
-			}
-			if !waitOn(ctx, wake, budgetRecheck) {
-				return false
-			}
-			continue
+		if len(s.flows) > 0 {
+			return s.waitBudgets(ctx, lane)
 		}
 		ch := h.drained()
 		if ch == nil {
