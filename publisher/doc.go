@@ -10,7 +10,11 @@
 // has passed since its first message, and never exceeds the API's limits
 // (1000 messages, 10 MB per request). Closed batches are sent by at most
 // Config.MaxInFlightBatches goroutines, started on demand; a transient
-// failure is retried with backoff until Config.RetryDeadline.
+// failure is retried with backoff until Config.RetryDeadline. A request
+// is encoded as gRPC's proto codec encodes it (the same bytes and content
+// subtype) but into a buffer of the next power of two of its size, not
+// zeroed, from a pool of the package's: gRPC's own pool would take a 1 MiB
+// buffer for a batch of 100 KB and zero all of it.
 //
 // Ordering keys (Config.EnableOrdering): messages with the same key are
 // sent in Publish order, with at most one batch of a key in flight. When a

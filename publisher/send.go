@@ -102,7 +102,7 @@ func (p *Publisher) attempt(ctx context.Context, req *pubsubpb.PublishRequest) (
 	msgs := req.Messages
 	backoff := retry.Backoff(p.cfg.BackoffMin, p.cfg.BackoffMax)
 	for attempt := 1; ; attempt++ {
-		resp, err := p.client.Publish(ctx, req)
+		resp, err := p.client.Publish(ctx, req, publishCodec)
 		if err == nil {
 			if n := len(resp.GetMessageIds()); n != len(msgs) {
 				return nil, fmt.Errorf("publisher: publish to %s: the server returned %d ids for %d messages", p.topic, n, len(msgs))

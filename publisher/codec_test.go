@@ -1,0 +1,141 @@
+package publisher
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// TestPublishRequestsFitTheirBuffers: over real gRPC, every Publish RPC
+// carries the Publisher's codec, which encodes the request to the bytes
+// proto.Marshal gives, into a buffer less than twice its size: a batch of
+// 100 messages of 1 KiB (about 103 KB) takes 128 KiB, where gRPC's
+// default codec takes (and zeroes) a 1 MiB one.
+func TestPublishRequestsFitTheirBuffers(t *testing.T) {
+	e := newEnv(t)
+	var checked atomic.Int64
+	check := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasSuffix(method, "/Publish") {
+			checkRequestEncoding(t, req.(*pubsubpb.PublishRequest), opts)
+			checked.Add(1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	conn, err := e.srv.Dial(context.Background(), grpc.WithUnaryInterceptor(check))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	p, err := New(conn, e.topic, Config{MaxMessages: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("x"), 1024)
+	var rs []*Result
+	for range 300 {
+		rs = append(rs, p.Publish(ctx, &Message{Data: data}))
+	}
+	for _, r := range rs {
+		mustGet(t, r)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if checked.Load() < 3 {
+		t.Fatalf("%d Publish RPCs seen, want at least 3", checked.Load())
+	}
+}
+
+// checkRequestEncoding fails t unless opts hold the Publisher's codec and
+// it encodes req as proto.Marshal does, into a buffer under twice its size.
+func checkRequestEncoding(t *testing.T, req *pubsubpb.PublishRequest, opts []grpc.CallOption) {
+	t.Helper()
+	var codec grpc.ForceCodecV2CallOption
+	found := false
+	for _, o := range opts {
+		if c, ok := o.(grpc.ForceCodecV2CallOption); ok {
+			codec, found = c, true
+		}
+	}
+	if !found {
+		t.Errorf("a Publish of %d messages was sent with gRPC's default codec (its buffer pool: 1 MiB, zeroed, for a 100 KB request)", len(req.Messages))
+		return
+	}
+	want, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, err := codec.CodecV2.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Free()
+	if len(bs) != 1 {
+		t.Fatalf("request encoded in %d buffers, want 1", len(bs))
+	}
+	got := bs[0].ReadOnlyData()
+	if !bytes.Equal(got, want) {
+		t.Errorf("request encoded to %d bytes that differ from proto.Marshal's %d", len(got), len(want))
+	}
+	if len(want) > 4096 && cap(got) >= 2*len(want) {
+		t.Errorf("a request of %d bytes encoded into a buffer of %d", len(want), cap(got))
+	}
+}
+
+// TestRequestBuffersHoldNoStaleBytes: the pool does not zero its buffers,
+// so a request encoded into one a larger request used before must still
+// be exactly its own bytes (marshalling writes all of them).
+func TestRequestBuffersHoldNoStaleBytes(t *testing.T) {
+	req := func(n, size int, b byte) *pubsubpb.PublishRequest {
+		r := &pubsubpb.PublishRequest{Topic: "projects/p/topics/t"}
+		for range n {
+			r.Messages = append(r.Messages, &pubsubpb.PubsubMessage{Data: bytes.Repeat([]byte{b}, size), OrderingKey: "k"})
+		}
+		return r
+	}
+	big, small := req(100, 1200, 'a'), req(90, 1000, 'b') // both in the 128 KiB class
+	if bufClass(proto.Size(big)) != bufClass(proto.Size(small)) {
+		t.Fatalf("classes %d and %d: the test wants one", bufClass(proto.Size(big)), bufClass(proto.Size(small)))
+	}
+	want, err := proto.Marshal(small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		for _, r := range []*pubsubpb.PublishRequest{big, small} {
+			bs, err := requestCodec{}.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r == small && !bytes.Equal(bs.Materialize(), want) {
+				t.Fatalf("round %d: the small request's encoding differs from proto.Marshal's", i)
+			}
+			bs.Free()
+		}
+	}
+}
+
+// TestRequestBufferClasses: a buffer is the next power of two of its
+// size, 4 KiB at least; Put keeps only buffers of a class.
+func TestRequestBufferClasses(t *testing.T) {
+	for _, c := range []struct{ n, class int }{{1, 12}, {4096, 12}, {4097, 13}, {103_000, 17}, {1 << 20, 20}, {10_000_000, 24}} {
+		if got := bufClass(c.n); got != c.class {
+			t.Errorf("bufClass(%d) = %d, want %d", c.n, got, c.class)
+		}
+		b := requestBuffers.Get(c.n)
+		if len(*b) != c.n || cap(*b) != 1<<c.class {
+			t.Errorf("Get(%d): len %d cap %d, want cap %d", c.n, len(*b), cap(*b), 1<<c.class)
+		}
+		requestBuffers.Put(b)
+	}
+	if b := requestBuffers.Get(1<<maxBufClass + 1); cap(*b) != 1<<maxBufClass+1 {
+		t.Errorf("a buffer above the largest class has cap %d, want its size", cap(*b))
+	}
+}
