@@ -72,6 +72,12 @@ type Message struct {
 
 	st     message.State
 	result atomic.Pointer[AckResult]
+	// reg is the registry shard the message is linked in while unsettled
+	// (set once, on receipt), and prev and next its neighbours there,
+	// guarded by the shard's lock; nil once it has settled, so a settled
+	// message points at no other.
+	reg        *regShard
+	prev, next *Message
 }
 
 func init() { message.Register(func(m any) *message.State { return &m.(*Message).st }) }
@@ -131,18 +137,16 @@ func (r *AckResult) Ready() <-chan struct{} { return r.r.Done() }
 // or ErrLeaseExpired.
 func (r *AckResult) Get(ctx context.Context) error { return r.r.Wait(ctx) }
 
-// decodeResponse decodes a StreamingPull response's messages into one
-// allocation, slab (a response's messages live and die together closely
-// enough that one slab per response costs less than one object per
-// message), binds each to path, and returns pointers to them.
-// Each message's server deadline starts as receipt plus the stream's ack
-// deadline.
-func decodeResponse(rms []*pubsubpb.ReceivedMessage, subscription string, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time, deadline time.Duration, path message.Path, clock *message.Clock) (slab []Message, ms []*Message) {
-	slab = make([]Message, len(rms))
-	ms = make([]*Message, len(rms))
+// decodeResponse decodes a StreamingPull response's messages, each into
+// its own record (a message held for long then keeps only its own data
+// alive, never its response's: invariant 4), binds each to path, and
+// returns them. Each message's server deadline starts as receipt plus the
+// stream's ack deadline.
+func decodeResponse(rms []*pubsubpb.ReceivedMessage, subscription string, props *pubsubpb.StreamingPullResponse_SubscriptionProperties, now time.Time, deadline time.Duration, path message.Path, clock *message.Clock) []*Message {
+	ms := make([]*Message, len(rms))
 	due := now.Add(deadline)
 	for i, rm := range rms {
-		m := &slab[i]
+		m := new(Message)
 		m.decode(rm, subscription, props, now)
 		m.st.Path = path
 		m.st.Clock = clock
@@ -150,7 +154,7 @@ func decodeResponse(rms []*pubsubpb.ReceivedMessage, subscription string, props 
 		m.st.BeginReceipt() // the receipt steps attach without atomics; receipt ends it
 		ms[i] = m
 	}
-	return slab, ms
+	return ms
 }
 
 // decode fills a zero Message from a StreamingPull response element.

@@ -93,7 +93,7 @@ func (r *run) unsent(ms []*Message) {
 // deadline is the stream's ack deadline the server is sure to apply.
 func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage, deadline time.Duration) []*Message {
 	now := time.Now()
-	slab, ms := decodeResponse(rms, s.cfg.Subscription, s.props.Load(), now, deadline, &s.path, s.clock)
+	ms := decodeResponse(rms, s.cfg.Subscription, s.props.Load(), now, deadline, &s.path, s.clock)
 	s.c.received.Add(uint64(len(ms)))
 	for _, m := range ms {
 		m.st.Acks = s.acks // its lease extensions go where its acks go
@@ -102,7 +102,7 @@ func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage, deadline tim
 		}
 	}
 	s.emit(event.Event{Kind: event.Received, Count: len(ms)})
-	if !s.held.add(slab, now) { // closed meanwhile
+	if !s.held.add(ms) { // closed meanwhile
 		for _, m := range ms {
 			m.st.EndReceipt(m)
 			m.Nack()

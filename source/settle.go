@@ -23,6 +23,7 @@ func (p *path) Settle(mi any, o uint32, delay time.Duration) {
 	c := p.c
 	// Another copy of its ack id is a redelivery from now on: accepted.
 	c.heldIDs.release(m.AckID)
+	c.held.remove(m)
 	c.c.settled(o)
 	if c.trace != nil {
 		c.trace.settled(m, o)
@@ -238,75 +239,102 @@ func (c *counters) stats(*ack.Acknowledger) Stats {
 }
 
 // registry is every message a source received and has not seen settled,
-// kept as the slabs of the responses they came in (a response's messages
-// share one allocation anyway). Settling costs it nothing; responses whose messages
-// have all settled are dropped whenever the list has doubled since it was
-// last trimmed, so it holds O(unsettled responses), or trimEvery has
-// passed, so it keeps the messages (and their data) of settled responses
-// alive no longer than that while responses keep coming.
+// linked through the messages themselves (Message.reg, prev, next) in
+// regShards lists: a message joins on receipt and leaves when it settles
+// (path.Settle), whatever settles it. So it holds exactly the unsettled
+// messages, costs no allocation, needs no clean-up pass, and a settled
+// message points at no other: one held for long keeps only its own data
+// alive.
 type registry struct {
-	mu      sync.Mutex
-	batches [][]Message
-	trimAt  int
-	trimmed time.Time
-	closed  bool
+	shards [regShards]regShard
+	next   atomic.Uint32 // where the next batch starts spreading
 }
 
-// trimEvery bounds how long the registry holds responses whose messages
-// have all settled while responses keep arriving.
-const trimEvery = 10 * time.Millisecond
+// regShards is how many locks the registry is spread over, so that the
+// handlers settling in parallel rarely meet on one.
+const regShards = 16
 
-// add records a response's messages, received at now; false once closed.
-func (r *registry) add(ms []Message, now time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return false
-	}
-	r.batches = append(r.batches, ms)
-	if len(r.batches) >= r.trimAt || now.Sub(r.trimmed) >= trimEvery {
-		r.trimmed = now
-		kept := r.batches[:0]
-		for _, b := range r.batches {
-			if !allSettled(b) {
-				kept = append(kept, b)
-			}
-		}
-		clear(r.batches[len(kept):])
-		r.batches = kept
-		r.trimAt = max(2*len(kept), 16)
-	}
-	return true
+type regShard struct {
+	mu     sync.Mutex
+	head   *Message
+	closed bool
+	_      [48]byte // one cache line each
 }
 
-func allSettled(ms []Message) bool {
-	for i := range ms {
-		if ms[i].st.Outcome() == message.Pending {
+// add links a response's messages, spread over the shards (one lock per
+// shard for the batch); false once the registry is closed (some may be
+// linked then: settling them unlinks them).
+func (r *registry) add(ms []*Message) bool {
+	start := int(r.next.Add(1))
+	for j := range min(len(ms), regShards) {
+		sh := &r.shards[(start+j)%regShards]
+		sh.mu.Lock()
+		if sh.closed {
+			sh.mu.Unlock()
 			return false
 		}
+		for i := j; i < len(ms); i += regShards {
+			m := ms[i]
+			m.reg, m.next = sh, sh.head
+			if sh.head != nil {
+				sh.head.prev = m
+			}
+			sh.head = m
+		}
+		sh.mu.Unlock()
 	}
 	return true
 }
 
-// each calls f for every unsettled message, outside the lock.
+// remove unlinks m (settled); it does nothing if m is not linked.
+func (r *registry) remove(m *Message) {
+	sh := m.reg
+	if sh == nil {
+		return
+	}
+	sh.mu.Lock()
+	switch {
+	case m.prev != nil:
+		m.prev.next = m.next
+	case sh.head == m:
+		sh.head = m.next
+	default: // not linked (any more)
+		sh.mu.Unlock()
+		return
+	}
+	if m.next != nil {
+		m.next.prev = m.prev
+	}
+	m.prev, m.next = nil, nil
+	sh.mu.Unlock()
+}
+
+// each calls f for every unsettled message, outside the locks.
 func (r *registry) each(f func(*Message)) {
-	r.mu.Lock()
-	bs := append([][]Message(nil), r.batches...)
-	r.mu.Unlock()
-	for _, b := range bs {
-		for i := range b {
-			if m := &b[i]; m.st.Outcome() == message.Pending {
-				f(m)
-			}
+	var ms []*Message
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		for m := sh.head; m != nil; m = m.next {
+			ms = append(ms, m)
+		}
+		sh.mu.Unlock()
+	}
+	for _, m := range ms {
+		if m.st.Outcome() == message.Pending {
+			f(m)
 		}
 	}
 }
 
 // close refuses further messages and calls f for every unsettled one.
 func (r *registry) close(f func(*Message)) {
-	r.mu.Lock()
-	r.closed = true
-	r.mu.Unlock()
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		sh.closed = true
+		sh.mu.Unlock()
+	}
 	r.each(f)
 }
 

@@ -18,7 +18,7 @@ import (
 // an expiry.
 func TestSettledOnlyReads(t *testing.T) {
 	rms := []*pubsubpb.ReceivedMessage{{AckId: "a", Message: &pubsubpb.PubsubMessage{MessageId: "1"}}}
-	_, ms := decodeResponse(rms, "projects/p/subscriptions/s", nil, time.Now(), 20*time.Millisecond, nil, message.NewClock())
+	ms := decodeResponse(rms, "projects/p/subscriptions/s", nil, time.Now(), 20*time.Millisecond, nil, message.NewClock())
 	m := ms[0]
 	m.st.EndReceipt(m)
 	deadline := time.Now().Add(10 * time.Second)
