@@ -40,10 +40,10 @@ type Env struct {
 	srv    *pubsubtest.Server
 	chain  bool
 	sub    *pubsubflow.Subscriber // Subscriber mode
-	src    *source.Source         // chain mode
+	srcs   []*source.Source       // chain mode: one, or two on two connections
 	ext    *flow.Extender
-	fc     *flow.FlowControl
-	gate   *flow.Gate
+	fcs    []*flow.FlowControl // chain mode: each gate's budget
+	gates  []stage.Flow[*pubsubflow.Message, *pubsubflow.Message]
 	policy sink.Policy
 
 	// parallelism is what the library's own topologies use for the next
@@ -64,13 +64,43 @@ type Env struct {
 // into it. Every message is leased and counted on receipt; the machine
 // watches each one as it leaves the source.
 func (e *Env) From(ctx context.Context) pipeline.Pipeline[*pubsubflow.Message] {
-	var p pipeline.Pipeline[*pubsubflow.Message]
-	if e.chain {
-		p = pipeline.FromContext(ctx, e.src).Via(flow.EagerTrack(e.ext, 0), e.gate)
-	} else {
-		p = pipeline.FromContext(ctx, e.sub.Source())
+	if !e.chain {
+		return pipeline.FromContext(ctx, e.sub.Source()).Via(&probe{e: e})
 	}
-	return p.Via(&probe{e: e})
+	steps := append([]stage.Flow[*pubsubflow.Message, *pubsubflow.Message]{flow.EagerTrack(e.ext, 0)}, e.gates...)
+	if len(e.srcs) == 1 {
+		return pipeline.FromContext(ctx, e.srcs[0]).Via(steps...).Via(&probe{e: e})
+	}
+	return pipeline.FromContext(ctx, e.merged(steps))
+}
+
+// merged is the sources, each with steps fused into it and a probe of its
+// own, as one source: the merge is a stage of the topology's (it holds a
+// message until the topology takes it), after the probes.
+func (e *Env) merged(steps []stage.Flow[*pubsubflow.Message, *pubsubflow.Message]) stage.Source[*pubsubflow.Message] {
+	return stage.SourceFunc[*pubsubflow.Message](func(g *stage.Group) <-chan *pubsubflow.Message {
+		out := make(chan *pubsubflow.Message)
+		var wg sync.WaitGroup
+		for _, src := range e.srcs {
+			var s stage.Source[*pubsubflow.Message] = src
+			for _, f := range steps {
+				s, _ = s.(stage.Fuser[*pubsubflow.Message]).Fuse(f)
+			}
+			in := (&probe{e: e}).Run(g, s.Run(g))
+			wg.Add(1)
+			g.Go(func(ctx context.Context) error {
+				defer wg.Done()
+				for {
+					m, ok := stage.Recv(ctx, in)
+					if !ok || !stage.Send(ctx, out, m) {
+						return nil
+					}
+				}
+			})
+		}
+		g.Go(func(context.Context) error { wg.Wait(); close(out); return nil })
+		return out
+	})
 }
 
 // Acknowledge is the sink that settles what reaches it unsettled with an

@@ -2,6 +2,7 @@ package proptest
 
 import (
 	"runtime"
+	"slices"
 	"strings"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -45,20 +46,43 @@ func (m *machine) counts() counts {
 			ackFailures: st.AckFailures,
 		}
 	}
-	ss, fc := e.src.Stats(), e.fc
-	return counts{
-		held: ss.Unsettled, outstanding: fc.Outstanding(), outstandingBytes: fc.OutstandingBytes(),
-		leases: int64(e.ext.Stats().Leases), acking: ss.Acking,
-		received: ss.Received, acked: ss.Acked, settled: ss.Acked + ss.Nacked + ss.NoOps + ss.Expired + ss.AckRefused,
-		ackFailures: ss.AckFailures,
+	c := counts{leases: int64(e.ext.Stats().Leases)}
+	for _, src := range e.srcs {
+		ss := src.Stats()
+		c.held += ss.Unsettled
+		c.acking += ss.Acking
+		c.received += ss.Received
+		c.acked += ss.Acked
+		c.settled += ss.Acked + ss.Nacked + ss.NoOps + ss.Expired + ss.AckRefused
+		c.ackFailures += ss.AckFailures
 	}
+	c.outstanding, c.outstandingBytes = e.fcs[0].Outstanding(), e.fcs[0].OutstandingBytes()
+	return c
+}
+
+// budget is one budget of the consumer: what it counts, and its limits.
+type budget struct {
+	outstanding, outstandingBytes int64
+	limit, bytes                  int64
+}
+
+// budgets are the consumer's budgets: a Subscriber's, or each gate's of
+// the chain.
+func (m *machine) budgets(c counts) []budget {
+	if !m.env.chain {
+		return []budget{{c.outstanding, c.outstandingBytes, m.cfg.Limit, m.cfg.Bytes}}
+	}
+	var bs []budget
+	for _, fc := range m.env.fcs {
+		bs = append(bs, budget{fc.Outstanding(), fc.OutstandingBytes(), fc.MaxMessages(), fc.MaxBytes()})
+	}
+	return bs
 }
 
 // checkStats checks the consumer's own counters against each other and
 // their bounds, exactly: no tolerance.
 func (m *machine) checkStats(t *rapid.T) {
 	c := m.counts()
-	limit := m.cfg.Limit
 	// Invariant 1: every message held is leased, and so is every acked
 	// message until its ack is final; nothing else is. An ack on its way
 	// keeps its lease only while the lease holds: one that lapsed (the
@@ -69,20 +93,32 @@ func (m *machine) checkStats(t *rapid.T) {
 		m.fail(invLeases, "%d leases, but %d messages held and %d acks on their way (extensions failed at some point: %v): %+v", c.leases, c.held, c.acking, lapses, c)
 	}
 	// Invariant 2: flow control counts exactly what is held, within its
-	// limits.
-	if c.outstanding != c.held {
-		m.fail(invOutstanding, "Outstanding %d, held %d: %+v; server %+v", c.outstanding, c.held, c, m.srv.SubscriptionStats(m.subName))
+	// limits: every budget of the consumer.
+	for i, b := range m.budgets(c) {
+		m.checkBudget(i, b, c)
 	}
-	if c.outstanding > limit && !ignored(invOverLimit) {
-		m.fail(invOverLimit, "Outstanding %d > limit %d", c.outstanding, limit)
+}
+
+// checkBudget checks invariant 2 on one budget, exactly.
+func (m *machine) checkBudget(i int, b budget, c counts) {
+	if b.outstanding != c.held {
+		m.fail(invOutstanding, "budget %d: Outstanding %d, held %d: %+v; server %+v", i, b.outstanding, c.held, c, m.srv.SubscriptionStats(m.subName))
+	}
+	if b.outstanding > b.limit && !ignored(invOverLimit) {
+		m.fail(invOverLimit, "budget %d: Outstanding %d > limit %d", i, b.outstanding, b.limit)
 	}
 	// The byte limit holds except for a message larger than what its
 	// stream was granted, which the service sends alone on that stream:
 	// at most one such message per stream.
-	if b := m.cfg.Bytes; b > 0 && c.outstandingBytes > b+int64(m.cfg.Streams)*m.largestMessage() {
-		m.fail(invOverLimit, "OutstandingBytes %d > limit %d + %d streams × largest message %d, with %d messages out",
-			c.outstandingBytes, b, m.cfg.Streams, m.largestMessage(), c.outstanding)
+	if streams := m.streamsOpen(); b.bytes > 0 && b.outstandingBytes > b.bytes+streams*m.largestMessage() {
+		m.fail(invOverLimit, "budget %d: OutstandingBytes %d > limit %d + %d streams × largest message %d, with %d messages out",
+			i, b.outstandingBytes, b.bytes, streams, m.largestMessage(), b.outstanding)
 	}
+}
+
+// streamsOpen is how many streams the consumer keeps open.
+func (m *machine) streamsOpen() int64 {
+	return int64(m.cfg.Streams * max(1, len(m.env.srcs)))
 }
 
 // largestMessage is an upper bound of the encoded size of a published
@@ -124,8 +160,8 @@ func (m *machine) checkStreams(t *rapid.T) {
 		if s.ID > int64(m.mainStreams()) {
 			continue // the drain subscriber's
 		}
-		if id := m.clientID(); s.ClientID != id {
-			m.fail(invClientID, "stream %d has client id %q, the consumer's is %q", s.ID, s.ClientID, id)
+		if ids := m.clientIDs(); !slices.Contains(ids, s.ClientID) {
+			m.fail(invClientID, "stream %d has client id %q, the consumer's are %q", s.ID, s.ClientID, ids)
 		}
 		if perStream := ceilDiv(m.cfg.Limit, n); s.MaxOutstandingMessages > perStream {
 			m.fail(invShare, "stream %d: max outstanding messages %d, more than its share %d of %d over %d streams",
@@ -134,11 +170,16 @@ func (m *machine) checkStreams(t *rapid.T) {
 	}
 }
 
-func (m *machine) clientID() string {
-	if m.env.chain {
-		return m.env.src.ClientID()
+// clientIDs are the client ids of the consumer: one per source.
+func (m *machine) clientIDs() []string {
+	if !m.env.chain {
+		return []string{m.env.sub.ClientID()}
 	}
-	return m.env.sub.ClientID()
+	var ids []string
+	for _, src := range m.env.srcs {
+		ids = append(ids, src.ClientID())
+	}
+	return ids
 }
 
 // mainStreams is how many streams the consumer under test opened: all of

@@ -431,6 +431,34 @@ func (l *ledger) unsettled() []*delivery {
 // ModifyAckDeadline records the modack (tracking) or nack (0 s); while
 // extensions fail, it fails those with seconds > 0 without sending them.
 func (l *ledger) ModifyAckDeadline(ctx context.Context, in *pubsubpb.ModifyAckDeadlineRequest, opts ...grpc.CallOption) (*emptypb.Empty, error) {
+	return wire{l, l.SubscriberClient}.ModifyAckDeadline(ctx, in, opts...)
+}
+
+// Acknowledge records the ack.
+func (l *ledger) Acknowledge(ctx context.Context, in *pubsubpb.AcknowledgeRequest, opts ...grpc.CallOption) (*emptypb.Empty, error) {
+	return wire{l, l.SubscriberClient}.Acknowledge(ctx, in, opts...)
+}
+
+// StreamingPull wraps the stream so that every response is recorded.
+func (l *ledger) StreamingPull(ctx context.Context, opts ...grpc.CallOption) (pubsubpb.Subscriber_StreamingPullClient, error) {
+	return wire{l, l.SubscriberClient}.StreamingPull(ctx, opts...)
+}
+
+// wire is one client connection of the consumer under test as the ledger
+// sees it: what goes through it is recorded in l, whichever connection
+// carries it (a topology of two sources has two).
+type wire struct {
+	l *ledger
+	pubsubpb.SubscriberClient
+}
+
+// via returns a client that sends through c and records in l.
+func (l *ledger) via(c pubsubpb.SubscriberClient) pubsubpb.SubscriberClient {
+	return wire{l, c}
+}
+
+func (w wire) ModifyAckDeadline(ctx context.Context, in *pubsubpb.ModifyAckDeadlineRequest, opts ...grpc.CallOption) (*emptypb.Empty, error) {
+	l := w.l
 	sent := time.Now()
 	l.mu.Lock()
 	fail := in.GetAckDeadlineSeconds() > 0 && sent.Before(l.failExt)
@@ -441,26 +469,24 @@ func (l *ledger) ModifyAckDeadline(ctx context.Context, in *pubsubpb.ModifyAckDe
 		l.modackEnd(in.GetAckIds(), in.GetAckDeadlineSeconds(), sent, err)
 		return nil, err
 	}
-	out, err := l.SubscriberClient.ModifyAckDeadline(ctx, in, opts...)
+	out, err := w.SubscriberClient.ModifyAckDeadline(ctx, in, opts...)
 	l.modackEnd(in.GetAckIds(), in.GetAckDeadlineSeconds(), sent, err)
 	return out, err
 }
 
-// Acknowledge records the ack.
-func (l *ledger) Acknowledge(ctx context.Context, in *pubsubpb.AcknowledgeRequest, opts ...grpc.CallOption) (*emptypb.Empty, error) {
-	l.ackStart(in.GetAckIds())
-	out, err := l.SubscriberClient.Acknowledge(ctx, in, opts...)
-	l.ackEnd(in.GetAckIds(), err)
+func (w wire) Acknowledge(ctx context.Context, in *pubsubpb.AcknowledgeRequest, opts ...grpc.CallOption) (*emptypb.Empty, error) {
+	w.l.ackStart(in.GetAckIds())
+	out, err := w.SubscriberClient.Acknowledge(ctx, in, opts...)
+	w.l.ackEnd(in.GetAckIds(), err)
 	return out, err
 }
 
-// StreamingPull wraps the stream so that every response is recorded.
-func (l *ledger) StreamingPull(ctx context.Context, opts ...grpc.CallOption) (pubsubpb.Subscriber_StreamingPullClient, error) {
-	s, err := l.SubscriberClient.StreamingPull(ctx, opts...)
+func (w wire) StreamingPull(ctx context.Context, opts ...grpc.CallOption) (pubsubpb.Subscriber_StreamingPullClient, error) {
+	s, err := w.SubscriberClient.StreamingPull(ctx, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &ledgerStream{Subscriber_StreamingPullClient: s, l: l, ctx: ctx}, nil
+	return &ledgerStream{Subscriber_StreamingPullClient: s, l: w.l, ctx: ctx}, nil
 }
 
 type ledgerStream struct {

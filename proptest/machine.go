@@ -14,6 +14,7 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	gax "github.com/googleapis/gax-go/v2"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"pgregory.net/rapid"
@@ -59,7 +60,8 @@ type machine struct {
 	faults         bool // an RPC fault was injected at some point
 	lastFault      map[string]time.Time
 	start          time.Time
-	steps          []string // the actions so far, for failure messages
+	steps          []string           // the actions so far, for failure messages
+	conns          []*grpc.ClientConn // dialed for a second source
 	tally          tally
 }
 
@@ -72,7 +74,10 @@ type run struct {
 
 // machineConfig is what a case draws before its first action.
 type machineConfig struct {
-	Chain          bool // the hand-built chain, not a Subscriber
+	Chain          bool   // the hand-built chain, not a Subscriber
+	Shape          string // the chain's shape (shapeOne when empty)
+	Limit2         int64  // shapeTwoGates: the second gate's limits
+	Bytes2         int64
 	MaxPerResponse int
 	MaxPayload     int
 	Streams        int
@@ -84,7 +89,31 @@ type machineConfig struct {
 	Parallelism    int
 }
 
+// The shapes of the hand-built chain: the user's compositions the
+// machine checks (DESIGN.md, "Composition rules").
+const (
+	shapeOne        = ""            // source → EagerTrack → FlowGate
+	shapeTwoGates   = "two gates"   // … → FlowGate(a) → FlowGate(b): each budget holds
+	shapeTwoSources = "two sources" // two sources on two connections sharing one Extender and one FlowControl
+	shapeKeyed      = "keyed gate"  // … → KeyedFlowGate by ordering key, fused
+)
+
+// chainShapes are the shapes a chain case draws from.
+var chainShapes = []string{shapeOne, shapeTwoGates, shapeTwoSources}
+
 func drawMachineConfig(t *rapid.T, chain bool) machineConfig {
+	mc := drawBaseConfig(t, chain)
+	if chain {
+		mc.Shape = rapid.SampledFrom(chainShapes).Draw(t, "shape")
+	}
+	if mc.Shape == shapeTwoGates {
+		mc.Limit2 = rapid.Int64Range(1, 12).Draw(t, "secondGateMessages")
+		mc.Bytes2 = rapid.SampledFrom([]int64{pubsubflow.Unlimited, 2000, 20000}).Draw(t, "secondGateBytes")
+	}
+	return mc
+}
+
+func drawBaseConfig(t *rapid.T, chain bool) machineConfig {
 	return machineConfig{
 		Chain:          chain,
 		MaxPerResponse: rapid.IntRange(1, 100).Draw(t, "maxPerResponse"),
@@ -101,7 +130,12 @@ func drawMachineConfig(t *rapid.T, chain bool) machineConfig {
 
 func (c machineConfig) String() string {
 	consumer := "Subscriber"
-	if c.Chain {
+	switch {
+	case c.Shape == shapeTwoGates:
+		consumer = fmt.Sprintf("chain (two gates, the second limit=%d bytes=%d)", c.Limit2, c.Bytes2)
+	case c.Shape != shapeOne:
+		consumer = "chain (" + c.Shape + ")"
+	case c.Chain:
 		consumer = "chain"
 	}
 	return fmt.Sprintf("%s: streams=%d limit=%d bytes=%d deadline=%v heartbeat=%v drain=%v parallelism=%d perResponse=%d payload=%d",
@@ -164,9 +198,39 @@ func (m *machine) build() error {
 	if e.ext, err = flow.NewExtender(m.led, flow.ExtenderConfig{StreamAckDeadline: mc.AckDeadline}); err != nil {
 		return err
 	}
-	e.fc = flow.NewFlowControl(mc.Limit, mc.Bytes)
-	e.gate = flow.FlowGate(e.fc)
-	e.src, err = source.Subscribe(m.led, source.Config{
+	e.fcs = []*flow.FlowControl{flow.NewFlowControl(mc.Limit, mc.Bytes)}
+	switch mc.Shape {
+	case shapeKeyed:
+		e.gates = append(e.gates, flow.KeyedFlowGate(e.fcs[0], orderingKey))
+	case shapeTwoGates:
+		e.fcs = append(e.fcs, flow.NewFlowControl(mc.Limit2, mc.Bytes2))
+		e.gates = append(e.gates, flow.FlowGate(e.fcs[0]), flow.FlowGate(e.fcs[1]))
+	default:
+		e.gates = append(e.gates, flow.FlowGate(e.fcs[0]))
+	}
+	clients := []pubsubpb.SubscriberClient{m.led}
+	if mc.Shape == shapeTwoSources {
+		cc, err := m.srv.Dial(context.Background())
+		if err != nil {
+			return errors.Join(err, e.ext.Close())
+		}
+		m.conns = append(m.conns, cc)
+		clients = append(clients, m.led.via(pubsubpb.NewSubscriberClient(cc)))
+	}
+	for _, c := range clients {
+		src, err := source.Subscribe(c, m.sourceConfig(bo))
+		if err != nil {
+			return errors.Join(err, m.closeSources(context.Background()), e.ext.Close())
+		}
+		e.srcs = append(e.srcs, src)
+	}
+	return nil
+}
+
+// sourceConfig is the chain's source.Config (each source's, with two).
+func (m *machine) sourceConfig(bo gax.Backoff) source.Config {
+	mc := m.cfg
+	return source.Config{
 		Subscription:           m.subName,
 		StreamAckDeadline:      mc.AckDeadline,
 		MaxOutstandingMessages: mc.Limit,
@@ -175,11 +239,21 @@ func (m *machine) build() error {
 		HeartbeatInterval:      mc.Heartbeat,
 		HeartbeatTimeout:       min(source.DefaultHeartbeatTimeout, mc.Heartbeat),
 		Backoff:                bo,
-	})
-	if err != nil {
-		_ = e.ext.Close()
 	}
-	return err
+}
+
+// closeSources closes the chain's sources (each nacks what is left and
+// flushes its acks) and the connections the machine dialed for them.
+func (m *machine) closeSources(ctx context.Context) error {
+	var errs []error
+	for _, src := range m.env.srcs {
+		errs = append(errs, src.Close(ctx))
+	}
+	for _, cc := range m.conns {
+		errs = append(errs, cc.Close())
+	}
+	m.conns = nil
+	return errors.Join(errs...)
 }
 
 // teardown releases everything, whatever state a failure left: the
@@ -225,7 +299,9 @@ func (m *machine) closeConsumer(ctx context.Context) error {
 		}
 		return e.sub.Close()
 	}
-	e.src.Stop()
+	for _, src := range e.srcs {
+		src.Stop()
+	}
 	if r := m.run; r != nil {
 		if ctx.Err() == nil {
 			t := time.NewTimer(m.cfg.Drain)
@@ -249,7 +325,7 @@ func (m *machine) closeConsumer(ctx context.Context) error {
 		case <-fctx.Done():
 		}
 	}
-	return errors.Join(e.src.Close(fctx), e.ext.Close())
+	return errors.Join(m.closeSources(fctx), e.ext.Close())
 }
 
 // actions are the machine's actions (rapid draws them).
