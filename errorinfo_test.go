@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
@@ -149,7 +150,8 @@ func TestAckErrorInfoWithoutReasonsFails(t *testing.T) {
 // TestModackErrorInfoWithoutReasonsConfirmsNoLease: when every modack fails
 // with PERMISSION_DENIED and an IAM ErrorInfo, no lease is extended: a
 // handler that holds its message past the server's deadline finds it
-// expired (Ack reports false), and nothing is counted as acked.
+// expired (Ack reports false), and nothing is counted as acked. Run ends
+// with flow.ErrModacksFailing, not a silent loop of redeliveries.
 func TestModackErrorInfoWithoutReasonsConfirmsNoLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnvSub(t, pubsubtest.SubscriptionConfig{AckDeadline: 10 * time.Second}, pubsubtest.WithBufconn())
@@ -173,8 +175,8 @@ func TestModackErrorInfoWithoutReasonsConfirmsNoLease(t *testing.T) {
 			return len(acks) >= 5
 		})
 		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Fatal(err)
+		if err := <-done; !errors.Is(err, flow.ErrModacksFailing) {
+			t.Fatalf("Run: %v, want flow.ErrModacksFailing", err)
 		}
 		mu.Lock()
 		defer mu.Unlock()

@@ -10,7 +10,6 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
-	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/source"
@@ -157,13 +156,53 @@ type Extender struct {
 	// of deadline modifications, batching, splitting and retrying like a
 	// source's acks, on the source's client; the extender's own, so a
 	// slow ack RPC never delays an extension.
-	senders  map[senderKey]*ack.Acknowledger
+	senders  map[senderKey]*sender
 	failures failures // modack failures not yet logged
 
 	wake      chan struct{} // cap 1: track queued a receipt modack
 	quit      chan struct{} // closed by Close
 	loopDone  chan struct{}
 	closeOnce sync.Once
+
+	// stopped is closed once the Extender can no longer keep the leases
+	// of the pipelines that need it (Close, or modacks failing for good);
+	// stopErr says why (set before stopped is closed).
+	stopped  chan struct{}
+	stopErr  error
+	stopOnce sync.Once
+}
+
+// Why a pipeline that leases with an Extender (EagerTrack) ends: the
+// Extender stopped keeping its leases. Without them the server would
+// redeliver every message the pipeline holds, again and again, silently.
+var (
+	// ErrExtenderClosed: the Extender was closed while the pipeline ran.
+	ErrExtenderClosed = errors.New("flow: Extender closed while a pipeline leases with it")
+	// ErrModacksFailing: a source's modacks have failed for good (a
+	// status that is not retried, such as NOT_FOUND or
+	// PERMISSION_DENIED, for whole requests) on every attempt for at
+	// least the stream ack deadline, and at least failingRequests times.
+	ErrModacksFailing = errors.New("flow: Extender's modacks fail for good")
+)
+
+// stop records why the Extender stopped serving pipelines (the first
+// reason wins) and tells them (stopped).
+func (e *Extender) stop(err error) {
+	e.stopOnce.Do(func() {
+		e.stopErr = err
+		close(e.stopped)
+	})
+}
+
+// stoppedErr says why the Extender stopped serving pipelines (nil while
+// it serves them).
+func (e *Extender) stoppedErr() error {
+	select {
+	case <-e.stopped:
+		return e.stopErr
+	default:
+		return nil
+	}
 }
 
 // NewExtender validates cfg and starts the extender's loop. A message a
@@ -186,7 +225,8 @@ func NewExtender(client pubsubpb.SubscriberClient, cfg ExtenderConfig) (*Extende
 		wake:     make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		loopDone: make(chan struct{}),
-		senders:  map[senderKey]*ack.Acknowledger{},
+		stopped:  make(chan struct{}),
+		senders:  map[senderKey]*sender{},
 	}
 	e.events = e.emitEvent
 	if cfg.TracerProvider != nil {
@@ -398,9 +438,11 @@ func (e *Extender) leaseCount() int {
 // flight get up to CloseTimeout to finish before they are abandoned. It
 // returns when every goroutine of the extender has exited. Leases still
 // held are neither settled nor nacked: the owner (the source, the
-// Subscriber) nacks what it still holds.
+// Subscriber) nacks what it still holds. A pipeline still leasing with it
+// (EagerTrack) ends with ErrExtenderClosed.
 func (e *Extender) Close() error {
 	e.closeOnce.Do(func() {
+		e.stop(ErrExtenderClosed)
 		e.mu.Lock()
 		e.closed = true
 		senders := e.senders
@@ -410,8 +452,8 @@ func (e *Extender) Close() error {
 		<-e.loopDone
 		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.CloseTimeout)
 		defer cancel()
-		for _, a := range senders {
-			_ = a.Close(ctx) // what could not be sent is of no use any more
+		for _, sd := range senders {
+			_ = sd.a.Close(ctx) // what could not be sent is of no use any more
 		}
 	})
 	return nil

@@ -40,32 +40,83 @@ func (e *Extender) senderLocked(k senderKey) *ack.Acknowledger {
 	if e.closed {
 		return nil
 	}
-	a := e.senders[k]
-	if a == nil {
-		client := e.client
-		if k.src != nil {
-			client = k.src.Client()
-		}
-		var err error
-		a, err = ack.New(client, k.sub, ack.Config{
-			MaxInFlight:   e.cfg.MaxInFlight,
-			RetryDeadline: e.cfg.RetryDeadline,
-			RPCTimeout:    attemptTimeout,
-			Confirmed:     e.accepted,
-			Tracer:        e.ackTracer(),
-			Events: func(ev event.Event) {
-				if ev.Kind == event.Retry { // failures are the extender's to report
-					e.emit(ev)
-				}
-			},
-			Logger: e.log,
-		})
-		if err != nil { // the config was validated: cannot happen
-			panic(fmt.Sprintf("flow: acknowledger for %s: %v", k.sub, err))
-		}
-		e.senders[k] = a
+	if sd := e.senders[k]; sd != nil {
+		return sd.a
 	}
+	client := e.client
+	if k.src != nil {
+		client = k.src.Client()
+	}
+	sd := &sender{e: e, sub: k.sub}
+	a, err := ack.New(client, k.sub, ack.Config{
+		MaxInFlight:   e.cfg.MaxInFlight,
+		RetryDeadline: e.cfg.RetryDeadline,
+		RPCTimeout:    attemptTimeout,
+		Confirmed:     sd.accepted,
+		Tracer:        e.ackTracer(),
+		Events:        sd.event,
+		Logger:        e.log,
+	})
+	if err != nil { // the config was validated: cannot happen
+		panic(fmt.Sprintf("flow: acknowledger for %s: %v", k.sub, err))
+	}
+	sd.a = a
+	e.senders[k] = sd
 	return a
+}
+
+// failingRequests is how many modack requests in a row, at the least,
+// must fail for good (over at least the stream ack deadline) before the
+// Extender stops: a refusal or two is the server's word on those ack ids,
+// not on the source.
+const failingRequests = 5
+
+// sender is one source's sender of modacks, with its run of requests
+// that failed for good.
+type sender struct {
+	e   *Extender
+	a   *ack.Acknowledger
+	sub string
+
+	mu      sync.Mutex
+	failing int       // requests failed for good since the last accepted
+	since   time.Time // when the first of them failed
+}
+
+// accepted is the sender's Confirmed hook: a request the server accepted
+// whole ends the run of failures.
+func (s *sender) accepted(tags []ack.Tag, _ time.Time) {
+	s.mu.Lock()
+	s.failing = 0
+	s.mu.Unlock()
+	s.e.succeeded(tags)
+}
+
+// event sees the sender's events: retries are reported as the
+// extender's; a request that failed for good as a whole (a status that
+// is not retried, not a per-ack-id reason) extends the run of failures,
+// and a run of failingRequests over at least the stream ack deadline
+// stops the Extender: every lease of the source has lapsed meanwhile, and
+// its redeliveries would lapse too.
+func (s *sender) event(ev event.Event) {
+	if ev.Kind == event.Retry { // failures are the extender's to report
+		s.e.emit(ev)
+	}
+	var ie *ack.IDError
+	if ev.Kind != event.AckFailed || !errors.As(ev.Err, &ie) || !errors.Is(ie.Kind, ack.ErrPermanent) || ie.Reason != "" {
+		return
+	}
+	now := time.Now()
+	s.mu.Lock()
+	if s.failing == 0 {
+		s.since = now
+	}
+	s.failing++
+	stop := s.failing >= failingRequests && now.Sub(s.since) >= s.e.cfg.StreamAckDeadline
+	s.mu.Unlock()
+	if stop {
+		s.e.stop(fmt.Errorf("%w: %s: %w", ErrModacksFailing, s.sub, ie.Err))
+	}
 }
 
 // dispatch queues the jobs' modacks with their senders. It never waits: a
@@ -98,10 +149,6 @@ func (l *lease) AckDone(err error) {
 	}
 	l.e.failed(l, err)
 }
-
-// accepted is the senders' Confirmed hook: every lease of a request the
-// server accepted, in one step.
-func (e *Extender) accepted(tags []ack.Tag, _ time.Time) { e.succeeded(tags) }
 
 // succeeded records accepted modacks: a new expiry from the time each was
 // asked, and for a receipt modack the confirmation exactly-once messages

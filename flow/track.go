@@ -34,6 +34,11 @@ var errNilExtender = errors.New("flow: EagerTrack needs an Extender")
 // long after it was decoded (LateAfter) means a buffer sits before it, where
 // messages wait unleased: it says so once, at Warn, naming the fix.
 //
+// When its Extender can no longer keep the leases (closed, or modacks
+// failing for good), the pipeline ends with ErrExtenderClosed or
+// ErrModacksFailing: fused, at once (Failed); as a stage, at the next
+// message it receives.
+//
 // On an exactly-once subscription a message is handed on only after its
 // receipt modack was confirmed (Ready). A message settled while buffered
 // (its lease expired, say) is skipped.
@@ -79,6 +84,26 @@ func (t *Tracker) Ready(m *source.Message) <-chan struct{} {
 	return t.ext.confirmed(m)
 }
 
+// Failed is closed once the tracker's Extender can no longer keep the
+// leases (it was closed, or its modacks fail for good): a source the
+// tracker is fused into then ends its run with Err, so the pipeline fails
+// loudly (ErrExtenderClosed, ErrModacksFailing) rather than hand on
+// messages nobody extends. Nil for a tracker without an Extender.
+func (t *Tracker) Failed() <-chan struct{} {
+	if t.ext == nil {
+		return nil
+	}
+	return t.ext.stopped
+}
+
+// Err says why Failed was closed (nil before).
+func (t *Tracker) Err() error {
+	if t.ext == nil {
+		return nil
+	}
+	return t.ext.stoppedErr()
+}
+
 // AckDeadline is the deadline the extender's strategy yields now: a source
 // the tracker is fused into makes it its stream ack deadline.
 func (t *Tracker) AckDeadline() time.Duration {
@@ -100,6 +125,9 @@ func (t *Tracker) Run(g *stage.Group, in <-chan *source.Message) <-chan *source.
 	e := &stage.Eager[*source.Message]{
 		Bound: cmpOr(t.MaxBuffer, defaultTrackBuffer),
 		OnReceive: func(_ context.Context, m *source.Message) error {
+			if err := t.Err(); err != nil {
+				return err // the message is dropped: OnDrop nacks it
+			}
 			t.late.check(t.Logger, m, "flow.EagerTrack", "put EagerTrack right after source.Subscribe (pipeline.From(src).Via(flow.EagerTrack(ext, 0))) so it leases on receipt")
 			t.ext.track([]*source.Message{m})
 			return nil

@@ -197,7 +197,11 @@ func (c Config) withDefaults() Config {
 //   - HandOff(ctx, []*Message) []*Message: sees each batch just before it
 //     leaves the source, on the source's hand-off goroutine, with the
 //     run's context; it returns the messages to hand on, having settled
-//     those it removes. It must not block.
+//     those it removes. It must not block;
+//   - Failed() <-chan struct{} and Err() error: once Failed is closed the
+//     step can no longer do its job (flow.EagerTrack whose Extender was
+//     closed), and every run of the source ends with Err while its
+//     streams run.
 type Step interface {
 	Receive(lane int, ms []*Message)
 }

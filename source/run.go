@@ -55,8 +55,24 @@ func (s *Source) runBatches(g *stage.Group, r *run) <-chan []*Message {
 		s.pump(sctx, r, h, out, streamsDone)
 		return nil
 	})
+	for _, f := range s.failers {
+		g.Go(func(context.Context) error { return watchStep(sctx, f) })
+	}
 	g.OnDone(r.stranded)
 	return out
+}
+
+// watchStep returns f's Err once f has failed while the run's streams
+// run (ctx), and nil once they have stopped first.
+func watchStep(ctx context.Context, f failer) error {
+	select {
+	case <-f.Failed():
+		if ctx.Err() == nil {
+			return f.Err()
+		}
+	case <-ctx.Done():
+	}
+	return nil
 }
 
 // stranded nacks what the run handed on and its pipeline left unsettled

@@ -37,6 +37,13 @@ type Source struct {
 	handOff   []func(context.Context, []*Message) []*Message
 	unsentFns []func([]*Message)
 	follow    func() time.Duration // a step's lease deadline, which the streams follow
+	failers   []failer             // steps that can fail a run
+}
+
+// failer is a step that can stop being able to do its job (Step).
+type failer interface {
+	Failed() <-chan struct{}
+	Err() error
 }
 
 // core is what every fused copy of a Source shares.
@@ -142,6 +149,7 @@ func (s *Source) With(steps ...Step) *Source {
 	n.handOff = append(n.handOff, s.handOff...)
 	n.unsentFns = append(n.unsentFns, s.unsentFns...)
 	n.follow = s.follow
+	n.failers = append(n.failers, s.failers...)
 	for _, st := range steps {
 		if b, ok := st.(Budget); ok {
 			n.flows = append(n.flows, b)
@@ -158,6 +166,9 @@ func (s *Source) With(steps ...Step) *Source {
 		}
 		if u, ok := st.(interface{ Unsent([]*Message) }); ok {
 			n.unsentFns = append(n.unsentFns, u.Unsent)
+		}
+		if f, ok := st.(failer); ok {
+			n.failers = append(n.failers, f)
 		}
 		if d, ok := st.(interface{ AckDeadline() time.Duration }); ok && n.follow == nil {
 			n.follow = d.AckDeadline
