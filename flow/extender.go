@@ -181,7 +181,10 @@ var (
 	// ErrModacksFailing: a source's modacks have failed for good (a
 	// status that is not retried, such as NOT_FOUND or
 	// PERMISSION_DENIED, for whole requests) on every attempt for at
-	// least the stream ack deadline, and at least failingRequests times.
+	// least the stream ack deadline, and at least failingRequests (5)
+	// times. The Extender stays stopped for pipelines (those it still
+	// holds leases for keep being extended as far as the server allows):
+	// once the cause is fixed, make a new one.
 	ErrModacksFailing = errors.New("flow: Extender's modacks fail for good")
 )
 
