@@ -177,21 +177,21 @@ func runAckerCase(t *rapid.T, c ackerCase) {
 		switch rng.IntN(kinds) {
 		case 0:
 			o.ack = true
-			a.Ack(id)
+			a.AckTag(id, false, nil)
 			kind = "ack"
 		case 1:
-			a.Nack(id, 0)
+			a.NackTag(id, 0, false, nil)
 			kind = "modack 0"
 			bestEffort[id] = true
 		case 2:
 			d := time.Duration(rng.IntN(600_000)+1) * time.Millisecond
 			o.seconds = ack.DelaySeconds(d)
-			a.Nack(id, d)
+			a.NackTag(id, d, false, nil)
 			kind = fmt.Sprintf("modack %d", o.seconds)
 			bestEffort[id] = true
 		default:
 			o.seconds = int32(rng.IntN(3)*295 + 10) // a few shared deadlines (10, 305, 600 s)
-			a.Modack(id, o.seconds)
+			a.ModackTags([]string{id}, o.seconds, false, nil)
 			kind = fmt.Sprintf("modack %d", o.seconds)
 		}
 		want[i] = o

@@ -483,9 +483,9 @@ func spinCase(t *testing.T) (setUp bool) {
 			t.Fatalf("%s never started", what)
 		}
 	}
-	a.Ack("a") // sent at once (nothing in flight); fails; retried after its backoff
+	a.AckTag("a", false, nil) // sent at once (nothing in flight); fails; retried after its backoff
 	wait("the first call", stub.first)
-	a.Ack("b") // the kind is idle again: sent now, and held in flight
+	a.AckTag("b", false, nil) // the kind is idle again: sent now, and held in flight
 	wait("the second call", stub.second)
 	if got := stub.call(1); !slices.Equal(got, []string{"b"}) {
 		return false // a's retry went first

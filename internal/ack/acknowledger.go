@@ -83,55 +83,9 @@ func New(client pubsubpb.SubscriberClient, subscription string, cfg Config) (*Ac
 	return a, nil
 }
 
-// Subscription is the subscription the acknowledger sends for.
-func (a *Acknowledger) Subscription() string { return a.sub }
-
 // Client is the client the acknowledger sends through: its source's
 // connection, which a lease extender sends that source's modacks on too.
 func (a *Acknowledger) Client() pubsubpb.SubscriberClient { return a.client }
-
-// Ack queues an ack. It returns a Result only when Config.ExactlyOnce is
-// set (nil otherwise: fire and forget, failures are reported as events).
-func (a *Acknowledger) Ack(ackID string) *Result {
-	return a.enqueue(batchKey{kind: kindAck, eo: a.cfg.ExactlyOnce}, ackID)
-}
-
-// AckWithResult queues an exactly-once ack: the Result settles with nil
-// when the server confirmed it, or with an *IDError.
-func (a *Acknowledger) AckWithResult(ackID string) *Result {
-	return a.enqueue(batchKey{kind: kindAck, eo: true}, ackID)
-}
-
-// Nack queues a nack: redelivery after delay (a ModifyAckDeadline of delay
-// rounded up to whole seconds, at most 600 s; 0 means now). Result as for
-// Ack.
-func (a *Acknowledger) Nack(ackID string, delay time.Duration) *Result {
-	return a.enqueue(batchKey{kind: kindModack, seconds: DelaySeconds(delay), nack: true, eo: a.cfg.ExactlyOnce}, ackID)
-}
-
-// NackWithResult is Nack with exactly-once handling (see AckWithResult).
-func (a *Acknowledger) NackWithResult(ackID string, delay time.Duration) *Result {
-	return a.enqueue(batchKey{kind: kindModack, seconds: DelaySeconds(delay), nack: true, eo: true}, ackID)
-}
-
-// Modack queues a deadline modification to seconds from now (clamped to
-// 0–600; 0 is a nack). Result as for Ack.
-func (a *Acknowledger) Modack(ackID string, seconds int32) *Result {
-	return a.enqueue(batchKey{kind: kindModack, seconds: clampSeconds(seconds), eo: a.cfg.ExactlyOnce}, ackID)
-}
-
-// ModackWithResult is Modack with exactly-once handling (see
-// AckWithResult): its Result settles when the server confirmed the
-// deadline.
-func (a *Acknowledger) ModackWithResult(ackID string, seconds int32) *Result {
-	return a.enqueue(batchKey{kind: kindModack, seconds: clampSeconds(seconds), eo: true}, ackID)
-}
-
-// Modacks queues one deadline modification for many ack ids (lease
-// extension), without results and without exactly-once handling.
-func (a *Acknowledger) Modacks(ackIDs []string, seconds int32) {
-	a.ModackTags(ackIDs, seconds, false, nil)
-}
 
 // ModackTags queues one deadline modification for many ack ids, each of
 // whose fate tags[i] hears (tags nil: nobody listens); eo treats them as
@@ -192,30 +146,19 @@ func DelaySeconds(d time.Duration) int32 {
 
 func clampSeconds(s int32) int32 { return min(max(s, 0), MaxModackSeconds) }
 
-// enqueue is the hot path: an append under the lock; a dispatch only when
-// a batch is full or its kind may go now (sendNowLocked).
-func (a *Acknowledger) enqueue(key batchKey, ackID string) *Result {
-	var r *Result
-	if key.eo {
-		r = NewResult()
-		a.enqueueTag(key, ackID, r)
-	} else {
-		a.enqueueTag(key, ackID, nil)
-	}
-	return r
-}
-
 // AckTag queues an ack (exactly-once if eo) whose fate t hears.
 func (a *Acknowledger) AckTag(ackID string, eo bool, t Tag) {
-	a.enqueueTag(batchKey{kind: kindAck, eo: eo || a.cfg.ExactlyOnce}, ackID, t)
+	a.enqueueTag(batchKey{kind: kindAck, eo: eo}, ackID, t)
 }
 
 // NackTag queues a nack after delay (exactly-once if eo) whose fate t
 // hears.
 func (a *Acknowledger) NackTag(ackID string, delay time.Duration, eo bool, t Tag) {
-	a.enqueueTag(batchKey{kind: kindModack, seconds: DelaySeconds(delay), nack: true, eo: eo || a.cfg.ExactlyOnce}, ackID, t)
+	a.enqueueTag(batchKey{kind: kindModack, seconds: DelaySeconds(delay), nack: true, eo: eo}, ackID, t)
 }
 
+// enqueueTag is the hot path: an append under the lock; a dispatch only
+// when a batch is full or its kind may go now (sendNowLocked).
 func (a *Acknowledger) enqueueTag(key batchKey, ackID string, t Tag) {
 	a.mu.Lock()
 	if a.closed {
@@ -225,7 +168,6 @@ func (a *Acknowledger) enqueueTag(key batchKey, ackID string, t Tag) {
 			t.AckDone(err)
 		}
 		a.emitFailed(1, err)
-		a.acked(key, []string{ackID})
 		return
 	}
 	b := a.batchLocked(key)
@@ -246,7 +188,7 @@ func (a *Acknowledger) enqueueTag(key batchKey, ackID string, t Tag) {
 // caller waits on their confirmation). While one is, later ids gather into
 // the next request, which leaves when it completes — send now, else
 // coalesce. At low load an ack reaches the server one round trip after
-// Ack; under load each request carries what arrived during the previous
+// it is queued; under load each request carries what arrived during the previous
 // one's round trip, so the requests per ack stay few. Nothing waits for a
 // timer.
 //

@@ -275,10 +275,10 @@ func TestExactlyOncePerAckID(t *testing.T) {
 			return nil
 		}}
 		rec := &recorder{}
-		a := newAck(t, c, Config{ExactlyOnce: true, Events: rec.fn})
+		a := newAck(t, c, Config{Events: rec.fn})
 		rs := map[string]*Result{}
 		for _, id := range []string{"ok1", "t", "p", "ok2"} {
-			rs[id] = a.Ack(id)
+			rs[id] = a.AckWithResult(id)
 		}
 		close(queued)
 		for id, r := range rs {

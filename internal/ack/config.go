@@ -42,18 +42,6 @@ type Config struct {
 	Gap time.Duration
 	// RPCTimeout bounds one attempt (0: DefaultRPCTimeout).
 	RPCTimeout time.Duration
-	// ExactlyOnce makes Ack, Nack and Modack behave like AckWithResult,
-	// NackWithResult and ModackWithResult: every ack id gets a Result that
-	// settles when the server confirmed it. Those three switch it on per
-	// ack id.
-	ExactlyOnce bool
-	// OnAcked, if set, is called once for every ack id queued with Ack or
-	// AckWithResult when its fate is final: confirmed, failed for good, or
-	// abandoned at Close: a holder of leases can keep extending one until
-	// its ack has reached the server, so a slow Acknowledge cannot let it
-	// lapse. It runs on the acknowledger's goroutines, after
-	// its lock is released, and must not block.
-	OnAcked func(ackIDs []string)
 	// Confirmed, if set, is told at once about all the tags of a request
 	// the server accepted whole, with the time the answer came, instead
 	// of AckDone(nil) on each: their owner can then do its per-batch work

@@ -254,12 +254,11 @@ func (a *Acknowledger) complete(r *request, err error) {
 	a.endAttemptLocked(r, s.again)
 	a.mu.Unlock()
 
-	a.acked(r.key, s.final)
 	for _, e := range s.evs {
 		a.events.Emit(e)
 	}
 	// Flush and Close return only once the outcome is reported: a caller
-	// that flushed finds the leases released (OnAcked) and the events seen.
+	// that flushed finds the outcome told and the events seen.
 	a.mu.Lock()
 	a.reporting--
 	a.noteIdleLocked()
@@ -272,7 +271,6 @@ type settlement struct {
 	o         outcome
 	evs       []event.Event // to emit
 	again     *request      // the ids to retry after their backoff (nil: none)
-	final     []string      // ack ids whose fate is now final (for OnAcked)
 	exhausted bool          // the retries ran out (for the trace)
 }
 
@@ -280,7 +278,7 @@ type settlement struct {
 // server accepted, fails the permanent failures, and leaves the transient
 // ones to retryLater.
 func (a *Acknowledger) settle(r *request, err error, now time.Time) settlement {
-	s := settlement{o: a.classify(r, err), final: r.ids}
+	s := settlement{o: a.classify(r, err)}
 	a.resolveOK(r, s.o, err == nil, now)
 	if s.o.ok > 0 {
 		switch {
@@ -320,14 +318,13 @@ func (a *Acknowledger) retryLater(r *request, err error, now time.Time, s *settl
 	}
 	again.due = now.Add(delay)
 	s.again = again
-	s.final = without(r.ids, s.o.retry)
 	s.evs = append(s.evs, event.Event{Kind: event.Retry, Subscription: a.sub, Count: n, Delay: delay, Err: err})
 	a.log.Debug("pubsubflow: ack retry", "subscription", a.sub, "count", n, "delay", delay, "err", err)
 }
 
 // endAttemptLocked gives back r's slot and queues again (its ids to
 // retry, or nil), then starts what the free slot lets go. The attempt
-// counts as reporting until complete has told OnAcked and the events, so
+// counts as reporting until complete has told the events, so
 // that Flush and Close wait for that.
 func (a *Acknowledger) endAttemptLocked(r, again *request) {
 	finished := len(r.ids)
@@ -346,27 +343,6 @@ func (a *Acknowledger) endAttemptLocked(r, again *request) {
 	a.reporting++
 	a.dispatchLocked()
 	a.armRetryLocked()
-}
-
-// acked reports ack ids whose fate is final to Config.OnAcked.
-func (a *Acknowledger) acked(key batchKey, ids []string) {
-	if key.kind == kindAck && a.cfg.OnAcked != nil && len(ids) > 0 {
-		a.cfg.OnAcked(ids)
-	}
-}
-
-// without returns ids less the given indexes (sorted ascending).
-func without(ids []string, idx []int) []string {
-	out := make([]string, 0, len(ids)-len(idx))
-	j := 0
-	for i, id := range ids {
-		if j < len(idx) && idx[j] == i {
-			j++
-			continue
-		}
-		out = append(out, id)
-	}
-	return out
 }
 
 // resolveOK tells the tags of the ids the server accepted.
@@ -455,7 +431,6 @@ func (a *Acknowledger) failAll(r *request, kind, err error) {
 		return
 	}
 	a.emitFailed(len(r.ids), a.failIndexes(r, nil, nil, kind, err))
-	a.acked(r.key, r.ids)
 }
 
 // pauses returns the request's retry pauses (internal/retry's backoff):

@@ -17,9 +17,8 @@ import (
 // BenchmarkAckLatency measures how long an ack takes from Ack to the
 // server's answer, with 8 goroutines that each ack one message and wait for
 // it before the next (a worker pool that waits on confirmations), against
-// pubsubtest over loopback TCP. With exactly-once the caller waits on the
-// Result; without, on Config.OnAcked (no caller can wait on a plain ack, so
-// this is when the server has it). Reports p50 and p99 in ms.
+// pubsubtest over loopback TCP. The caller waits on the ack's Result (a
+// Tag): told when the server has it, with exactly-once or without. Reports p50 and p99 in ms.
 //
 //	go test -run '^$' -bench AckLatency -benchtime 4000x ./ack
 func BenchmarkAckLatency(b *testing.B) {
@@ -46,20 +45,7 @@ func benchmarkAckLatency(b *testing.B, eo bool) {
 	client := pubsubpb.NewSubscriberClient(srv.ClientConn())
 	ackIDs := pullN(b, srv, client, sub, b.N)
 
-	var mu sync.Mutex
-	waiting := map[string]chan struct{}{}
-	cfg := Config{ExactlyOnce: eo}
-	if !eo {
-		cfg.OnAcked = func(ids []string) {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, id := range ids {
-				close(waiting[id])
-				delete(waiting, id)
-			}
-		}
-	}
-	a, err := New(client, sub, cfg)
+	a, err := New(client, sub, Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -76,18 +62,11 @@ func benchmarkAckLatency(b *testing.B, eo bool) {
 				}
 				id := ackIDs[i]
 				start := time.Now()
-				if eo {
-					if err := a.Ack(id).Wait(ctx); err != nil {
-						b.Error(err)
-						return
-					}
-				} else {
-					done := make(chan struct{})
-					mu.Lock()
-					waiting[id] = done
-					mu.Unlock()
-					a.Ack(id)
-					<-done
+				r := NewResult()
+				a.AckTag(id, eo, r)
+				if err := r.Wait(ctx); err != nil {
+					b.Error(err)
+					return
 				}
 				lat[i] = time.Since(start)
 			}

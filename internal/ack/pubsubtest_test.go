@@ -77,12 +77,12 @@ func TestExactlyOnceExpiredAckID(t *testing.T) {
 		}
 
 		rec := &recorder{}
-		a, err := New(client, sub, Config{ExactlyOnce: true, Events: rec.fn})
+		a, err := New(client, sub, Config{Events: rec.fn})
 		if err != nil {
 			t.Fatal(err)
 		}
-		expired := a.Ack(old.ReceivedMessages[0].AckId)
-		live := a.Ack(fresh.ReceivedMessages[0].AckId)
+		expired := a.AckWithResult(old.ReceivedMessages[0].AckId)
+		live := a.AckWithResult(fresh.ReceivedMessages[0].AckId)
 
 		err = expired.Wait(ctx)
 		var ie *IDError

@@ -22,8 +22,8 @@ type Lapser interface {
 	Lapsed(now time.Time) bool
 }
 
-// Result is a Tag that can be waited on: what Ack and Nack return for
-// exactly-once ack ids. It settles once.
+// Result is a Tag that can be waited on (an exactly-once ack id's fate).
+// It settles once.
 type Result struct {
 	once sync.Once
 	done chan struct{}

@@ -27,7 +27,7 @@ func sendsAtOnceThenCoalesces(t *testing.T, eo bool) {
 			}
 			return nil
 		}}
-		a := newAck(t, c, Config{ExactlyOnce: eo})
+		a := newAck(t, c, Config{})
 		start := time.Now()
 		first := NewResult()
 		a.AckTag("first", eo, first)
@@ -38,7 +38,7 @@ func sendsAtOnceThenCoalesces(t *testing.T, eo bool) {
 		}
 		more := ids("more", 2500)
 		for _, id := range more {
-			a.Ack(id)
+			a.AckTag(id, eo, nil)
 		}
 		synctest.Wait()
 		if n := len(c.snapshot()); n != 3 {

@@ -69,15 +69,15 @@ func TestTracerSeesEachAttempt(t *testing.T) {
 			return nil
 		}}
 		rec := &traceRec{}
-		a := newAck(t, c, Config{ExactlyOnce: true, Tracer: rec})
+		a := newAck(t, c, Config{Tracer: rec})
 		for _, id := range []string{"ok1", "t", "p", "ok2"} {
-			a.Ack(id)
+			a.AckWithResult(id)
 		}
 		if err := a.Flush(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		a.Nack("n", 0)
-		a.Nack("d", 3*time.Second)
+		a.NackWithResult("n", 0)
+		a.NackWithResult("d", 3*time.Second)
 		a.Modacks([]string{"m"}, 30)
 		if err := a.Flush(t.Context()); err != nil {
 			t.Fatal(err)
