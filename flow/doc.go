@@ -13,7 +13,8 @@
 //   - KeyedFlowGate shares a budget fairly among keys (tenants), as an
 //     application-level budget among consumers of one subscription.
 //
-// EagerTrack and FlowGate are each one implementation used two ways.
+// EagerTrack, FlowGate and KeyedFlowGate are each one implementation used
+// two ways.
 // Written right after source.Subscribe in a pipeline —
 //
 //	pipeline.From(src).Via(flow.EagerTrack(ext, 0), flow.FlowGate(fc), …)
@@ -22,7 +23,9 @@
 // each StreamingPull response is decoded, the gate is also the streams'
 // Budget (they read only while every fused gate has room, and each stream
 // asks the server only for the least room left), and the tracker's deadline becomes the
-// streams' ack deadline. Anywhere else they run as eager stages (one
+// streams' ack deadline. The keyed gate is a FlowGate whose source hands
+// its messages to it at once (a source.Sequencer): it hands them on by the
+// keys' shares, so it is fair among everything the client holds. Anywhere else they run as eager stages (one
 // goroutine, a bounded buffer) that still lease and count on their own
 // receipt, and say once, at Warn, when messages reach them long after the
 // source received them (a buffer sits before them).

@@ -2,9 +2,9 @@ package flow
 
 import (
 	"context"
-	"log/slog"
 	"math"
 	"sync/atomic"
+	"time"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/internal/ring"
@@ -25,35 +25,48 @@ import (
 // message costs O(1), however many keys: a choice passes over at most the
 // keys at their share, which hold the budget between them.
 //
-// It is a standalone eager stage (one goroutine): it
+// Written right after source.Subscribe in a pipeline (after EagerTrack,
+// say), it is fused into the source like FlowGate (a source.Step, a
+// source.Budget and a source.Sequencer): every message is counted on
+// receipt and the streams read and ask the server only for the room the
+// budget leaves, so the client holds at most the budget; the source hands
+// its messages to the gate at once, and the gate hands them on, one at a
+// time, each from the first key in turn below its share (write the other
+// receipt steps before it: what follows it runs as stages). A key's share
+// there bounds what it holds downstream (handed on, unsettled), so a
+// small tenant's message is handed on next however many a big one has
+// waiting.
+//
+// Anywhere else it is a standalone eager stage (one goroutine): it
 // receives while it holds fewer than MaxWaiting messages, waiting or
 // admitted, counts a message against the budget when it admits it, and
 // hands admitted messages on in the order it admitted them. A message that
 // reaches it long after receipt (LateAfter) means a buffer sits before
 // it, which it cannot be fair among: it says so once, at Warn.
 //
-// Each message's settle path gives its permit back.
+// Each message's settle path gives its permit back. Logger (the field of
+// the FlowGate it embeds; nil: slog.Default()) receives the warnings: the
+// one about a buffer before the stage, and a server's over-grant.
 type KeyedGate struct {
 	// MaxWaiting bounds the messages the stage holds, waiting for their
 	// key's turn or admitted and not yet handed on (0: stage.DefaultBound).
 	// It is what the gate can be fair among: make it at least the budget
-	// (and the upstream budget), so a flood on one key cannot
+	// (and, standalone, the upstream budget), so a flood on one key cannot
 	// hide the other keys' messages upstream.
 	MaxWaiting int
 
-	// Logger receives the one warning about a buffer before the stage
-	// (nil: slog.Default()).
-	Logger *slog.Logger
-
-	fc   *FlowControl
-	key  func(*source.Message) string
-	late lateWarning
+	keyedBase // the receipt step and budget, as FlowGate's (Logger)
+	key       func(*source.Message) string
+	late      lateWarning
 }
+
+// keyedBase is the FlowGate a KeyedGate is fused as.
+type keyedBase = Gate
 
 // KeyedFlowGate returns a KeyedGate on fc that shares it among the keys
 // key gives (ByAttribute("tenant"), say).
 func KeyedFlowGate(fc *FlowControl, key func(*source.Message) string) *KeyedGate {
-	return &KeyedGate{fc: fc, key: key}
+	return &KeyedGate{keyedBase: Gate{fc: fc}, key: key}
 }
 
 // ByAttribute keys a message by its attribute name ("" when it has none).
@@ -61,7 +74,11 @@ func ByAttribute(name string) func(*source.Message) string {
 	return func(m *source.Message) string { return m.Attributes[name] }
 }
 
-var _ stage.Flow[*source.Message, *source.Message] = (*KeyedGate)(nil)
+var (
+	_ source.Sequencer                             = (*KeyedGate)(nil)
+	_ source.Budget                                = (*KeyedGate)(nil)
+	_ stage.Flow[*source.Message, *source.Message] = (*KeyedGate)(nil)
+)
 
 // keyState is one key's share, on the stage's goroutine but for n.
 type keyState struct {
@@ -83,23 +100,44 @@ func (k *keyState) release() {
 	}
 }
 
-// keyedPermit is a permit that also counts against its key.
+// keyedPermit counts a message against its key and, standalone, against
+// the budget (fused, the source's permit from Receive does).
 type keyedPermit struct {
-	permit
-	k *keyState
+	permit // fc nil when fused
+	k      *keyState
 }
 
 func (p *keyedPermit) Settled(m any, o uint32) {
 	p.k.release()
-	p.permit.Settled(m, o)
+	if p.fc != nil {
+		p.permit.Settled(m, o)
+	}
 }
 
-// Run starts the stage's goroutine under g and returns its output.
+func (p *keyedPermit) Done(m any, now time.Time) {
+	if p.fc != nil {
+		p.permit.Done(m, now)
+	}
+}
+
+// Run starts the standalone stage's goroutine under g and returns its
+// output.
 func (kg *KeyedGate) Run(g *stage.Group, in <-chan *source.Message) <-chan *source.Message {
+	return kg.run(g, in, false)
+}
+
+// Sequence is the fused gate's hand-off (source.Sequencer): it takes in
+// what the source hands on (counted on receipt already) and hands it on
+// by the keys' shares.
+func (kg *KeyedGate) Sequence(g *stage.Group, in <-chan *source.Message) <-chan *source.Message {
+	return kg.run(g, in, true)
+}
+
+func (kg *KeyedGate) run(g *stage.Group, in <-chan *source.Message, fused bool) <-chan *source.Message {
 	out := make(chan *source.Message)
 	g.Go(func(ctx context.Context) error {
 		defer close(out)
-		r := &keyedRun{kg: kg, keys: map[string]*keyState{},
+		r := &keyedRun{kg: kg, fused: fused, keys: map[string]*keyState{},
 			turns: ring.New[*keyState](16), ready: ring.New[*source.Message](16)}
 		defer r.dropAll()
 		return r.loop(ctx, in, out)
@@ -111,6 +149,7 @@ func (kg *KeyedGate) Run(g *stage.Group, in <-chan *source.Message) <-chan *sour
 // active, which settle paths lower).
 type keyedRun struct {
 	kg      *KeyedGate
+	fused   bool // the source counted every message on receipt
 	keys    map[string]*keyState
 	swept   int                   // len(keys) after the last sweep
 	active  atomic.Int64          // keys with messages waiting or held
@@ -145,7 +184,9 @@ func (r *keyedRun) loop(ctx context.Context, in <-chan *source.Message, out chan
 				in = nil
 				continue
 			}
-			r.kg.late.check(r.kg.Logger, m, "flow.KeyedFlowGate", "put the gate right after the source, or after the Subscriber's Source, so waiting messages are leased")
+			if !r.fused {
+				r.kg.late.check(r.kg.Logger, m, "flow.KeyedFlowGate", "put the gate right after source.Subscribe (pipeline.From(src).Via(flow.KeyedFlowGate(fc, key))) so it counts on receipt and is fair among all the client holds")
+			}
 			r.enqueue(m)
 		case send <- head:
 			r.ready.Pop()
@@ -190,12 +231,13 @@ func (r *keyedRun) sweep() {
 	r.swept = len(r.keys)
 }
 
-// admit admits waiting messages while the budget has room, keys below
-// their share first, in turn; a key at or over its share is admitted only
-// when no key below it waits (its room is lent). It returns a channel to wait on when the
+// admit admits waiting messages — standalone, while the budget has room;
+// fused, one when there is none to hand on — keys below their share first,
+// in turn; a key at or over its share is admitted only when no key below
+// it waits (its room is lent). It returns a channel to wait on when the
 // budget stopped it (nil otherwise).
 func (r *keyedRun) admit() <-chan struct{} {
-	for r.waiting > 0 {
+	for r.waiting > 0 && (!r.fused || r.ready.Len() == 0) {
 		k := r.next()
 		m := k.waiting.Front()
 		if expireIfLate(m) {
@@ -250,20 +292,23 @@ func (r *keyedRun) share() int64 {
 	return max(limit/max(r.active.Load(), 1), 1)
 }
 
-// acquire counts m against the budget and its key if the budget has
-// room; else it returns the channel to wait on.
+// acquire counts m against its key and, standalone, against the budget
+// if it has room; else it returns the channel to wait on.
 func (r *keyedRun) acquire(k *keyState, m *source.Message) <-chan struct{} {
-	fc := r.kg.fc
-	size := int64(max(m.Size(), 0))
-	if !fc.TryAcquire(int(size)) {
-		// Fetch Wake, then try once more: a release in between is not
-		// missed.
-		wake := fc.Wake()
+	p := &keyedPermit{k: k}
+	if !r.fused {
+		fc := r.kg.fc
+		size := int64(max(m.Size(), 0))
 		if !fc.TryAcquire(int(size)) {
-			return wake
+			// Fetch Wake, then try once more: a release in between is
+			// not missed.
+			wake := fc.Wake()
+			if !fc.TryAcquire(int(size)) {
+				return wake
+			}
 		}
+		p.fc, p.size = fc, size
 	}
-	p := &keyedPermit{permit: permit{fc: fc, size: size}, k: k}
 	message.Of(m).Hold(m, &p.node, p)
 	return nil
 }

@@ -1,8 +1,17 @@
 package flow
 
 import (
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"context"
 	"fmt"
+	"github.com/pubsubflow/pubsubflow/internal/testfix"
+	"github.com/pubsubflow/pubsubflow/pipeline"
+	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"math"
 	"runtime"
 	"strconv"
@@ -258,4 +267,125 @@ func BenchmarkKeyedGate(b *testing.B) {
 			b.ReportMetric(float64(total.Nanoseconds())/float64(b.N*n), "ns/msg")
 		})
 	}
+}
+
+// warnings is a slog handler that keeps every record at Warn or above.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, r.Message)
+	return nil
+}
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnings) WithGroup(string) slog.Handler      { return w }
+
+func (w *warnings) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.msgs)
+}
+
+// handed is one message as the consumer got it.
+type handed struct {
+	tenant        string
+	received, got time.Time
+}
+
+// TestKeyedGateFusedAfterSource: pipeline.From(src).Via(EagerTrack,
+// KeyedFlowGate) against pubsubtest over gRPC, a budget of 100 (the gate
+// holding up to 200), the source's server-side default of 1,000, and a
+// consumer that takes 2 ms a message. Tenant "big" publishes 1,200 messages, then "small" 10, then
+// "big" 300 more, so big has a backlog in the client whenever small's
+// messages are there.
+func TestKeyedGateFusedAfterSource(t *testing.T) {
+	const budget, share = 100, 50 // share: the budget between two tenants
+	f := testfix.New(t, pubsubtest.SubscriptionConfig{AckDeadline: time.Minute})
+	tenant := func(name string) func(int, *pubsubpb.PubsubMessage) {
+		return func(_ int, m *pubsubpb.PubsubMessage) { m.Attributes = map[string]string{"tenant": name} }
+	}
+	f.Publish(t, testfix.Messages(1200, tenant("big"))...)
+	f.Publish(t, testfix.Messages(10, tenant("small"))...)
+	f.Publish(t, testfix.Messages(300, tenant("big"))...)
+	const total = 1510
+
+	ext, err := NewExtender(f.Subscriber, ExtenderConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ext.Close()
+	src, err := source.Subscribe(f.Subscriber, source.Config{Subscription: f.Sub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := NewFlowControl(budget, Unlimited)
+	kg := KeyedFlowGate(fc, ByAttribute("tenant"))
+	kg.MaxWaiting = 2 * budget
+	var warned warnings
+	kg.Logger = slog.New(&warned)
+
+	var got []handed
+	var mostHeld int64
+	ctx, cancel := context.WithCancel(context.Background())
+	consume := pipeline.ForEach(func(_ context.Context, m *source.Message) error {
+		mostHeld = max(mostHeld, fc.Outstanding())
+		got = append(got, handed{m.Attributes["tenant"], m.ReceiveTime, time.Now()})
+		time.Sleep(2 * time.Millisecond) // the work
+		m.Ack()
+		if len(got) == total {
+			cancel()
+		}
+		return nil
+	})
+	_ = pipeline.FromContext(ctx, src).Via(EagerTrack(ext, 0), kg).To(consume)
+	if err := src.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != total {
+		t.Fatalf("consumed %d of %d", len(got), total)
+	}
+
+	t.Logf("server max outstanding %d, FlowControl max %d, most of big's handed on while a small one waited %d, warnings %q",
+		f.Server.SubscriptionStats(f.Sub).MaxOutstanding, mostHeld, mostAhead(got), warned.all())
+	t.Run("held within the budget", func(t *testing.T) {
+		if st := f.Server.SubscriptionStats(f.Sub); st.MaxOutstanding > budget || mostHeld > budget {
+			t.Fatalf("the server had up to %d outstanding, the FlowControl %d; want at most the budget of %d", st.MaxOutstanding, mostHeld, budget)
+		}
+	})
+	t.Run("small tenant served within a round", func(t *testing.T) {
+		if ahead := mostAhead(got); ahead > share {
+			t.Fatalf("a small message waited in the client while %d of big's were handed on; want at most its share of %d", ahead, share)
+		}
+	})
+	t.Run("no late warning", func(t *testing.T) {
+		for _, w := range warned.all() {
+			if strings.Contains(w, "sits behind a buffer") {
+				t.Fatalf("the fused gate warned: %q", w)
+			}
+		}
+	})
+}
+
+// mostAhead is the most messages of big handed on while a message of
+// small waited in the client (from its receipt to its hand-off).
+func mostAhead(got []handed) int {
+	most := 0
+	for i, h := range got {
+		if h.tenant != "small" {
+			continue
+		}
+		ahead := 0
+		for _, b := range got[:i] {
+			if b.tenant == "big" && b.got.After(h.received) {
+				ahead++
+			}
+		}
+		most = max(most, ahead)
+	}
+	return most
 }

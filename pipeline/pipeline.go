@@ -67,8 +67,9 @@ func FromContext[T any](ctx context.Context, src stage.Source[T]) Pipeline[T] {
 
 // Via appends flows that keep the element type. A flow written right
 // after a source that can take it in (a stage.Fuser: source.Subscribe's
-// source takes the receipt steps flow.EagerTrack and flow.FlowGate) runs
-// inside the source instead of as a stage of its own.
+// source takes the receipt steps flow.EagerTrack, flow.FlowGate and
+// flow.KeyedFlowGate) runs inside the source instead of as a stage of its
+// own.
 func (p Pipeline[T]) Via(flows ...stage.Flow[T, T]) Pipeline[T] {
 	for _, f := range flows {
 		if p.src != nil {

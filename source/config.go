@@ -11,6 +11,7 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
+	"github.com/pubsubflow/pubsubflow/stage"
 )
 
 // Defaults applied to the zero values of Config.
@@ -204,6 +205,17 @@ func (c Config) withDefaults() Config {
 //     streams run.
 type Step interface {
 	Receive(lane int, ms []*Message)
+}
+
+// Sequencer is a Step that also chooses the order in which the source's
+// messages are handed on (flow.KeyedFlowGate: by the keys' shares).
+// Fused by Pipeline.Via, its step runs on receipt and Sequence on the
+// source's output, whose output the pipeline's next stage reads. Sequence
+// takes in what the source hands on at once, up to a bound of its own,
+// and nacks what it still holds when g ends. (With adds only the step.)
+type Sequencer interface {
+	Step
+	Sequence(g *stage.Group, in <-chan *Message) <-chan *Message
 }
 
 // Budget is a client-side flow-control budget as the streams see it

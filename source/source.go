@@ -131,13 +131,27 @@ func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 // is a Step (Pipeline.Via calls it for the flow right after a source). The
 // copy shares everything else with s: client id, settle path, held
 // messages. ok is false, and s unchanged, for any other flow.
+//
+// A Sequencer fuses too: the copy's output runs through its Sequence.
 func (s *Source) Fuse(f stage.Flow[*Message, *Message]) (stage.Source[*Message], bool) {
 	step, ok := f.(Step)
 	if !ok {
 		return s, false
 	}
+	if seq, ok := f.(Sequencer); ok {
+		return sequenced{src: s.With(step), seq: seq}, true
+	}
 	return s.With(step), true
 }
+
+// sequenced is a source fused with a Sequencer: what follows runs as
+// stages on the sequenced output (so write the other steps before it).
+type sequenced struct {
+	src *Source
+	seq Sequencer
+}
+
+func (q sequenced) Run(g *stage.Group) <-chan *Message { return q.seq.Sequence(g, q.src.Run(g)) }
 
 // With returns a copy of s that runs steps, in order, after its own on
 // every response it decodes (see Step).
