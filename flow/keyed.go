@@ -152,6 +152,7 @@ type keyedRun struct {
 	fused   bool // the source counted every message on receipt
 	keys    map[string]*keyState
 	swept   int                   // len(keys) after the last sweep
+	free    []*keyState           // forgotten keys to reuse
 	active  atomic.Int64          // keys with messages waiting or held
 	turns   *ring.Ring[*keyState] // keys with messages waiting, in turn order
 	waiting int                   // messages waiting over all keys
@@ -201,8 +202,7 @@ func (r *keyedRun) enqueue(m *source.Message) {
 	name := r.kg.key(m)
 	k := r.keys[name]
 	if k == nil {
-		r.sweep()
-		k = &keyState{active: &r.active, waiting: ring.New[*source.Message](2)}
+		k = r.newKey()
 		r.keys[name] = k
 	}
 	if k.n.Add(1) == 1 {
@@ -216,19 +216,28 @@ func (r *keyedRun) enqueue(m *source.Message) {
 	}
 }
 
-// sweep forgets the keys that neither wait nor hold, once the map has
-// doubled since the last sweep: O(1) per key, amortized. (Only the stage
-// adds to a key's n, so one at 0 stays there.)
-func (r *keyedRun) sweep() {
-	if len(r.keys) < 2*r.swept+64 {
-		return
-	}
-	for name, k := range r.keys {
-		if k.n.Load() == 0 {
-			delete(r.keys, name)
+// newKey returns a key's state, reusing one forgotten: the keys that
+// neither wait nor hold are forgotten once the map has doubled since the
+// last sweep, O(1) per key amortized. (Only the stage adds to a key's n,
+// so one at 0 stays there, and nothing refers to it any more.)
+func (r *keyedRun) newKey() *keyState {
+	if len(r.keys) >= 2*r.swept+64 {
+		for name, k := range r.keys {
+			if k.n.Load() == 0 {
+				delete(r.keys, name)
+				if len(r.free) < 2*r.bound()+64 { // what a sweep frees
+					r.free = append(r.free, k)
+				}
+			}
 		}
+		r.swept = len(r.keys)
 	}
-	r.swept = len(r.keys)
+	if n := len(r.free); n > 0 {
+		k := r.free[n-1]
+		r.free = r.free[:n-1]
+		return k
+	}
+	return &keyState{active: &r.active, waiting: ring.New[*source.Message](2)}
 }
 
 // admit admits waiting messages — standalone, while the budget has room;
