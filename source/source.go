@@ -262,10 +262,13 @@ func (s *Source) Run(g *stage.Group) <-chan *Message {
 }
 
 // sendOne hands m on unless it lapses or expires first (it is then
-// settled Expired); false when ctx is done first. An extension can bring
-// the deadline forward (a modack shorter than the stream's deadline), and
-// the Extender then expires m before the lapse the timer was set for: an
-// expiry anywhere wakes the wait, so m is not handed on settled.
+// settled Expired); false when ctx is done first. The timer is set for the
+// lapse m has when the wait starts; an extension confirmed meanwhile moves
+// the lapse on, so when the timer fires the lapse is read again and m is
+// expired only if it has come. An extension can also bring the deadline
+// forward (a modack shorter than the stream's deadline), and the Extender
+// then expires m before the lapse the timer was set for: an expiry
+// anywhere wakes the wait, so m is not handed on settled.
 func (s *Source) sendOne(ctx context.Context, out chan<- *Message, m *Message, t **time.Timer) bool {
 	for {
 		expired := s.expiries.wait()
@@ -290,8 +293,8 @@ func (s *Source) sendOne(ctx context.Context, out chan<- *Message, m *Message, t
 		case out <- m:
 			return true
 		case <-lapse:
-			m.st.Settle(m, message.Expired, 0) // it would lapse as it went
-			return true
+			// The lapse as read when the timer was set has come; an
+			// extension confirmed since may have moved it on: read again.
 		case <-expired:
 		case <-ctx.Done():
 			return false
