@@ -135,6 +135,7 @@ func (e *Extender) tick() time.Duration {
 	e.expire(ts.expired, errMaxExtension)
 	e.dispatch(ts.b.jobs(false))
 	e.report()
+	e.pruneSenders()
 	// The horizon assumed the next tick at now+next; dispatching must not
 	// push it later, nor past the first lease that would lapse.
 	wait := next - time.Since(now)

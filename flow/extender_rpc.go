@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -34,10 +35,10 @@ type senderKey struct {
 // senderLocked is the acknowledger that sends the modacks of k's messages
 // (nil after Close): through their source's client, so each message is
 // extended on the connection, server and subscription it came from; a
-// message built by hand, through the Extender's own client. Called with
-// mu held.
+// message built by hand, through the Extender's own client. A closed
+// source has none (its messages are settled). Called with mu held.
 func (e *Extender) senderLocked(k senderKey) *ack.Acknowledger {
-	if e.closed {
+	if e.closed || k.src != nil && k.src.Closed() {
 		return nil
 	}
 	if sd := e.senders[k]; sd != nil {
@@ -63,6 +64,31 @@ func (e *Extender) senderLocked(k senderKey) *ack.Acknowledger {
 	sd.a = a
 	e.senders[k] = sd
 	return a
+}
+
+// pruneSenders closes and forgets the senders of sources that were
+// closed (the tick calls it): a closed source has settled every message
+// it held, so nothing of theirs is left to extend, and an Extender that
+// outlives many sources keeps only the senders of live ones. What such a
+// sender still has queued or in flight is abandoned at once.
+func (e *Extender) pruneSenders() {
+	var gone []*sender
+	e.mu.Lock()
+	for k, sd := range e.senders {
+		if k.src != nil && k.src.Closed() {
+			gone = append(gone, sd)
+			delete(e.senders, k)
+		}
+	}
+	e.mu.Unlock()
+	if len(gone) == 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, sd := range gone {
+		_ = sd.a.Close(ctx)
+	}
 }
 
 // failingRequests is how many modack requests in a row, at the least,

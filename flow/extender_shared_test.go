@@ -141,3 +141,45 @@ func sharedTwoServers(t *testing.T, subB string) {
 		}
 	}
 }
+
+// TestExtenderForgetsClosedSources: an Extender that outlives its sources
+// keeps a sender only for the live ones: once a source is closed, the
+// next tick closes and forgets its sender (without this every source a
+// long-lived Extender ever served kept one).
+func TestExtenderForgetsClosedSources(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const deadline = 10 * time.Second
+		f := trkNewFixture(t, pubsubtest.SubscriptionConfig{AckDeadline: deadline})
+		ext := trkExtender(t, f.client, ExtenderConfig{StreamAckDeadline: deadline})
+		senders := func() int {
+			ext.mu.Lock()
+			defer ext.mu.Unlock()
+			return len(ext.senders)
+		}
+		for round := range 3 {
+			f.publish(t, 2)
+			src, err := source.Subscribe(f.client, source.Config{Subscription: f.sub, StreamAckDeadline: deadline})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			var held sharedHeld
+			go func() { done <- trkFused(ctx, src, ext).To(held.sink()) }()
+			waitFor(t, time.Minute, func() bool {
+				return f.srv.SubscriptionStats(f.sub).ModAcks >= int64(2*(round+1)) && senders() == 1
+			}, func() string {
+				return fmt.Sprintf("round %d: server %+v, %d senders", round, f.srv.SubscriptionStats(f.sub), senders())
+			})
+			held.ackAll()
+			cancel()
+			<-done
+			if err := src.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 2*deadline, func() bool { return senders() == 0 }, func() string {
+				return fmt.Sprintf("round %d: %d senders after the source closed, want 0", round, senders())
+			})
+		}
+	})
+}

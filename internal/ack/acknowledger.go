@@ -83,6 +83,13 @@ func New(client pubsubpb.SubscriberClient, subscription string, cfg Config) (*Ac
 	return a, nil
 }
 
+// Closed reports whether Close has been called.
+func (a *Acknowledger) Closed() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closed
+}
+
 // Client is the client the acknowledger sends through: its source's
 // connection, which a lease extender sends that source's modacks on too.
 func (a *Acknowledger) Client() pubsubpb.SubscriberClient { return a.client }
