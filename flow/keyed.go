@@ -140,6 +140,11 @@ func (kg *KeyedGate) run(g *stage.Group, in <-chan *source.Message, fused bool) 
 		r := &keyedRun{kg: kg, fused: fused, keys: map[string]*keyState{},
 			turns: ring.New[*keyState](16), ready: ring.New[*source.Message](16)}
 		defer r.dropAll()
+		defer func() {
+			if r.timer != nil {
+				r.timer.Stop()
+			}
+		}()
 		return r.loop(ctx, in, out)
 	})
 	return out
@@ -157,16 +162,17 @@ type keyedRun struct {
 	turns   *ring.Ring[*keyState] // keys with messages waiting, in turn order
 	waiting int                   // messages waiting over all keys
 	ready   *ring.Ring[*source.Message]
+	timer   *time.Timer // the offered head's lapse
 }
 
 func (r *keyedRun) bound() int { return cmpOr(r.kg.MaxWaiting, stage.DefaultBound) }
 
 func (r *keyedRun) loop(ctx context.Context, in <-chan *source.Message, out chan<- *source.Message) error {
 	for {
-		for r.ready.Len() > 0 && expireIfLate(r.ready.Front()) {
-			r.ready.Pop() // settled while it waited: nothing to hand on
-		}
 		wake := r.admit()
+		if r.dropLapsed() {
+			continue // admit the next
+		}
 		if in == nil && r.waiting == 0 && r.ready.Len() == 0 {
 			return nil
 		}
@@ -191,11 +197,52 @@ func (r *keyedRun) loop(ctx context.Context, in <-chan *source.Message, out chan
 			r.enqueue(m)
 		case send <- head:
 			r.ready.Pop()
+		case <-r.lapse(head): // dropLapsed expires it
 		case <-wake:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// handOffSlack is how early the gate expires a message it offers before
+// the message lapses, so a hand-off and a lapse at the same instant cannot
+// hand on a copy as it lapses (as the source's hand-off does).
+const handOffSlack = time.Millisecond
+
+// dropLapsed drops the messages to hand on first that are settled, or
+// lapse within handOffSlack (expiring them): the server may give them out
+// again. It reports whether it dropped any.
+func (r *keyedRun) dropLapsed() bool {
+	dropped := false
+	for r.ready.Len() > 0 {
+		m := r.ready.Front()
+		if !message.Of(m).ExpireIfLate(m, time.Now().Add(handOffSlack)) {
+			break
+		}
+		r.ready.Pop()
+		dropped = true
+	}
+	return dropped
+}
+
+// lapse returns a channel that fires when head, offered downstream, is
+// about to lapse (nil without a head or a known deadline).
+func (r *keyedRun) lapse(head *source.Message) <-chan time.Time {
+	if head == nil {
+		return nil
+	}
+	d := message.Of(head).LapseAt()
+	if d.IsZero() {
+		return nil
+	}
+	wait := time.Until(d) - handOffSlack
+	if r.timer == nil {
+		r.timer = time.NewTimer(wait)
+	} else {
+		r.timer.Reset(wait)
+	}
+	return r.timer.C
 }
 
 func (r *keyedRun) enqueue(m *source.Message) {

@@ -389,3 +389,30 @@ func mostAhead(got []handed) int {
 	}
 	return most
 }
+
+// TestKeyedGateExpiresWhatLapsesWhileOffered: a message offered
+// downstream that nobody takes is expired when it is about to lapse,
+// not handed on later as a copy the server may have given out again.
+func TestKeyedGateExpiresWhatLapsesWhileOffered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := NewFlowControl(6, Unlimited)
+		m := tenantMsg("a", 0)
+		message.Of(m).SetDeadline(time.Now().Add(10*time.Second), 10*time.Second)
+		in := make(chan *source.Message, 1)
+		in <- m
+		close(in)
+		g := stage.NewGroup(context.Background())
+		out := KeyedFlowGate(fc, ByAttribute("tenant")).Run(g, in)
+		time.Sleep(10 * time.Second) // downstream takes nothing until the deadline
+		synctest.Wait()
+		if got, ok := <-out; ok {
+			t.Fatalf("handed on %s (outcome %v) after its deadline", got.ID, got.Outcome())
+		}
+		if err := g.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if m.Outcome() != source.Expired || fc.Outstanding() != 0 {
+			t.Fatalf("outcome %v, %d permits held; want expired and none", m.Outcome(), fc.Outstanding())
+		}
+	})
+}
