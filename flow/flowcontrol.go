@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pubsubflow/pubsubflow/internal/broadcast"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/source"
 )
@@ -50,9 +51,8 @@ type FlowControl struct {
 	mu    sync.Mutex         // guards lanes
 	lanes map[int]*laneCount // the open streams' lanes, by the source's lane number
 
-	// wake is closed and cleared by the next release; made on demand by
-	// Wake, so releases nobody waits for cost one atomic load.
-	wake atomic.Pointer[chan struct{}]
+	// wake is broadcast by every release and lane change.
+	wake broadcast.Wake
 }
 
 // Defaults of a Subscriber's budget (Google's clients' defaults).
@@ -148,14 +148,7 @@ func (fc *FlowControl) settle(n, bytes int64) {
 	fc.broadcast()
 }
 
-func (fc *FlowControl) broadcast() {
-	if fc.wake.Load() == nil {
-		return
-	}
-	if p := fc.wake.Swap(nil); p != nil {
-		close(*p)
-	}
-}
+func (fc *FlowControl) broadcast() { fc.wake.Broadcast() }
 
 // Room reports whether another message could be admitted now: fewer than
 // MaxMessages messages and fewer than MaxBytes bytes outstanding.
@@ -172,17 +165,7 @@ func (fc *FlowControl) Room() bool {
 // Wake returns a channel closed at the next release or lane change (a
 // broadcast). To wait without missing one, fetch Wake first, then check
 // Room or TryAcquire, then wait.
-func (fc *FlowControl) Wake() <-chan struct{} {
-	for {
-		if p := fc.wake.Load(); p != nil {
-			return *p
-		}
-		ch := make(chan struct{})
-		if fc.wake.CompareAndSwap(nil, &ch) {
-			return ch
-		}
-	}
-}
+func (fc *FlowControl) Wake() <-chan struct{} { return fc.wake.Wait() }
 
 // Outstanding is the number of messages holding permits now.
 func (fc *FlowControl) Outstanding() int64 { return fc.outstanding.Load() }

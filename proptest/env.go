@@ -79,28 +79,37 @@ func (e *Env) From(ctx context.Context) pipeline.Pipeline[*pubsubflow.Message] {
 // message until the topology takes it), after the probes.
 func (e *Env) merged(steps []stage.Flow[*pubsubflow.Message, *pubsubflow.Message]) stage.Source[*pubsubflow.Message] {
 	return stage.SourceFunc[*pubsubflow.Message](func(g *stage.Group) <-chan *pubsubflow.Message {
-		out := make(chan *pubsubflow.Message)
-		var wg sync.WaitGroup
-		for _, src := range e.srcs {
+		ins := make([]<-chan *pubsubflow.Message, len(e.srcs))
+		for i, src := range e.srcs {
 			var s stage.Source[*pubsubflow.Message] = src
 			for _, f := range steps {
 				s, _ = s.(stage.Fuser[*pubsubflow.Message]).Fuse(f)
 			}
-			in := (&probe{e: e}).Run(g, s.Run(g))
-			wg.Add(1)
-			g.Go(func(ctx context.Context) error {
-				defer wg.Done()
-				for {
-					m, ok := stage.Recv(ctx, in)
-					if !ok || !stage.Send(ctx, out, m) {
-						return nil
-					}
-				}
-			})
+			ins[i] = (&probe{e: e}).Run(g, s.Run(g))
 		}
-		g.Go(func(context.Context) error { wg.Wait(); close(out); return nil })
-		return out
+		return merge(g, ins...)
 	})
+}
+
+// merge forwards what each of ins carries to one channel, closed once
+// they all are; it holds one message at a time per input.
+func merge(g *stage.Group, ins ...<-chan *pubsubflow.Message) <-chan *pubsubflow.Message {
+	out := make(chan *pubsubflow.Message)
+	var wg sync.WaitGroup
+	for _, in := range ins {
+		wg.Add(1)
+		g.Go(func(ctx context.Context) error {
+			defer wg.Done()
+			for {
+				m, ok := stage.Recv(ctx, in)
+				if !ok || !stage.Send(ctx, out, m) {
+					return nil
+				}
+			}
+		})
+	}
+	g.Go(func(context.Context) error { wg.Wait(); close(out); return nil })
+	return out
 }
 
 // Acknowledge is the sink that settles what reaches it unsettled with an

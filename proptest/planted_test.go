@@ -204,26 +204,7 @@ func split(route func(*pubsubflow.Message) bool, a, b stage.Flow[*pubsubflow.Mes
 			}
 		})
 		outa, outb := a.Run(g, ina), b.Run(g, inb)
-		out := make(chan *pubsubflow.Message)
-		var wg sync.WaitGroup
-		for _, o := range []<-chan *pubsubflow.Message{outa, outb} {
-			wg.Add(1)
-			g.Go(func(ctx context.Context) error {
-				defer wg.Done()
-				for {
-					m, ok := stage.Recv(ctx, o)
-					if !ok || !stage.Send(ctx, out, m) {
-						return nil
-					}
-				}
-			})
-		}
-		g.Go(func(context.Context) error {
-			wg.Wait()
-			close(out)
-			return nil
-		})
-		return out
+		return merge(g, outa, outb)
 	})
 }
 

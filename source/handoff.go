@@ -3,7 +3,6 @@ package source
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -97,7 +96,7 @@ func (s *Source) pump(ctx context.Context, r *run, h *handoff, out chan<- []*Mes
 			r.unsent(b)
 			continue // ctx is done: the next pass finishes
 		}
-		expired := s.expiries.wait() // before the check: no expiry after it is missed
+		expired := s.expiries.Wait() // before the check: no expiry after it is missed
 		b = s.dropSettled(b)
 		for _, f := range s.handOff {
 			b = f(ctx, b)
@@ -140,39 +139,15 @@ func (s *Source) send(ctx context.Context, r *run, out chan<- []*Message, b []*M
 		case out <- b:
 			return
 		case <-lapse:
-			expired = s.expiries.wait()
+			expired = s.expiries.Wait()
 			b = s.dropSettled(b)
 		case <-expired:
-			expired = s.expiries.wait()
+			expired = s.expiries.Wait()
 			b = s.dropSettled(b)
 		case <-ctx.Done():
 			r.unsent(b)
 			return
 		}
-	}
-}
-
-// wake is a broadcast: wait returns a channel that the next broadcast
-// closes. A broadcast nobody waits for costs one atomic swap.
-type wake struct{ ch atomic.Pointer[chan struct{}] }
-
-// wait returns the channel the next broadcast closes.
-func (w *wake) wait() <-chan struct{} {
-	for {
-		if p := w.ch.Load(); p != nil {
-			return *p
-		}
-		c := make(chan struct{})
-		if w.ch.CompareAndSwap(nil, &c) {
-			return c
-		}
-	}
-}
-
-// broadcast closes the channel waiters hold.
-func (w *wake) broadcast() {
-	if p := w.ch.Swap(nil); p != nil {
-		close(*p)
 	}
 }
 

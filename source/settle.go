@@ -53,7 +53,7 @@ func (p *path) Settle(mi any, o uint32, delay time.Duration) {
 			m.result.Store(r)
 		}
 		c.later.done(m, m.st.Deadline())
-		c.expiries.broadcast() // a hand-off waiting with m drops it
+		c.expiries.Broadcast() // a hand-off waiting with m drops it
 	default: // NoOp: nothing to send; the server counts it until its deadline
 		c.later.done(m, m.st.Deadline())
 	}

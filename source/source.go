@@ -13,6 +13,7 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/batch"
+	"github.com/pubsubflow/pubsubflow/internal/broadcast"
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/stage"
@@ -60,8 +61,8 @@ type core struct {
 	held     registry
 	heldIDs  *heldIDs // the ack ids of what held holds, for refuseMalformed
 	later    later
-	expiries wake          // broadcast when a message expires (Expired), for the hand-offs
-	runs     atomic.Uint64 // run ids (owners of handed-off messages)
+	expiries broadcast.Wake // broadcast when a message expires (Expired), for the hand-offs
+	runs     atomic.Uint64  // run ids (owners of handed-off messages)
 
 	deadline   atomic.Int32 // stream ack deadline in whole seconds
 	deadlineMu sync.Mutex   // guards deadlineCh
@@ -271,7 +272,7 @@ func (s *Source) Run(g *stage.Group) <-chan *Message {
 // anywhere wakes the wait, so m is not handed on settled.
 func (s *Source) sendOne(ctx context.Context, out chan<- *Message, m *Message, t **time.Timer) bool {
 	for {
-		expired := s.expiries.wait()
+		expired := s.expiries.Wait()
 		if m.st.ExpireIfLateNow(m) {
 			return true
 		}
