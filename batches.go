@@ -13,7 +13,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
@@ -213,7 +212,7 @@ func orderedKeyOf(m *Message) string {
 func isOrderingKey(k string) bool { return k != "" }
 
 // batchWorkers is the sink of RunBatches: n workers calling the batch
-// handler. It takes the batcher's output in chunks (batch.Sink).
+// handler. It takes the batcher's output in chunks (stage.BatchSink).
 type batchWorkers struct {
 	s          *Subscriber
 	n          int
@@ -223,7 +222,7 @@ type batchWorkers struct {
 	settling   atomic.Int64 // messages whose handler returned, being settled
 }
 
-var _ batch.Sink[[]*Message] = (*batchWorkers)(nil)
+var _ stage.BatchSink[[]*Message] = (*batchWorkers)(nil)
 
 func (w *batchWorkers) Run(g *stage.Group, in <-chan []*Message) error {
 	return w.run(g, func(ctx context.Context) bool {

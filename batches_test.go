@@ -17,7 +17,6 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	otelcodes "go.opentelemetry.io/otel/codes"
 
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
@@ -379,7 +378,7 @@ func TestRunBatchesTraced(t *testing.T) {
 func TestRunBatchesBytes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t, pubsubtest.WithBufconn())
-		e.fix.Publish(t, testfix.Messages(200, func(i int, m *pubsubpb.PubsubMessage) {
+		e.fix.Publish(t, pubsubtest.Messages(200, func(i int, m *pubsubpb.PubsubMessage) {
 			m.Data = make([]byte, 100+(i%7)*150)
 		})...)
 		s := e.subscriber(t, SubscriberConfig{})

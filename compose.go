@@ -10,7 +10,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
@@ -58,7 +57,7 @@ type subSource struct {
 	kind runKind
 }
 
-var _ batch.Source[*Message] = (*subSource)(nil)
+var _ stage.BatchSource[*Message] = (*subSource)(nil)
 
 func (ss *subSource) Run(g *stage.Group) <-chan *Message {
 	src, ok := ss.join(g)
@@ -170,7 +169,7 @@ func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Messag
 	}
 	// Not told it orders by key: free until a response says it does.
 	free := operators.ParallelMap(parallelism, call, operators.Options[*Message, *Message]{Emit: emit})
-	return &switchFlow{free: free.(batch.Flow[*Message, *Message]), keyed: keyed, abandoned: s.life.abandoned}
+	return &switchFlow{free: free.(stage.BatchFlow[*Message, *Message]), keyed: keyed, abandoned: s.life.abandoned}
 }
 
 // orderingKey keys a message by its ordering key; messages without one

@@ -8,7 +8,6 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
@@ -18,7 +17,7 @@ type env struct {
 	srv   *pubsubtest.Server
 	topic string
 	sub   string
-	fix   *testfix.Fixture
+	fix   *pubsubtest.Fixture
 }
 
 func newEnv(t testing.TB, opts ...pubsubtest.Option) *env {
@@ -28,14 +27,14 @@ func newEnv(t testing.TB, opts ...pubsubtest.Option) *env {
 func newEnvSub(t testing.TB, sc pubsubtest.SubscriptionConfig, opts ...pubsubtest.Option) *env {
 	t.Helper()
 	sc.Name = "sub"
-	f := testfix.New(t, sc, opts...)
+	f := pubsubtest.NewFixture(t, sc, opts...)
 	return &env{srv: f.Server, topic: f.Topic, sub: f.Sub, fix: f}
 }
 
 // publish publishes n messages "0".."n-1", with ordering keys from key.
 func (e *env) publish(t testing.TB, n int, key func(i int) string) []string {
 	t.Helper()
-	return e.fix.Publish(t, testfix.Messages(n, func(i int, m *pubsubpb.PubsubMessage) {
+	return e.fix.Publish(t, pubsubtest.Messages(n, func(i int, m *pubsubpb.PubsubMessage) {
 		m.Data = []byte(fmt.Sprint(i))
 		if key != nil {
 			m.OrderingKey = key(i)

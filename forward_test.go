@@ -7,7 +7,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/pubsubflow/pubsubflow"
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/publisher"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
@@ -16,7 +15,7 @@ import (
 // Forward acks an input only after its publish succeeded and nacks the
 // inputs whose publish failed.
 func TestForwardAcksAfterPublishNacksOnFailure(t *testing.T) {
-	f := testfix.New(t, pubsubtest.SubscriptionConfig{AckDeadline: 60 * time.Second})
+	f := pubsubtest.NewFixture(t, pubsubtest.SubscriptionConfig{AckDeadline: 60 * time.Second})
 	f.Server.FailNext("Publish", 1, codes.PermissionDenied)
 	// One message per batch and one in flight: exactly the first fails.
 	p, err := publisher.New(f.Server.ClientConn(), f.Topic, publisher.Config{MaxMessages: 1, MaxInFlightBatches: 1})

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -69,12 +68,12 @@ func needsOrder(m *Message) bool { return m.Ordered && m.OrderingKey != "" }
 // so that none outlives Close in a pipeline whose context Close does not
 // own (Source → a stage of the user's → Process, the user's stage stalled).
 type switchFlow struct {
-	free      batch.Flow[*Message, *Message]
+	free      stage.BatchFlow[*Message, *Message]
 	keyed     stage.Flow[*Message, *Message]
 	abandoned context.Context // the subscriber's life.abandoned
 }
 
-var _ batch.Flow[*Message, *Message] = (*switchFlow)(nil)
+var _ stage.BatchFlow[*Message, *Message] = (*switchFlow)(nil)
 
 // router is one run of a switchFlow: its two maps' inputs and the end of
 // free.
@@ -213,5 +212,5 @@ func (f *switchFlow) Run(g *stage.Group, in <-chan *Message) <-chan *Message {
 			}
 		}
 	})
-	return batch.Unbatch(g, f.runBatches(ctx, g, batches), nil)
+	return stage.Unbatch(g, f.runBatches(ctx, g, batches), nil)
 }

@@ -22,7 +22,7 @@
 //	go test -run '^$' -bench 'PublishTraced' -benchtime 100000x -count 1 ./bench/
 //
 // The slow-consumer benchmark also runs the demand-driven tracker of
-// internal/naive, which leases a message only when a handler pulls it, to
+// examples/naive, which leases a message only when a handler pulls it, to
 // show that the scenario makes such a shape redeliver.
 //
 // go test ./bench/ without -bench runs only quick tests (the slow-consumer

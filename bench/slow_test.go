@@ -11,7 +11,7 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/pubsubflow/pubsubflow"
-	"github.com/pubsubflow/pubsubflow/internal/naive"
+	"github.com/pubsubflow/pubsubflow/examples/naive"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
@@ -94,7 +94,7 @@ func slowGoogle(ctx context.Context, tb testing.TB, e *env) error {
 	})
 }
 
-// slowNaive runs the demand-driven tracker of internal/naive: it leases a
+// slowNaive runs the demand-driven tracker of examples/naive: it leases a
 // message only when a handler asks for the next one, so the messages
 // waiting in the stream's buffers behind the handlers have no lease and the
 // server redelivers those that wait past slowDeadline.

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
@@ -82,7 +81,7 @@ func TestTwoGatesEachBoundHolds(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			const n = 400
-			f := testfix.New(t, pubsubtest.SubscriptionConfig{})
+			f := pubsubtest.NewFixture(t, pubsubtest.SubscriptionConfig{})
 			f.Backlog(t, n)
 			ext := trkExtender(t, f.Subscriber, ExtenderConfig{})
 			fcA, fcB := NewFlowControl(1000, Unlimited), NewFlowControl(20, Unlimited)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"github.com/pubsubflow/pubsubflow/source"
 )
@@ -207,7 +206,7 @@ func (p *heldPath) bind(m *source.Message) *source.Message {
 // fixture is a pubsubtest server on bufconn (usable inside a synctest
 // bubble when made inside it) with one topic and one subscription.
 type fixture struct {
-	fix    *testfix.Fixture
+	fix    *pubsubtest.Fixture
 	srv    *pubsubtest.Server
 	client pubsubpb.SubscriberClient
 	topic  string
@@ -218,7 +217,7 @@ type fixture struct {
 func newFixture(t *testing.T, sc pubsubtest.SubscriptionConfig, opts ...pubsubtest.Option) *fixture {
 	t.Helper()
 	sc.Name = "sub"
-	f := testfix.New(t, sc, append([]pubsubtest.Option{pubsubtest.WithBufconn()}, opts...)...)
+	f := pubsubtest.NewFixture(t, sc, append([]pubsubtest.Option{pubsubtest.WithBufconn()}, opts...)...)
 	return &fixture{fix: f, srv: f.Server, client: f.Subscriber, topic: f.Topic, sub: f.Sub, eo: sc.EnableExactlyOnceDelivery}
 }
 

@@ -9,7 +9,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"github.com/pubsubflow/pubsubflow/source"
@@ -47,7 +46,7 @@ func (h *sharedHeld) ackAll() (acked int) {
 // with its source and the pipeline that leases through the shared
 // Extender.
 type sharedServer struct {
-	fix  *testfix.Fixture
+	fix  *pubsubtest.Fixture
 	src  *source.Source
 	held sharedHeld
 	done chan error
@@ -88,8 +87,8 @@ func TestSharedExtenderTwoServers(t *testing.T) {
 func sharedTwoServers(t *testing.T, subB string) {
 	const n, deadline = 5, 10 * time.Second
 	servers := []*sharedServer{
-		{fix: testfix.New(t, pubsubtest.SubscriptionConfig{Name: "sub", AckDeadline: deadline}, pubsubtest.WithBufconn())},
-		{fix: testfix.New(t, pubsubtest.SubscriptionConfig{Name: subB, AckDeadline: deadline}, pubsubtest.WithBufconn())},
+		{fix: pubsubtest.NewFixture(t, pubsubtest.SubscriptionConfig{Name: "sub", AckDeadline: deadline}, pubsubtest.WithBufconn())},
+		{fix: pubsubtest.NewFixture(t, pubsubtest.SubscriptionConfig{Name: subB, AckDeadline: deadline}, pubsubtest.WithBufconn())},
 	}
 	ext := trkExtender(t, servers[0].fix.Subscriber, ExtenderConfig{StreamAckDeadline: deadline})
 	ctx, cancel := context.WithCancel(context.Background())

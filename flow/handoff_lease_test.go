@@ -9,7 +9,6 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
@@ -28,7 +27,7 @@ import (
 func TestRunWaitFollowsExtendedLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n, deadline = 4, 10 * time.Second
-		fix := testfix.New(t, pubsubtest.SubscriptionConfig{Name: "sub", AckDeadline: deadline}, pubsubtest.WithBufconn())
+		fix := pubsubtest.NewFixture(t, pubsubtest.SubscriptionConfig{Name: "sub", AckDeadline: deadline}, pubsubtest.WithBufconn())
 		cc, err := fix.Server.Dial(context.Background())
 		if err != nil {
 			t.Fatal(err)

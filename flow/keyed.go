@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/internal/ring"
 	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
@@ -86,7 +85,7 @@ type keyState struct {
 	// theirs off): the key is active while it is above 0.
 	n       atomic.Int64
 	active  *atomic.Int64 // the run's count of active keys
-	waiting *ring.Ring[*source.Message]
+	waiting *stage.Ring[*source.Message]
 	queued  bool // on the turn list (it has messages waiting)
 }
 
@@ -138,7 +137,7 @@ func (kg *KeyedGate) run(g *stage.Group, in <-chan *source.Message, fused bool) 
 	g.Go(func(ctx context.Context) error {
 		defer close(out)
 		r := &keyedRun{kg: kg, fused: fused, keys: map[string]*keyState{},
-			turns: ring.New[*keyState](16), ready: ring.New[*source.Message](16)}
+			turns: stage.NewRing[*keyState](16), ready: stage.NewRing[*source.Message](16)}
 		defer r.dropAll()
 		defer func() {
 			if r.timer != nil {
@@ -156,12 +155,12 @@ type keyedRun struct {
 	kg      *KeyedGate
 	fused   bool // the source counted every message on receipt
 	keys    map[string]*keyState
-	swept   int                   // len(keys) after the last sweep
-	free    []*keyState           // forgotten keys to reuse
-	active  atomic.Int64          // keys with messages waiting or held
-	turns   *ring.Ring[*keyState] // keys with messages waiting, in turn order
-	waiting int                   // messages waiting over all keys
-	ready   *ring.Ring[*source.Message]
+	swept   int                    // len(keys) after the last sweep
+	free    []*keyState            // forgotten keys to reuse
+	active  atomic.Int64           // keys with messages waiting or held
+	turns   *stage.Ring[*keyState] // keys with messages waiting, in turn order
+	waiting int                    // messages waiting over all keys
+	ready   *stage.Ring[*source.Message]
 	timer   *time.Timer // the offered head's lapse
 }
 
@@ -284,7 +283,7 @@ func (r *keyedRun) newKey() *keyState {
 		r.free = r.free[:n-1]
 		return k
 	}
-	return &keyState{active: &r.active, waiting: ring.New[*source.Message](2)}
+	return &keyState{active: &r.active, waiting: stage.NewRing[*source.Message](2)}
 }
 
 // admit admits waiting messages — standalone, while the budget has room;

@@ -9,7 +9,6 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"context"
 	"fmt"
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"math"
@@ -305,13 +304,13 @@ type handed struct {
 // messages are there.
 func TestKeyedGateFusedAfterSource(t *testing.T) {
 	const budget, share = 100, 50 // share: the budget between two tenants
-	f := testfix.New(t, pubsubtest.SubscriptionConfig{AckDeadline: time.Minute})
+	f := pubsubtest.NewFixture(t, pubsubtest.SubscriptionConfig{AckDeadline: time.Minute})
 	tenant := func(name string) func(int, *pubsubpb.PubsubMessage) {
 		return func(_ int, m *pubsubpb.PubsubMessage) { m.Attributes = map[string]string{"tenant": name} }
 	}
-	f.Publish(t, testfix.Messages(1200, tenant("big"))...)
-	f.Publish(t, testfix.Messages(10, tenant("small"))...)
-	f.Publish(t, testfix.Messages(300, tenant("big"))...)
+	f.Publish(t, pubsubtest.Messages(1200, tenant("big"))...)
+	f.Publish(t, pubsubtest.Messages(10, tenant("small"))...)
+	f.Publish(t, pubsubtest.Messages(300, tenant("big"))...)
 	const total = 1510
 
 	ext, err := NewExtender(f.Subscriber, ExtenderConfig{})

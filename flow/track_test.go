@@ -18,7 +18,6 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
@@ -288,7 +287,7 @@ func TestDemandDrivenTrackerRedelivers(t *testing.T) {
 // trkFixture is a pubsubtest server on bufconn with one topic and one
 // subscription; made inside a synctest bubble it runs in virtual time.
 type trkFixture struct {
-	fix    *testfix.Fixture
+	fix    *pubsubtest.Fixture
 	srv    *pubsubtest.Server
 	client pubsubpb.SubscriberClient
 	topic  string
@@ -298,7 +297,7 @@ type trkFixture struct {
 func trkNewFixture(t *testing.T, sc pubsubtest.SubscriptionConfig) *trkFixture {
 	t.Helper()
 	sc.Name = "sub"
-	f := testfix.New(t, sc, pubsubtest.WithBufconn())
+	f := pubsubtest.NewFixture(t, sc, pubsubtest.WithBufconn())
 	return &trkFixture{fix: f, srv: f.Server, client: f.Subscriber, topic: f.Topic, sub: f.Sub}
 }
 

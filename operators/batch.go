@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/internal/batch"
-	"github.com/pubsubflow/pubsubflow/internal/ring"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -155,7 +153,7 @@ func Batch[T any](opt BatchOptions[T]) *Batcher[T] {
 
 // The chunked path lets a batch source (a Subscriber's) feed Batch with one
 // channel operation per chunk; keep it compiled in.
-var _ batch.Flow[int, []int] = (*Batcher[int])(nil)
+var _ stage.BatchFlow[int, []int] = (*Batcher[int])(nil)
 
 // Run starts the stage's goroutine under g and returns its output.
 func (b *Batcher[T]) Run(g *stage.Group, in <-chan T) <-chan []T {
@@ -293,7 +291,7 @@ type batchRun[T any] struct {
 	// close.
 	aging, owing list.List
 	open         int
-	ready        *ring.Ring[readyBatch[T]]
+	ready        *stage.Ring[readyBatch[T]]
 	waiting      int // ready plus backlogs
 	inFlight     map[*T]*keyState[T]
 	received     uint64
@@ -311,7 +309,7 @@ func newBatchRun[T any](b *Batcher[T]) *batchRun[T] {
 		b:     b,
 		opt:   b.opt,
 		keys:  map[string]*keyState[T]{},
-		ready: ring.New[readyBatch[T]](4),
+		ready: stage.NewRing[readyBatch[T]](4),
 		wake:  make(chan struct{}, 1),
 	}
 	if b.opt.Ordered {

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
@@ -71,7 +70,7 @@ func peakGoroutines(t *testing.T, mode string, elems int, lockstep bool) int {
 			}
 			return nil
 		})
-		for b := range pm.(batch.Flow[int, int]).RunBatches(g, bin) {
+		for b := range pm.(stage.BatchFlow[int, int]).RunBatches(g, bin) {
 			got += len(b)
 			next <- struct{}{} // lockstep: batches of one, one at a time
 		}

@@ -3,7 +3,6 @@ package operators
 import (
 	"context"
 
-	"github.com/pubsubflow/pubsubflow/internal/ring"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -24,8 +23,8 @@ func (pm *parallelMap[T, R]) keyed(g *stage.Group, in <-chan T) <-chan R {
 		in:      in,
 		jobs:    make(chan keyedJob[T]),
 		free:    make(chan string),
-		waiting: map[string]*ring.Ring[T]{},
-		ready:   ring.New[keyedJob[T]](min(pm.n, 16)),
+		waiting: map[string]*stage.Ring[T]{},
+		ready:   stage.NewRing[keyedJob[T]](min(pm.n, 16)),
 	}
 	out := make(chan R)
 
@@ -65,11 +64,11 @@ type keyedCoord[T any] struct {
 	window  int      // most elements queued behind busy keys
 	in      <-chan T // nil once upstream closed
 	jobs    chan keyedJob[T]
-	free    chan string              // a worker reports its job's key done
-	waiting map[string]*ring.Ring[T] // present = key busy
-	ready   *ring.Ring[keyedJob[T]]  // grows as keys get ready
-	queued  int                      // elements in waiting's rings
-	running int                      // jobs handed to the workers
+	free    chan string               // a worker reports its job's key done
+	waiting map[string]*stage.Ring[T] // present = key busy
+	ready   *stage.Ring[keyedJob[T]]  // grows as keys get ready
+	queued  int                       // elements in waiting's rings
+	running int                       // jobs handed to the workers
 }
 
 // run is the coordinator's loop: it receives while the window has room,
@@ -115,7 +114,7 @@ func (c *keyedCoord[T]) receive(v T) {
 		c.queued++
 		return
 	}
-	c.waiting[k] = ring.New[T](1)
+	c.waiting[k] = stage.NewRing[T](1)
 	c.ready.Push(keyedJob[T]{k, v})
 }
 

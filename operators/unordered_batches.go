@@ -6,11 +6,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// Batched input and output of an Unordered ParallelMap (batch.Flow).
+// Batched input and output of an Unordered ParallelMap (stage.BatchFlow).
 // The workers share the batches that arrive: a worker that receives one
 // keeps its first element and queues the rest, waking idle workers, so a
 // batch of a hundred slow elements is spread over all the workers while a
@@ -26,11 +25,11 @@ const (
 )
 
 // unorderedFlow is an Unordered ParallelMap: a stage.Flow and a
-// batch.Flow.
+// stage.BatchFlow.
 type unorderedFlow[T, R any] struct{ pm *parallelMap[T, R] }
 
 // The batch path is what makes an unordered ParallelMap cheap.
-var _ batch.Flow[int, int] = unorderedFlow[int, int]{}
+var _ stage.BatchFlow[int, int] = unorderedFlow[int, int]{}
 
 func (u unorderedFlow[T, R]) Run(g *stage.Group, in <-chan T) <-chan R { return u.pm.unordered(g, in) }
 

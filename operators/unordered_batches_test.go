@@ -10,7 +10,6 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -57,7 +56,7 @@ func TestUnorderedBatchesProperty(t *testing.T) {
 				inFlight.Add(-1)
 				return v, nil
 			}
-			flow := ParallelMap(n, f).(batch.Flow[int, int])
+			flow := ParallelMap(n, f).(stage.BatchFlow[int, int])
 			out := flow.RunBatches(g, batches(g, seq(total), sizes))
 			var got []int
 			for b := range out {
@@ -98,7 +97,7 @@ func TestUnorderedBatchesHandsOnWhatIsReady(t *testing.T) {
 		}
 		in := make(chan []int, 1)
 		in <- seq(10)
-		out := ParallelMap(2, f).(batch.Flow[int, int]).RunBatches(g, in)
+		out := ParallelMap(2, f).(stage.BatchFlow[int, int]).RunBatches(g, in)
 		got := 0
 		start := time.Now()
 		for got < 9 {

@@ -16,15 +16,14 @@ package pipeline
 import (
 	"context"
 
-	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
 // Pipeline is a source with zero or more flows applied, not yet running.
 // It is a value: Via returns a new Pipeline and the receiver is unchanged.
 //
-// Between two stages that both take batches (batch.Source,
-// batch.Flow, batch.Sink) the pipeline hands on whole batches,
+// Between two stages that both take batches (stage.BatchSource,
+// stage.BatchFlow, stage.BatchSink) the pipeline hands on whole batches,
 // one channel operation per batch; between any others, single elements.
 type Pipeline[T any] struct {
 	ctx context.Context
@@ -42,7 +41,7 @@ type ports[T any] struct {
 // single returns the output element by element.
 func (p ports[T]) single(g *stage.Group) <-chan T {
 	if p.many != nil {
-		return batch.Unbatch(g, p.many, nil)
+		return stage.Unbatch(g, p.many, nil)
 	}
 	return p.one
 }
@@ -56,7 +55,7 @@ func From[T any](src stage.Source[T]) Pipeline[T] {
 // FromContext starts a pipeline at src that stops when ctx is done.
 func FromContext[T any](ctx context.Context, src stage.Source[T]) Pipeline[T] {
 	p := Pipeline[T]{ctx: ctx, run: func(g *stage.Group, batches bool) ports[T] {
-		if bs, ok := src.(batch.Source[T]); ok && batches {
+		if bs, ok := src.(stage.BatchSource[T]); ok && batches {
 			return ports[T]{many: bs.RunBatches(g)}
 		}
 		return ports[T]{one: src.Run(g)}
@@ -87,7 +86,7 @@ func (p Pipeline[T]) Via(flows ...stage.Flow[T, T]) Pipeline[T] {
 func Map[T, R any](p Pipeline[T], f stage.Flow[T, R]) Pipeline[R] {
 	up := p.run
 	return Pipeline[R]{ctx: p.ctx, run: func(g *stage.Group, batches bool) ports[R] {
-		if bf, ok := f.(batch.Flow[T, R]); ok {
+		if bf, ok := f.(stage.BatchFlow[T, R]); ok {
 			in := up(g, true)
 			if in.many == nil {
 				return ports[R]{one: f.Run(g, in.one)}
@@ -113,7 +112,7 @@ func Map[T, R any](p Pipeline[T], f stage.Flow[T, R]) Pipeline[R] {
 func (p Pipeline[T]) To(sink stage.Sink[T]) error {
 	g := stage.NewGroup(p.ctx)
 	err := stage.Safe(func() error {
-		if bs, ok := sink.(batch.Sink[T]); ok {
+		if bs, ok := sink.(stage.BatchSink[T]); ok {
 			in := p.run(g, true)
 			if in.many != nil {
 				return bs.RunBatches(g, in.many)

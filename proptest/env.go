@@ -8,7 +8,6 @@ import (
 
 	"github.com/pubsubflow/pubsubflow"
 	"github.com/pubsubflow/pubsubflow/flow"
-	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
@@ -202,7 +201,7 @@ func (e *Env) setSending(d int) {
 // probe held it is not handed on, as the source would not hand it on.
 type probe struct{ e *Env }
 
-var _ batch.Flow[*pubsubflow.Message, *pubsubflow.Message] = (*probe)(nil)
+var _ stage.BatchFlow[*pubsubflow.Message, *pubsubflow.Message] = (*probe)(nil)
 
 func (p *probe) Run(g *stage.Group, in <-chan *pubsubflow.Message) <-chan *pubsubflow.Message {
 	out := make(chan *pubsubflow.Message)

@@ -256,7 +256,7 @@ func frameOwner(fn string) string {
 	case strings.HasPrefix(fn, module+"/"):
 		rest := strings.TrimPrefix(fn, module+"/")
 		switch {
-		case strings.HasPrefix(rest, "internal/batch."):
+		case strings.HasPrefix(rest, "stage.Unbatch"):
 			return ownerTopology // the hand-offs between a pipeline's stages
 		case strings.HasPrefix(rest, "source."), strings.HasPrefix(rest, "flow."), strings.HasPrefix(rest, "internal/"):
 			return ownerLibrary

@@ -23,7 +23,6 @@ import (
 	"github.com/pubsubflow/pubsubflow/flow"
 	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/message"
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"github.com/pubsubflow/pubsubflow/stage"
@@ -195,7 +194,7 @@ func TestKnownRunCancelledEarly(t *testing.T) {
 // fixture is a pubsubtest server over bufconn with one topic and one
 // subscription, for the scenario tests; make it inside a synctest bubble.
 type fixture struct {
-	fix   *testfix.Fixture
+	fix   *pubsubtest.Fixture
 	srv   *pubsubtest.Server
 	topic string
 	sub   string
@@ -203,14 +202,14 @@ type fixture struct {
 
 func newEnv(t testing.TB, opts ...pubsubtest.Option) *fixture {
 	t.Helper()
-	f := testfix.New(t, pubsubtest.SubscriptionConfig{}, append([]pubsubtest.Option{pubsubtest.WithBufconn()}, opts...)...)
+	f := pubsubtest.NewFixture(t, pubsubtest.SubscriptionConfig{}, append([]pubsubtest.Option{pubsubtest.WithBufconn()}, opts...)...)
 	return &fixture{fix: f, srv: f.Server, topic: f.Topic, sub: f.Sub}
 }
 
 // publish publishes n small messages.
 func (e *fixture) publish(t testing.TB, n int) {
 	t.Helper()
-	e.fix.Publish(t, testfix.Messages(n, func(i int, m *pubsubpb.PubsubMessage) { m.Data = []byte(strconv.Itoa(i)) })...)
+	e.fix.Publish(t, pubsubtest.Messages(n, func(i int, m *pubsubpb.PubsubMessage) { m.Data = []byte(strconv.Itoa(i)) })...)
 }
 
 // subscriber makes a Subscriber on the fixture's subscription through

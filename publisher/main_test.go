@@ -11,7 +11,6 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
@@ -32,7 +31,7 @@ type env struct {
 // bubble pass pubsubtest.WithBufconn().
 func newEnv(t testing.TB, opts ...pubsubtest.Option) *env {
 	t.Helper()
-	f := testfix.New(t, pubsubtest.SubscriptionConfig{AckDeadline: 60 * time.Second}, opts...)
+	f := pubsubtest.NewFixture(t, pubsubtest.SubscriptionConfig{AckDeadline: 60 * time.Second}, opts...)
 	return &env{srv: f.Server, topic: f.Topic, sub: f.Sub}
 }
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/carrier"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
-	"github.com/pubsubflow/pubsubflow/internal/ring"
+	"github.com/pubsubflow/pubsubflow/stage"
 )
 
 // Publisher publishes to one topic through a batching worker. Make it with
@@ -39,15 +39,15 @@ type Publisher struct {
 	closing   bool
 	free      keyState // unordered messages
 	keys      map[string]*keyState
-	timers    *ring.Ring[*batch] // batches in opening order (deadline order); closed ones are skipped
-	openCount int                // open batches (the rest of timers is stale)
-	timerIdle bool               // the timer goroutine waits for timerWake, not for a deadline
+	timers    *stage.Ring[*batch] // batches in opening order (deadline order); closed ones are skipped
+	openCount int                 // open batches (the rest of timers is stale)
+	timerIdle bool                // the timer goroutine waits for timerWake, not for a deadline
 
 	// sendMu guards the hand-off to the senders, so that a sender of
 	// unordered batches never waits for (or holds up) Publish. Taken after
 	// mu when both are held.
 	sendMu  sync.Mutex
-	ready   *ring.Ring[*batch]  // closed batches waiting for a sender
+	ready   *stage.Ring[*batch] // closed batches waiting for a sender
 	live    map[*batch]struct{} // every sealed batch not yet done, for Flush
 	senders int
 
@@ -124,8 +124,8 @@ func NewFromClient(client pubsubpb.PublisherClient, topic string, cfg Config) (*
 		topicBytes: fieldBytes(len(topic)),
 		flow:       newFlowQueue(cfg.Flow),
 		keys:       make(map[string]*keyState),
-		ready:      ring.New[*batch](cfg.MaxInFlightBatches),
-		timers:     ring.New[*batch](64),
+		ready:      stage.NewRing[*batch](cfg.MaxInFlightBatches),
+		timers:     stage.NewRing[*batch](64),
 		live:       make(map[*batch]struct{}),
 		timerIdle:  true,
 		timerWake:  make(chan struct{}, 1),

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/pubsubflow/pubsubflow/internal/limits"
-	"github.com/pubsubflow/pubsubflow/internal/ring"
+	"github.com/pubsubflow/pubsubflow/stage"
 )
 
 // deletedTopic is what the real service reports as the topic of a
@@ -34,11 +34,11 @@ type subscription struct {
 	pb       *pubsubpb.Subscription // config; replaced, never mutated, on update
 	topic    *topic                 // nil once the topic is deleted
 	props    *pubsubpb.StreamingPullResponse_SubscriptionProperties
-	ready    ring.Ring[*entry]
-	out      map[string]*entry             // live ack id → entry
-	keys     map[string]*ring.Ring[*entry] // ordering key → messages waiting behind the one out
-	streams  map[*stream]struct{}          // open streams
-	pullWait chan struct{}                 // closed when messages become ready; nil without waiters
+	ready    stage.Ring[*entry]
+	out      map[string]*entry              // live ack id → entry
+	keys     map[string]*stage.Ring[*entry] // ordering key → messages waiting behind the one out
+	streams  map[*stream]struct{}           // open streams
+	pullWait chan struct{}                  // closed when messages become ready; nil without waiters
 	stats    SubStats
 	feat     subFeatures // filter, retention, backoff, held bytes
 }
@@ -282,7 +282,7 @@ func (s *rpcServer) CreateSubscription(_ context.Context, req *pubsubpb.Subscrip
 		name:    cfg.Name,
 		topic:   t,
 		out:     make(map[string]*entry),
-		keys:    make(map[string]*ring.Ring[*entry]),
+		keys:    make(map[string]*stage.Ring[*entry]),
 		streams: make(map[*stream]struct{}),
 		feat:    subFeatures{filter: f},
 	}
@@ -347,8 +347,8 @@ func (s *Server) deleteSubLocked(sub *subscription) {
 	}
 	s.subDeletedLocked(sub)
 	sub.out = make(map[string]*entry)
-	sub.ready = ring.Ring[*entry]{}
-	sub.keys = make(map[string]*ring.Ring[*entry])
+	sub.ready = stage.Ring[*entry]{}
+	sub.keys = make(map[string]*stage.Ring[*entry])
 	for st := range sub.streams {
 		s.finishLocked(st, status.Errorf(codes.NotFound, "Subscription does not exist (resource=%s).", name))
 	}

@@ -5,10 +5,9 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/pubsubflow/pubsubflow/stage"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
-
-	"github.com/pubsubflow/pubsubflow/internal/ring"
 )
 
 // publishLocked assigns ids and the publish time to msgs (which the server
@@ -57,7 +56,7 @@ func (s *Server) enqueueNewLocked(e *entry) {
 			q.Push(e)
 			return
 		}
-		sub.keys[key] = &ring.Ring[*entry]{}
+		sub.keys[key] = &stage.Ring[*entry]{}
 	}
 	e.state = stateReady
 	sub.ready.Push(e)

@@ -4,9 +4,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/pubsubflow/pubsubflow/stage"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/pubsubflow/pubsubflow/internal/ring"
 )
 
 // serverFeatures is the server's state for dead-letter and retry policies,
@@ -31,7 +30,7 @@ type subFeatures struct {
 	filter filter // nil: every message
 	// retained are acknowledged entries kept for Seek while
 	// retain_acked_messages is set, in order of acknowledgement.
-	retained  ring.Ring[*entry]
+	retained  stage.Ring[*entry]
 	delayed   int   // entries of this subscription in serverFeatures.delayed
 	heldBytes int64 // this subscription's share of serverFeatures.heldBytes
 }
@@ -40,7 +39,7 @@ type subFeatures struct {
 type topicFeatures struct {
 	// log holds every message published while the topic has a
 	// message_retention_duration, in publish order, for Seek.
-	log      ring.Ring[*message]
+	log      stage.Ring[*message]
 	logBytes int64
 	// snaps are the snapshots of subscriptions of this topic: each keeps
 	// the messages published after it was taken.
@@ -173,7 +172,7 @@ func (s *Server) subDetachedLocked(sub *subscription) {
 		s.releaseLocked(e) // deletes from sub.out, which range allows
 		e.state = stateGone
 	}
-	sub.ready = ring.Ring[*entry]{}
-	sub.keys = make(map[string]*ring.Ring[*entry])
+	sub.ready = stage.Ring[*entry]{}
+	sub.keys = make(map[string]*stage.Ring[*entry])
 	s.subDeletedLocked(sub)
 }

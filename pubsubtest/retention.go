@@ -3,7 +3,7 @@ package pubsubtest
 import (
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/internal/ring"
+	"github.com/pubsubflow/pubsubflow/stage"
 )
 
 // retainedSince is the oldest publish time sub keeps a message for at now:
@@ -76,7 +76,7 @@ func (s *Server) pruneTopicLogLocked(t *topic, now time.Time) {
 // dropTopicLogLocked forgets t's log (retention removed, or t deleted).
 func (s *Server) dropTopicLogLocked(t *topic) {
 	s.feat.heldBytes -= t.feat.logBytes
-	t.feat.log = ring.Ring[*message]{}
+	t.feat.log = stage.Ring[*message]{}
 	t.feat.logBytes = 0
 }
 

@@ -6,10 +6,9 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/pubsubflow/pubsubflow/stage"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/pubsubflow/pubsubflow/internal/ring"
 )
 
 // Seek implements pubsubpb.SubscriberServer.
@@ -94,9 +93,9 @@ func (s *Server) rebuildLocked(sub *subscription, extra []*message, unacked func
 		}
 	}
 	s.dropDelayedLocked(sub)
-	sub.ready = ring.Ring[*entry]{}
-	sub.keys = make(map[string]*ring.Ring[*entry])
-	sub.feat.retained = ring.Ring[*entry]{}
+	sub.ready = stage.Ring[*entry]{}
+	sub.keys = make(map[string]*stage.Ring[*entry])
+	sub.feat.retained = stage.Ring[*entry]{}
 	s.unholdLocked(sub, sub.feat.heldBytes)
 
 	byseq := make(map[uint64]*entry, len(old))

@@ -7,12 +7,11 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/pubsubflow/pubsubflow/stage"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
-
-	"github.com/pubsubflow/pubsubflow/internal/ring"
 )
 
 // snapshot is the acknowledgement state of a subscription at one moment:
@@ -69,7 +68,7 @@ func (s *Server) unackedLocked(sub *subscription) []*message {
 // the retained acknowledged ones too, in publish order.
 func (s *Server) entriesLocked(sub *subscription, retained bool) []*entry {
 	var out []*entry
-	addRing := func(r *ring.Ring[*entry]) {
+	addRing := func(r *stage.Ring[*entry]) {
 		out = slices.AppendSeq(out, r.All())
 	}
 	addRing(&sub.ready)

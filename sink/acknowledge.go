@@ -3,7 +3,6 @@ package sink
 import (
 	"context"
 
-	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
@@ -20,11 +19,11 @@ import (
 // group is cancelled first, or p's validation error.
 func Acknowledge(p Policy) stage.Sink[*source.Message] { return ackSink{p} }
 
-// ackSink is Acknowledge: a stage.Sink and a batch.Sink.
+// ackSink is Acknowledge: a stage.Sink and a stage.BatchSink.
 type ackSink struct{ p Policy }
 
 // The batch path is what makes Acknowledge cheap; keep it compiled in.
-var _ batch.Sink[*source.Message] = ackSink{}
+var _ stage.BatchSink[*source.Message] = ackSink{}
 
 func (a ackSink) Run(g *stage.Group, in <-chan *source.Message) error {
 	return a.run(g, func(ctx context.Context) (bool, error) {

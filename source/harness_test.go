@@ -10,7 +10,6 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
 	"github.com/pubsubflow/pubsubflow/internal/event"
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
@@ -22,19 +21,19 @@ type harness struct {
 	client pubsubpb.SubscriberClient
 	topic  string
 	sub    string
-	fix    *testfix.Fixture
+	fix    *pubsubtest.Fixture
 }
 
 func newHarness(t *testing.T, sc pubsubtest.SubscriptionConfig, opts ...pubsubtest.Option) *harness {
 	t.Helper()
-	f := testfix.New(t, sc, append([]pubsubtest.Option{pubsubtest.WithBufconn()}, opts...)...)
+	f := pubsubtest.NewFixture(t, sc, append([]pubsubtest.Option{pubsubtest.WithBufconn()}, opts...)...)
 	return &harness{srv: f.Server, client: f.Subscriber, topic: f.Topic, sub: f.Sub, fix: f}
 }
 
 // publish publishes n messages of size bytes each ("m<i>" padded).
 func (h *harness) publish(t *testing.T, n, size int) {
 	t.Helper()
-	h.fix.Publish(t, testfix.Messages(n, func(_ int, m *pubsubpb.PubsubMessage) {
+	h.fix.Publish(t, pubsubtest.Messages(n, func(_ int, m *pubsubpb.PubsubMessage) {
 		if len(m.Data) < size {
 			m.Data = append(m.Data, make([]byte, size-len(m.Data))...)
 		}

@@ -8,7 +8,6 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
@@ -33,7 +32,7 @@ func TestHeldMessagesKeepOnlyTheirOwnData(t *testing.T) {
 	const responses, per, size = 100, 200, 1 << 10
 	const bound = 10 << 20 // over the baseline, while the 100 are held
 	const back = 1 << 20   // over the baseline, once they are acked
-	f := testfix.New(t, pubsubtest.SubscriptionConfig{AckDeadline: 10 * time.Minute}, pubsubtest.WithMaxMessagesPerResponse(per))
+	f := pubsubtest.NewFixture(t, pubsubtest.SubscriptionConfig{AckDeadline: 10 * time.Minute}, pubsubtest.WithMaxMessagesPerResponse(per))
 	src, err := source.Subscribe(f.Subscriber, source.Config{
 		Subscription: f.Sub, StreamAckDeadline: 10 * time.Minute,
 		MaxOutstandingMessages: -1, MaxOutstandingBytes: -1,
@@ -52,7 +51,7 @@ func TestHeldMessagesKeepOnlyTheirOwnData(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	msgs := testfix.Messages(per, func(_ int, m *pubsubpb.PubsubMessage) { m.Data = make([]byte, size) })
+	msgs := pubsubtest.Messages(per, func(_ int, m *pubsubpb.PubsubMessage) { m.Data = make([]byte, size) })
 	// round publishes a response's worth and acks all of it but, when
 	// hold, its first message, which it returns.
 	round := func(hold bool) (kept *source.Message) {

@@ -12,7 +12,6 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/pubsubflow/pubsubflow/internal/ack"
-	"github.com/pubsubflow/pubsubflow/internal/batch"
 	"github.com/pubsubflow/pubsubflow/internal/broadcast"
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/message"
@@ -80,9 +79,9 @@ type core struct {
 }
 
 var (
-	_ batch.Source[*Message] = (*Source)(nil)
-	_ stage.Fuser[*Message]  = (*Source)(nil)
-	_ ack.Tag                = (*ackTag)(nil)
+	_ stage.BatchSource[*Message] = (*Source)(nil)
+	_ stage.Fuser[*Message]       = (*Source)(nil)
+	_ ack.Tag                     = (*ackTag)(nil)
 )
 
 // Subscribe validates cfg and returns a Source that reads the subscription

@@ -1,9 +1,11 @@
 // Package stage holds the building blocks every pubsubflow stage is made of:
 // a Group that owns the goroutines of one running pipeline (context, first
 // error, wait), the Source/Flow/Sink interfaces stages implement (with their
-// Func adapters, and Fuser), Eager, the bounded eager-pull stage, and the
-// helpers Send and Recv (channel operations that give up when the context
-// is done) and Safe (a panic turned into a *PanicError).
+// Func adapters, and Fuser) and their Batch variants (a pipeline hands
+// whole batches between two stages that take them), Eager, the bounded
+// eager-pull stage, Ring, the module's one FIFO queue, and the helpers
+// Send and Recv (channel operations that give up when the context is
+// done), Unbatch, and Safe (a panic turned into a *PanicError).
 //
 // Eager is the answer to one bug shape: a one-in-one-out step that does its
 // bookkeeping only when downstream asks for the next element. Eager receives

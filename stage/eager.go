@@ -2,8 +2,6 @@ package stage
 
 import (
 	"context"
-
-	"github.com/pubsubflow/pubsubflow/internal/ring"
 )
 
 // DefaultBound is the buffer bound of an Eager stage that sets none. It
@@ -89,7 +87,7 @@ func (e *Eager[T]) bound() int {
 // (admit, arm, receive, discard) share, kept here rather than passed around.
 type eagerRun[T any] struct {
 	e          *Eager[T]
-	buf        *ring.Ring[T]
+	buf        *Ring[T]
 	bound      int
 	in         <-chan T // nil once upstream closed
 	discard    <-chan struct{}
@@ -110,7 +108,7 @@ type eagerArms[T any] struct {
 
 func (e *Eager[T]) loop(ctx context.Context, in <-chan T, out chan<- T) error {
 	bound := e.bound()
-	r := &eagerRun[T]{e: e, buf: ring.New[T](min(bound, 1024)), bound: bound, in: in, discard: e.Discard}
+	r := &eagerRun[T]{e: e, buf: NewRing[T](min(bound, 1024)), bound: bound, in: in, discard: e.Discard}
 	defer r.dropAll()
 	for {
 		// Admit a waiting element first: it is the oldest received.
@@ -212,7 +210,7 @@ func (r *eagerRun[T]) dropAll() {
 }
 
 // receive runs the on-receipt hook and buffers v.
-func (e *Eager[T]) receive(ctx context.Context, v T, buf *ring.Ring[T]) error {
+func (e *Eager[T]) receive(ctx context.Context, v T, buf *Ring[T]) error {
 	if e.OnReceive != nil {
 		if err := e.OnReceive(ctx, v); err != nil {
 			e.drop(v)

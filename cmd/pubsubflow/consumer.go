@@ -8,11 +8,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pubsubflow/pubsubflow"
-	"github.com/pubsubflow/pubsubflow/internal/naive"
+	"github.com/pubsubflow/pubsubflow/examples/naive"
 )
 
 // consumer is one consumer shape under measurement: ours (the Subscriber)
-// or the demand-driven tracker (internal/naive).
+// or the demand-driven tracker (examples/naive).
 type consumer interface {
 	// start begins consuming with the meter's handler.
 	start(ctx context.Context) error
@@ -74,7 +74,7 @@ func (c *oursConsumer) stop() error {
 	return errors.Join(err, c.sub.Close())
 }
 
-// naiveConsumer is the demand-driven tracker of internal/naive, for
+// naiveConsumer is the demand-driven tracker of examples/naive, for
 // bench --compare-naive: it leases a message only when a handler asks for
 // the next one, so what waits in the stream's buffers is not leased and the
 // server redelivers it once the stream ack deadline passes.

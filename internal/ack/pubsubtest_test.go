@@ -11,7 +11,6 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/pubsubflow/pubsubflow/internal/limits"
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
@@ -19,7 +18,7 @@ import (
 // synctest bubble) with a topic and a subscription.
 func newServer(t *testing.T, sub pubsubtest.SubscriptionConfig) (*pubsubtest.Server, pubsubpb.SubscriberClient, string) {
 	t.Helper()
-	f := testfix.New(t, sub, pubsubtest.WithBufconn())
+	f := pubsubtest.NewFixture(t, sub, pubsubtest.WithBufconn())
 	return f.Server, f.Subscriber, f.Sub
 }
 

@@ -1,12 +1,12 @@
-package ring
+package stage
 
 import (
 	"slices"
 	"testing"
 )
 
-// drain pops every element, oldest first.
-func drain(r *Ring[int]) []int {
+// drainRing pops every element, oldest first.
+func drainRing(r *Ring[int]) []int {
 	var got []int
 	for r.Len() > 0 {
 		if f := r.Front(); f != r.buf[r.head] {
@@ -28,9 +28,9 @@ func TestRing(t *testing.T) {
 			for i := range 40 {
 				r.Push(i)
 			}
-		}, seq(0, 40)},
-		{"New(0) has room for one", New[int](0), func(r *Ring[int]) { r.Push(7) }, []int{7}},
-		{"wraps around before growing", New[int](4), func(r *Ring[int]) {
+		}, ringSeq(0, 40)},
+		{"NewRing(0) has room for one", NewRing[int](0), func(r *Ring[int]) { r.Push(7) }, []int{7}},
+		{"wraps around before growing", NewRing[int](4), func(r *Ring[int]) {
 			r.Push(0)
 			r.Push(1)
 			r.Pop()
@@ -38,13 +38,13 @@ func TestRing(t *testing.T) {
 			for i := 2; i < 9; i++ { // wraps, then grows with the head mid-slice
 				r.Push(i)
 			}
-		}, seq(2, 9)},
-		{"PushFront goes first", New[int](2), func(r *Ring[int]) {
+		}, ringSeq(2, 9)},
+		{"PushFront goes first", NewRing[int](2), func(r *Ring[int]) {
 			r.Push(2)
 			r.PushFront(1)
 			r.PushFront(0) // grows
 			r.Push(3)
-		}, seq(0, 4)},
+		}, ringSeq(0, 4)},
 		{"PushFront on the zero value", &Ring[int]{}, func(r *Ring[int]) { r.PushFront(5) }, []int{5}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -52,7 +52,7 @@ func TestRing(t *testing.T) {
 			if all := slices.Collect(tc.r.All()); !slices.Equal(all, tc.want) {
 				t.Fatalf("All = %v, want %v", all, tc.want)
 			}
-			if got := drain(tc.r); !slices.Equal(got, tc.want) {
+			if got := drainRing(tc.r); !slices.Equal(got, tc.want) {
 				t.Fatalf("got %v, want %v", got, tc.want)
 			}
 		})
@@ -61,7 +61,7 @@ func TestRing(t *testing.T) {
 
 // Pop clears the slot, so the ring does not keep a popped pointer alive.
 func TestPopClears(t *testing.T) {
-	r := New[*int](2)
+	r := NewRing[*int](2)
 	r.Push(new(int))
 	r.Pop()
 	if r.buf[0] != nil {
@@ -71,7 +71,7 @@ func TestPopClears(t *testing.T) {
 
 // A ring in steady state (never more than its room) does not allocate.
 func TestSteadyStateNoAlloc(t *testing.T) {
-	r := New[int](8)
+	r := NewRing[int](8)
 	if n := testing.AllocsPerRun(100, func() {
 		for i := range 8 {
 			r.Push(i)
@@ -84,7 +84,7 @@ func TestSteadyStateNoAlloc(t *testing.T) {
 	}
 }
 
-func seq(from, to int) []int {
+func ringSeq(from, to int) []int {
 	var s []int
 	for i := from; i < to; i++ {
 		s = append(s, i)

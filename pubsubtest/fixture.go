@@ -1,8 +1,4 @@
-// Package testfix is the test fixture the module's tests share: a
-// pubsubtest server with a topic "topic" and a subscription "sub", raw
-// gRPC clients over the server's connection, and a way to publish a
-// backlog. (pubsubtest's own tests cannot use it: it imports pubsubtest.)
-package testfix
+package pubsubtest
 
 import (
 	"context"
@@ -12,27 +8,28 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/pubsubflow/pubsubflow/internal/limits"
-	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
-// Fixture is a running server with one topic and one subscription. The
+// Fixture is the test fixture the module's tests share, and yours may: a
+// running server with one topic and one subscription, raw gRPC clients
+// over the server's connection, and a way to publish a backlog. The
 // server, and so the clients' connection, close when the test ends.
 type Fixture struct {
-	Server     *pubsubtest.Server
+	Server     *Server
 	Topic      string // full name of the topic
 	Sub        string // full name of the subscription
 	Publisher  pubsubpb.PublisherClient
 	Subscriber pubsubpb.SubscriberClient
 }
 
-// New starts a server with opts, after pubsubtest.WithDeliveryAttemptAlways
+// NewFixture starts a server with opts, after WithDeliveryAttemptAlways
 // (so that tests see delivery attempts without a dead-letter policy), and
 // creates the topic "topic" and the subscription sc on it: sc.Name defaults
 // to "sub" and sc.Topic to the topic. Make it inside a testing/synctest
-// bubble, with pubsubtest.WithBufconn, for a test in virtual time.
-func New(t testing.TB, sc pubsubtest.SubscriptionConfig, opts ...pubsubtest.Option) *Fixture {
+// bubble, with WithBufconn, for a test in virtual time.
+func NewFixture(t testing.TB, sc SubscriptionConfig, opts ...Option) *Fixture {
 	t.Helper()
-	srv, err := pubsubtest.NewServer(append([]pubsubtest.Option{pubsubtest.WithDeliveryAttemptAlways()}, opts...)...)
+	srv, err := NewServer(append([]Option{WithDeliveryAttemptAlways()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

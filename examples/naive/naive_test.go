@@ -8,7 +8,6 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 	"github.com/pubsubflow/pubsubflow/source"
 )
@@ -19,7 +18,7 @@ const deadline = 10 * time.Second
 // messages on "sub" and returns it, the subscription's name and a client.
 func server(t *testing.T, n int) (*pubsubtest.Server, string, pubsubpb.SubscriberClient) {
 	t.Helper()
-	f := testfix.New(t, pubsubtest.SubscriptionConfig{AckDeadline: deadline},
+	f := pubsubtest.NewFixture(t, pubsubtest.SubscriptionConfig{AckDeadline: deadline},
 		pubsubtest.WithBufconn(), pubsubtest.WithHeartbeatDelay(time.Millisecond))
 	msgs := make([]*pubsubpb.PubsubMessage, n)
 	for i := range msgs {

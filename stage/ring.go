@@ -1,21 +1,20 @@
-// Package ring is the module's one FIFO queue in a circular slice, shared
-// by the stages, the operators, the Publisher and pubsubtest.
-package ring
+package stage
 
 import "iter"
 
 // Ring is a FIFO queue (with PushFront, a double-ended one) in a circular
-// slice. It grows by doubling and never shrinks, so a queue in steady state
-// pushes and pops without allocating; an owner that needs a bound enforces
-// it itself. The zero value is an empty queue.
+// slice: the module's one, shared by the stages, the operators, the
+// Publisher and pubsubtest. It grows by doubling and never shrinks, so a
+// queue in steady state pushes and pops without allocating; an owner that
+// needs a bound enforces it itself. The zero value is an empty queue.
 type Ring[T any] struct {
 	buf  []T
 	head int
 	n    int
 }
 
-// New returns a ring with room for capacity elements before it grows.
-func New[T any](capacity int) *Ring[T] {
+// NewRing returns a ring with room for capacity elements before it grows.
+func NewRing[T any](capacity int) *Ring[T] {
 	return &Ring[T]{buf: make([]T, max(capacity, 1))}
 }
 

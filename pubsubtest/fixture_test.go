@@ -1,4 +1,4 @@
-package testfix
+package pubsubtest
 
 import (
 	"context"
@@ -6,8 +6,6 @@ import (
 	"testing/synctest"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-
-	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
 // The fixture's names, clients and backlog, over TCP and in a bubble.
@@ -15,19 +13,19 @@ func TestFixture(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		bubble bool
-		sc     pubsubtest.SubscriptionConfig
+		sc     SubscriptionConfig
 		want   string // the subscription's full name
 	}{
-		{"tcp, default names", false, pubsubtest.SubscriptionConfig{}, "projects/test-project/subscriptions/sub"},
-		{"bufconn in a bubble, own name", true, pubsubtest.SubscriptionConfig{Name: "orders"}, "projects/test-project/subscriptions/orders"},
+		{"tcp, default names", false, SubscriptionConfig{}, "projects/test-project/subscriptions/sub"},
+		{"bufconn in a bubble, own name", true, SubscriptionConfig{Name: "orders"}, "projects/test-project/subscriptions/orders"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run := func(t *testing.T) {
-				var opts []pubsubtest.Option
+				var opts []Option
 				if tc.bubble {
-					opts = append(opts, pubsubtest.WithBufconn())
+					opts = append(opts, WithBufconn())
 				}
-				f := New(t, tc.sc, opts...)
+				f := NewFixture(t, tc.sc, opts...)
 				if f.Topic != "projects/test-project/topics/topic" || f.Sub != tc.want {
 					t.Fatalf("names %q, %q", f.Topic, f.Sub)
 				}

@@ -31,7 +31,6 @@ import (
 	gsflow "github.com/reugn/go-streams/flow"
 
 	"github.com/pubsubflow/pubsubflow/flow"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/sink"
@@ -82,7 +81,7 @@ type Consumer struct {
 	stopOnce sync.Once
 	stopErr  error
 
-	received, settled, started, finished atomic.Int64
+	started, finished atomic.Int64
 }
 
 // Start subscribes to subscription through client and runs the
@@ -109,7 +108,7 @@ func Start(ctx context.Context, client pubsubpb.SubscriberClient, subscription s
 	if err != nil {
 		return nil, errors.Join(err, c.ext.Close())
 	}
-	c.src = src.With((*counter)(c))
+	c.src = src
 	handle := operators.ParallelMap(cfg.Parallelism, func(ctx context.Context, m *source.Message) (*source.Message, error) {
 		c.started.Add(1)
 		defer c.finished.Add(1)
@@ -136,24 +135,10 @@ func passThrough() stage.Flow[*source.Message, *source.Message] {
 	}, pipeline.StreamsOptions[*source.Message]{})
 }
 
-// counter is a receipt step that counts what the source receives and, by
-// holding each message, what settles.
-type counter Consumer
-
-func (c *counter) Receive(_ int, ms []*source.Message) {
-	c.received.Add(int64(len(ms)))
-	nodes := make([]message.HoldNode, len(ms))
-	for i, m := range ms {
-		message.Of(m).Hold(m, &nodes[i], c)
-	}
-}
-
-func (c *counter) Settled(any, uint32) { c.settled.Add(1) }
-func (c *counter) Done(any, time.Time) {}
-
 // Stats returns the consumer's counters now.
 func (c *Consumer) Stats() Stats {
-	st := Stats{Received: c.received.Load(), Settled: c.settled.Load()}
+	ss := c.src.Stats()
+	st := Stats{Received: int64(ss.Received), Settled: int64(ss.Received) - ss.Unsettled}
 	st.Outstanding = st.Received - st.Settled
 	st.Processing = min(st.Outstanding, c.started.Load()-c.finished.Load())
 	st.Buffered = max(0, st.Outstanding-st.Processing)
