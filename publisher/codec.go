@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"unicode/utf8"
 
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -25,7 +28,8 @@ const (
 // requestCodec marshals Publish requests as gRPC's proto codec does
 // (proto.Size, then a marshal that reuses the sizes: the same bytes,
 // under the same content subtype "proto") but into requestBuffers, and
-// leaves responses to gRPC's codec.
+// decodes Publish responses itself (decodeIDs), leaving any other message
+// to gRPC's codec.
 //
 // gRPC's default buffer pool rounds a request up to one of 256 B, 4 KiB,
 // 16 KiB, 32 KiB and 1 MiB and zeroes the whole buffer on every Get: a
@@ -98,9 +102,62 @@ func (requestCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, &requestBuffers)}, nil
 }
 
-// Unmarshal decodes a response with gRPC's proto codec.
+// Unmarshal decodes a Publish response with decodeIDs, and anything else
+// (or a response decodeIDs declines) with gRPC's proto codec.
 func (requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if resp, ok := v.(*pubsubpb.PublishResponse); ok {
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		ids, ok := decodeIDs(buf.ReadOnlyData())
+		buf.Free()
+		if ok {
+			resp.Reset()
+			resp.MessageIds = ids
+			return nil
+		}
+	}
 	return protoCodec().Unmarshal(data, v)
+}
+
+// decodeIDs decodes a Publish response that holds only message ids (field
+// 1, valid UTF-8: what proto.Unmarshal accepts for it) into exactly as
+// many strings, one allocation each: proto.Unmarshal appends them to a
+// slice that grows seven times for a batch of 100 (more than half of the
+// CPU of reading a response, and 2.6 KB of its 6 KB). Anything else in b
+// (another field, a malformed or invalid id) is declined (ok false), for
+// proto.Unmarshal to decode or reject.
+func decodeIDs(b []byte) (ids []string, ok bool) {
+	n := 0
+	for p := b; len(p) > 0; n++ {
+		id, rest, ok := nextID(p)
+		if !ok || !utf8.Valid(id) {
+			return nil, false
+		}
+		p = rest
+	}
+	if n == 0 {
+		return nil, true // as proto.Unmarshal leaves an empty response
+	}
+	ids = make([]string, 0, n)
+	for p := b; len(p) > 0; {
+		id, rest, _ := nextID(p)
+		ids = append(ids, string(id))
+		p = rest
+	}
+	return ids, true
+}
+
+// nextID consumes one message id (field 1, length-delimited) from the
+// front of b; ok is false for anything else.
+func nextID(b []byte) (id, rest []byte, ok bool) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || num != 1 || typ != protowire.BytesType {
+		return nil, nil, false
+	}
+	id, m := protowire.ConsumeBytes(b[n:])
+	if m < 0 {
+		return nil, nil, false
+	}
+	return id, b[n+m:], true
 }
 
 // Name is the content subtype, gRPC's proto codec's.

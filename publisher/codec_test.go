@@ -3,12 +3,15 @@ package publisher
 import (
 	"bytes"
 	"context"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -137,5 +140,97 @@ func TestRequestBufferClasses(t *testing.T) {
 	}
 	if b := requestBuffers.Get(1<<maxBufClass + 1); cap(*b) != 1<<maxBufClass+1 {
 		t.Errorf("a buffer above the largest class has cap %d, want its size", cap(*b))
+	}
+}
+
+// TestResponseDecodingIsProtos: requestCodec decodes a Publish response
+// to what proto.Unmarshal gives (the same ids, an error for the same
+// inputs), declining to its own decoding what is not a plain list of ids.
+func TestResponseDecodingIsProtos(t *testing.T) {
+	marshal := func(ids ...string) []byte {
+		b, err := proto.Marshal(&pubsubpb.PublishResponse{MessageIds: ids})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	many := make([]string, 1000)
+	for i := range many {
+		many[i] = strconv.Itoa(i * 7919)
+	}
+	cases := map[string][]byte{
+		"empty":        nil,
+		"one":          marshal("1"),
+		"empty id":     marshal(""),
+		"non-ASCII":    marshal("id-é-✓"),
+		"1000":         marshal(many...),
+		"unknown":      protowire.AppendString(protowire.AppendTag(marshal("1", "2"), 2, protowire.BytesType), "x"),
+		"unknown only": protowire.AppendVarint(protowire.AppendTag(nil, 7, protowire.VarintType), 3),
+		"invalid UTF8": protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), []byte{0xff, 'a'}),
+		"truncated":    marshal("12345")[:4],
+		"wrong type":   protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 5),
+	}
+	for name, b := range cases {
+		want := &pubsubpb.PublishResponse{}
+		wantErr := proto.Unmarshal(b, want)
+		// In one buffer, and split in two as frames may deliver it.
+		for _, data := range []mem.BufferSlice{{mem.SliceBuffer(b)}, {mem.SliceBuffer(b[:len(b)/2]), mem.SliceBuffer(b[len(b)/2:])}} {
+			got := &pubsubpb.PublishResponse{MessageIds: []string{"stale"}}
+			err := requestCodec{}.Unmarshal(data, got)
+			if (err != nil) != (wantErr != nil) {
+				t.Errorf("%s in %d buffers: error %v, proto.Unmarshal's %v", name, len(data), err, wantErr)
+				continue
+			}
+			if err == nil && !proto.Equal(got, want) {
+				t.Errorf("%s in %d buffers: decoded %v, proto.Unmarshal %v", name, len(data), got, want)
+			}
+		}
+	}
+}
+
+// TestResponseDecodingAllocatesTheIDs: reading the response of a batch of
+// 100 takes its 100 ids and one slice of exactly 100, not the seven
+// growing slices of proto.Unmarshal's appends.
+func TestResponseDecodingAllocatesTheIDs(t *testing.T) {
+	ids := make([]string, 100)
+	for i := range ids {
+		ids[i] = strconv.Itoa(1_000_000_000 + i)
+	}
+	b, err := proto.Marshal(&pubsubpb.PublishResponse{MessageIds: ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := mem.BufferSlice{mem.SliceBuffer(b)}
+	var resp pubsubpb.PublishResponse
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := (requestCodec{}).Unmarshal(data, &resp); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 101 {
+		t.Errorf("decoding a response of 100 ids took %.0f allocations, want 101", allocs)
+	}
+	if len(resp.MessageIds) != 100 || cap(resp.MessageIds) != 100 || resp.MessageIds[99] != ids[99] {
+		t.Errorf("decoded %d ids (cap %d), want the 100 sent", len(resp.MessageIds), cap(resp.MessageIds))
+	}
+}
+
+// BenchmarkResponseDecoding reads the response of a batch of 100.
+func BenchmarkResponseDecoding(b *testing.B) {
+	ids := make([]string, 100)
+	for i := range ids {
+		ids[i] = strconv.Itoa(1_000_000_000 + i)
+	}
+	enc, err := proto.Marshal(&pubsubpb.PublishResponse{MessageIds: ids})
+	if err != nil {
+		b.Fatal(err)
+	}
+	data := mem.BufferSlice{mem.SliceBuffer(enc)}
+	b.ReportAllocs()
+	for b.Loop() {
+		var resp pubsubpb.PublishResponse
+		if err := (requestCodec{}).Unmarshal(data, &resp); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
