@@ -159,13 +159,6 @@ func inRange(field string, d, lo, hi time.Duration) error {
 	return nil
 }
 
-func limit(field string, v int64) error {
-	if v < Unlimited {
-		return fieldError(field, "%d: want ≥ 0 (0 = default) or Unlimited (-1)", v)
-	}
-	return nil
-}
-
 func outcome(field string, o Outcome, allowed ...Outcome) error {
 	if o == source.Pending {
 		return nil
@@ -182,7 +175,7 @@ func outcome(field string, o Outcome, allowed ...Outcome) error {
 // configures one of the composed operators is checked by that operator's
 // own Validate (source.Config, flow.ExtenderConfig, sink.Policy) on the
 // config parts maps it to, so each rule is written once; only what the
-// Subscriber adds (Unlimited, the heartbeat bounds for users, shutdown) is
+// Subscriber adds (the heartbeat bounds for users, shutdown) is
 // checked here. The subscription name is checked by NewSubscriber
 // (ValidateSubscription): a valid stand-in fills it here.
 func (c *SubscriberConfig) Validate() error {
@@ -199,15 +192,10 @@ func (c *SubscriberConfig) Validate() error {
 	if c.Conn != nil && c.Client != nil {
 		add(fieldError("Conn", "set Conn or Client, not both"))
 	}
-	add(limit("MaxOutstandingMessages", c.MaxOutstandingMessages))
-	add(limit("MaxOutstandingBytes", c.MaxOutstandingBytes))
 	add(positiveRange("HeartbeatInterval", c.HeartbeatInterval, minHeartbeatInterval, 10*time.Minute))
 	add(positiveRange("HeartbeatTimeout", c.HeartbeatTimeout, time.Millisecond, 10*time.Minute))
 	if c.HeartbeatInterval > 0 && c.HeartbeatTimeout > c.HeartbeatInterval {
 		add(fieldError("HeartbeatTimeout", "%v exceeds HeartbeatInterval %v: the answer to one heartbeat would be awaited past the next", c.HeartbeatTimeout, c.HeartbeatInterval))
-	}
-	if c.MaxExtension < 0 && c.MaxExtension != Unlimited {
-		add(fieldError("MaxExtension", "%v: want ≥ 0 (0 = default %v) or Unlimited", c.MaxExtension, defaultMaxExtension))
 	}
 	add(outcome("OnShutdown", c.OnShutdown, Nack, NackAfter, NoOp))
 	add(positiveRange("ShutdownNackDelay", c.ShutdownNackDelay, 0, 600*time.Second))
@@ -246,7 +234,7 @@ func (c SubscriberConfig) parts(sub string) (source.Config, flow.ExtenderConfig,
 		HeartbeatTimeout:       c.HeartbeatTimeout,
 		Backoff:                c.Backoff,
 		Classify:               c.Reconnect,
-		ReconnectTimeout:       c.ReconnectTimeout, // Unlimited == source.RetryForever
+		ReconnectTimeout:       c.ReconnectTimeout,
 		TracerProvider:         c.TracerProvider,
 		Logger:                 c.Logger,
 	}

@@ -63,7 +63,7 @@ type ExtenderConfig struct {
 	// servers).
 	StreamAckDeadline time.Duration
 	// MaxExtension is how long after receipt a lease is extended at most.
-	// Zero means 60 min; a negative value means no limit. It is checked on
+	// Zero means 60 min; Unlimited means no limit. It is checked on
 	// every tick, so a lease is dropped up to one tick (a quarter of the
 	// deadline with Adaptive) after it passed the limit.
 	MaxExtension time.Duration
@@ -95,6 +95,8 @@ func (c ExtenderConfig) Validate() error {
 		return fmt.Errorf("flow: StreamAckDeadline %v must be within 1s–600s", c.StreamAckDeadline)
 	case c.MaxExtension > 0 && c.MaxExtension < cmp.Or(c.StreamAckDeadline, defaultStreamAckDeadline):
 		return fmt.Errorf("flow: MaxExtension %v is shorter than the stream ack deadline %v: every lease would end before its first extension", c.MaxExtension, cmp.Or(c.StreamAckDeadline, defaultStreamAckDeadline))
+	case c.MaxExtension < 0 && c.MaxExtension != Unlimited:
+		return fmt.Errorf("flow: MaxExtension %v must be ≥ 0 (0 means %v) or Unlimited", c.MaxExtension, defaultMaxExtension)
 	case c.Margin < 0:
 		return fmt.Errorf("flow: Margin %v must not be negative", c.Margin)
 	case c.MaxInFlight < 0:

@@ -19,6 +19,7 @@ func TestConfigValidate(t *testing.T) {
 		"stream deadline too short": {StreamAckDeadline: time.Millisecond},
 		"stream deadline too long":  {StreamAckDeadline: 601 * time.Second},
 		"negative margin":           {Margin: -1},
+		"negative max extension":    {MaxExtension: -time.Minute},
 		"negative in flight":        {MaxInFlight: -1},
 		"negative retry deadline":   {RetryDeadline: -1},
 		"negative close timeout":    {CloseTimeout: -1},

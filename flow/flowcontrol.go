@@ -61,14 +61,16 @@ const (
 	DefaultMaxBytes    = 100 << 20
 )
 
-// Unlimited, as a limit, turns that dimension of a budget off; it is the
-// same value as pubsubflow.Unlimited and every config's "no limit".
-const Unlimited = -1
+// Unlimited, as a limit, turns that dimension of a budget off (and as
+// ExtenderConfig.MaxExtension, the bound); it is source.Unlimited, the
+// module's one "no limit".
+const Unlimited = source.Unlimited
 
 // NewFlowControl returns a budget of maxMessages messages and maxBytes
-// bytes: 0 is the default (DefaultMaxMessages, DefaultMaxBytes), a negative
-// limit (Unlimited) turns that dimension off; an unlimited budget still
-// counts.
+// bytes: 0 is the default (DefaultMaxMessages, DefaultMaxBytes), Unlimited
+// turns that dimension off; an unlimited budget still counts. It cannot
+// fail, so it reads any other negative limit as Unlimited; the configs
+// that feed it (SubscriberConfig, source.Config) refuse those.
 func NewFlowControl(maxMessages, maxBytes int64) *FlowControl {
 	return &FlowControl{maxMessages: limitOf(maxMessages, DefaultMaxMessages), maxBytes: limitOf(maxBytes, DefaultMaxBytes)}
 }

@@ -31,7 +31,8 @@ const (
 )
 
 // Config configures a Publisher. Its zero value means the documented
-// defaults; negative values are errors (see Validate).
+// defaults; negative values are errors (see Validate), but for Unlimited
+// as a Flow limit.
 type Config struct {
 	// MaxMessages closes a batch when it holds this many messages
 	// (default 100, at most 1000: the most one Publish RPC may carry).
@@ -96,10 +97,15 @@ type Config struct {
 // single message larger than MaxBytes is admitted when nothing else is
 // outstanding, so it cannot wait forever.
 type FlowConfig struct {
-	MaxMessages int  // default 10,000
-	MaxBytes    int  // default 100 MiB
+	MaxMessages int  // default 10,000; Unlimited: none
+	MaxBytes    int  // default 100 MiB; Unlimited: none
 	FailFast    bool // false: block (the default)
 }
+
+// Unlimited, as FlowConfig.MaxMessages or MaxBytes, turns that limit off.
+// It is the module's one "no limit" (pubsubflow.Unlimited has the same
+// value); other negative values are errors.
+const Unlimited = limits.Unlimited
 
 // Validate reports every invalid field of c, each error naming its field.
 // New calls it; call it yourself to check a configuration early.
@@ -116,8 +122,8 @@ func (c Config) Validate() error {
 		"Config.MaxBytes %d must be within 0–%d (0: %d)", c.MaxBytes, limits.MaxRequestBytes, defaultMaxBytes)
 	check(c.Delay < 0 || c.Delay > maxDelay, "Config.Delay %v must be within 0–%v (0: %v)", c.Delay, maxDelay, defaultDelay)
 	check(c.MaxInFlightBatches < 0, "Config.MaxInFlightBatches %d must not be negative (0: %d)", c.MaxInFlightBatches, defaultMaxInFlightBatches)
-	check(c.Flow.MaxMessages < 0, "Config.Flow.MaxMessages %d must not be negative (0: %d)", c.Flow.MaxMessages, defaultFlowMaxMessages)
-	check(c.Flow.MaxBytes < 0, "Config.Flow.MaxBytes %d must not be negative (0: %d)", c.Flow.MaxBytes, defaultFlowMaxBytes)
+	check(c.Flow.MaxMessages < Unlimited, "Config.Flow.MaxMessages %d must be ≥ 0 (0: %d) or Unlimited", c.Flow.MaxMessages, defaultFlowMaxMessages)
+	check(c.Flow.MaxBytes < Unlimited, "Config.Flow.MaxBytes %d must be ≥ 0 (0: %d) or Unlimited", c.Flow.MaxBytes, defaultFlowMaxBytes)
 	for _, msg := range c.Hedging.problems() {
 		check(true, "%s", msg)
 	}

@@ -3,6 +3,7 @@ package publisher
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 )
@@ -57,7 +58,16 @@ type flowWaiter struct {
 }
 
 func newFlowQueue(c FlowConfig) *flowQueue {
-	return &flowQueue{fc: flowCount{maxMsgs: int64(c.MaxMessages), maxBytes: int64(c.MaxBytes)}, failFast: c.FailFast}
+	return &flowQueue{fc: flowCount{maxMsgs: flowLimit(c.MaxMessages), maxBytes: flowLimit(c.MaxBytes)}, failFast: c.FailFast}
+}
+
+// flowLimit is a FlowConfig limit as flowCount reads it: Unlimited is a
+// limit never reached.
+func flowLimit(v int) int64 {
+	if v == Unlimited {
+		return math.MaxInt64
+	}
+	return int64(v)
 }
 
 // tryAcquire takes a permit for one message of size bytes if one is free

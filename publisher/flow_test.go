@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
 )
 
@@ -83,6 +84,21 @@ func TestFlowControlFailsFast(t *testing.T) {
 		}
 		mustGet(t, b1)
 	})
+}
+
+// Unlimited turns a flow-control limit off: a config with it is valid, and
+// its count admits far past the default limits (10,000 messages, 100 MiB).
+func TestFlowControlUnlimited(t *testing.T) {
+	c := Config{Flow: FlowConfig{MaxMessages: Unlimited, MaxBytes: Unlimited, FailFast: true}}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	q := newFlowQueue(c.withDefaults().Flow)
+	for i := range 20_000 {
+		if !q.tryAcquire(limits.MaxDataBytes) {
+			t.Fatalf("message %d (%d bytes outstanding) refused", i, q.fc.bytes.Load())
+		}
+	}
 }
 
 // A message larger than the byte limit is admitted when nothing else is

@@ -53,8 +53,8 @@ type Config struct {
 
 	// MaxOutstandingMessages and MaxOutstandingBytes are the server-side
 	// flow-control limits of the subscription, divided among the streams.
-	// 0 means 1000 messages and 100 MiB; a negative value means unlimited
-	// (0 on the wire).
+	// 0 means 1000 messages and 100 MiB; Unlimited turns a limit off (0 on
+	// the wire).
 	MaxOutstandingMessages int64
 	MaxOutstandingBytes    int64
 
@@ -100,7 +100,7 @@ type Config struct {
 	// last attempt is made at the timeout and opening it is cut 1 s after,
 	// so the Source ends within about a second of it. Every attempt before
 	// it is reported to Events and the Logger. 0 means
-	// DefaultReconnectTimeout (2 min); RetryForever never gives up.
+	// DefaultReconnectTimeout (2 min); Unlimited never gives up.
 	ReconnectTimeout time.Duration
 
 	// TracerProvider, if set, traces every message as Google's clients do:
@@ -139,8 +139,14 @@ func (c Config) Validate() error {
 	if c.HeartbeatTimeout < 0 {
 		return fmt.Errorf("pubsubflow/source: HeartbeatTimeout %v must not be negative", c.HeartbeatTimeout)
 	}
-	if c.ReconnectTimeout < 0 && c.ReconnectTimeout != RetryForever {
-		return fmt.Errorf("pubsubflow/source: ReconnectTimeout %v must be ≥ 0 (0 means %v) or RetryForever", c.ReconnectTimeout, DefaultReconnectTimeout)
+	if c.ReconnectTimeout < 0 && c.ReconnectTimeout != Unlimited {
+		return fmt.Errorf("pubsubflow/source: ReconnectTimeout %v must be ≥ 0 (0 means %v) or Unlimited", c.ReconnectTimeout, DefaultReconnectTimeout)
+	}
+	if err := validLimit("MaxOutstandingMessages", c.MaxOutstandingMessages); err != nil {
+		return err
+	}
+	if err := validLimit("MaxOutstandingBytes", c.MaxOutstandingBytes); err != nil {
+		return err
 	}
 	if b := c.Backoff; b.Initial < 0 || b.Max < 0 || b.Multiplier != 0 && b.Multiplier < 1 {
 		return fmt.Errorf("pubsubflow/source: Backoff Initial %v, Max %v, Multiplier %v: want durations ≥ 0 (0 = default) and a Multiplier of 0 (default 2) or at least 1", b.Initial, b.Max, b.Multiplier)

@@ -29,7 +29,10 @@ func TestValidate(t *testing.T) {
 		{"client id", func(c *Config) { c.ClientID = strings.Repeat("x", MaxClientIDLength+1) }, "ClientID"},
 		{"negative backoff", func(c *Config) { c.Backoff.Initial = -time.Second }, "Backoff"},
 		{"shrinking backoff", func(c *Config) { c.Backoff.Multiplier = 0.5 }, "Backoff"},
-		{"unlimited", func(c *Config) { c.MaxOutstandingMessages, c.MaxOutstandingBytes = -1, -1 }, ""},
+		{"unlimited", func(c *Config) { c.MaxOutstandingMessages, c.MaxOutstandingBytes = Unlimited, Unlimited }, ""},
+		{"messages below Unlimited", func(c *Config) { c.MaxOutstandingMessages = -2 }, "MaxOutstandingMessages"},
+		{"bytes below Unlimited", func(c *Config) { c.MaxOutstandingBytes = -100 }, "MaxOutstandingBytes"},
+		{"reconnect timeout below Unlimited", func(c *Config) { c.ReconnectTimeout = -time.Second }, "ReconnectTimeout"},
 	} {
 		cfg := ok
 		c.mod(&cfg)

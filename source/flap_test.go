@@ -163,7 +163,7 @@ func TestFlappingServerBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &flapServer{}
 		const window = 20 * time.Second
-		_, delays, err := runFlap(t, f, RetryForever, window)
+		_, delays, err := runFlap(t, f, Unlimited, window)
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Run = %v, want it to retry until its context ends", err)
 		}

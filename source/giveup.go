@@ -3,6 +3,8 @@ package source
 import (
 	"fmt"
 	"time"
+
+	"github.com/pubsubflow/pubsubflow/internal/limits"
 )
 
 // DefaultReconnectTimeout is how long a stream may go on failing without
@@ -10,9 +12,12 @@ import (
 // Config.ReconnectTimeout) before the Source fails.
 const DefaultReconnectTimeout = 2 * time.Minute
 
-// RetryForever, as Config.ReconnectTimeout, never gives up: a Source that
-// cannot reach the service keeps retrying until its context ends.
-const RetryForever time.Duration = -1
+// Unlimited, as Config.ReconnectTimeout, never gives up (a Source that
+// cannot reach the service keeps retrying until its context ends), and as
+// Config.MaxOutstandingMessages or MaxOutstandingBytes turns that limit
+// off. It is the module's one "no limit" (pubsubflow.Unlimited,
+// flow.Unlimited, publisher.Unlimited); other negative values are errors.
+const Unlimited = limits.Unlimited
 
 // UnreachableError ends a Source whose streams failed, again and again,
 // for longer than Config.ReconnectTimeout without one healthy stream
@@ -30,7 +35,7 @@ type UnreachableError struct {
 
 // Error says how long and how often the streams failed, and the last error.
 func (e *UnreachableError) Error() string {
-	return fmt.Sprintf("no healthy stream for %v (%d attempts; raise ReconnectTimeout, or RetryForever, to wait longer); last error: %v",
+	return fmt.Sprintf("no healthy stream for %v (%d attempts; raise ReconnectTimeout, or set it to Unlimited, to wait longer); last error: %v",
 		e.After, e.Attempts, e.Last)
 }
 

@@ -53,13 +53,13 @@ func TestUnreachableEndsSourceAfterReconnectTimeout(t *testing.T) {
 	})
 }
 
-// TestRetryForeverNeverGivesUp: with RetryForever the Source keeps trying
+// TestUnlimitedNeverGivesUp: with Unlimited the Source keeps trying
 // until its context ends, and then returns nil.
-func TestRetryForeverNeverGivesUp(t *testing.T) {
+func TestUnlimitedNeverGivesUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, pubsubtest.SubscriptionConfig{})
 		h.srv.FailNext("StreamingPull", 1<<30, codes.Unavailable)
-		src, err := Subscribe(h.client, Config{Subscription: h.sub, ReconnectTimeout: RetryForever})
+		src, err := Subscribe(h.client, Config{Subscription: h.sub, ReconnectTimeout: Unlimited})
 		if err != nil {
 			t.Fatal(err)
 		}

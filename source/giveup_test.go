@@ -14,7 +14,7 @@ import (
 // TestGiveUpBound: quick failures within the timeout are retried; the
 // first failure at or after it is an *UnreachableError carrying the last
 // status and the attempt count; a healthy attempt starts the count again;
-// a non-positive timeout (RetryForever) never gives up. (Which stream is
+// a non-positive timeout (Unlimited) never gives up. (Which stream is
 // healthy is connectOnce's to say: flap_test.go.)
 func TestGiveUpBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -54,10 +54,10 @@ func TestGiveUpBound(t *testing.T) {
 			t.Errorf("error %q (code %v) must carry the last status", err, status.Code(err))
 		}
 
-		never := newGiveUp(RetryForever)
+		never := newGiveUp(Unlimited)
 		time.Sleep(24 * time.Hour)
 		if err := never.failed(false, unavailable); err != nil {
-			t.Fatalf("RetryForever gave up: %v", err)
+			t.Fatalf("Unlimited gave up: %v", err)
 		}
 	})
 }
@@ -67,9 +67,9 @@ func TestReconnectTimeoutConfig(t *testing.T) {
 	if got := c.withDefaults().ReconnectTimeout; got != DefaultReconnectTimeout {
 		t.Errorf("default ReconnectTimeout %v, want %v", got, DefaultReconnectTimeout)
 	}
-	c.ReconnectTimeout = RetryForever
+	c.ReconnectTimeout = Unlimited
 	if err := c.Validate(); err != nil {
-		t.Errorf("RetryForever: %v", err)
+		t.Errorf("Unlimited: %v", err)
 	}
 	c.ReconnectTimeout = -2
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "ReconnectTimeout") {

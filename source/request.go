@@ -1,6 +1,7 @@
 package source
 
 import (
+	"fmt"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -12,9 +13,9 @@ const protocolVersion = 1
 
 // share returns stream i's part of a flow-control limit divided among n
 // streams: the parts add up to the limit, and none is below 1 (0 on the
-// wire would mean unlimited). A negative limit means unlimited: 0.
+// wire would mean unlimited). Unlimited is 0.
 func share(limit int64, i, n int) int64 {
-	if limit < 0 {
+	if limit == Unlimited {
 		return 0
 	}
 	part := limit / int64(n)
@@ -22,6 +23,15 @@ func share(limit int64, i, n int) int64 {
 		part++
 	}
 	return max(part, 1)
+}
+
+// validLimit accepts a flow-control limit only as 0 (the default), a
+// limit, or Unlimited.
+func validLimit(field string, v int64) error {
+	if v < Unlimited {
+		return fmt.Errorf("pubsubflow/source: %s %d must be ≥ 0 (0 means the default) or Unlimited (-1)", field, v)
+	}
+	return nil
 }
 
 // seconds rounds d up to whole seconds, as the API counts them.

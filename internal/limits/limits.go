@@ -5,6 +5,13 @@
 // validation, the CLI, and the default dial's receive size.
 package limits
 
+// Unlimited is the module's one "no limit": every config and constructor
+// that takes a limit (a flow-control budget, a max extension, a reconnect
+// timeout) reads 0 as its documented default and Unlimited as none, and
+// its Validate refuses any other negative value, as Google's clients read
+// a negative limit. The public packages export it under the same name.
+const Unlimited = -1
+
 // The service's limits. Sizes are in bytes, as the service counts them
 // (its error messages say "characters" but it counts UTF-8 bytes).
 const (
