@@ -74,7 +74,8 @@
 // with the chain in each shape of DESIGN.md's composition rules that it
 // draws (chainShapes: one source; two fused gates, each budget checked
 // exactly; two sources on two connections sharing one Extender and one
-// FlowControl), replay the faults it found as regression tests, and check single stages
+// FlowControl; a KeyedFlowGate fused after the source), replay the faults
+// it found as regression tests, and check single stages
 // (stage.Eager, FlowGate, the lease extender, the acknowledger) with
 // cheaper unit properties.
 package proptest

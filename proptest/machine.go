@@ -99,7 +99,7 @@ const (
 )
 
 // chainShapes are the shapes a chain case draws from.
-var chainShapes = []string{shapeOne, shapeTwoGates, shapeTwoSources}
+var chainShapes = []string{shapeOne, shapeTwoGates, shapeTwoSources, shapeKeyed}
 
 func drawMachineConfig(t *rapid.T, chain bool) machineConfig {
 	mc := drawBaseConfig(t, chain)
