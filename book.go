@@ -28,7 +28,12 @@ var _ source.Step = (*book)(nil)
 // hand-off mark fails and the two counters stay exact.
 const settledFirst = math.MaxUint64
 
-func (b *book) Receive(_ int, ms []*Message) {
+// Receipt declares the book's hooks (source.Step).
+func (b *book) Receipt(message.Key) source.Receipt {
+	return source.Receipt{Receive: b.receive, HandOff: b.handOff, Unsent: b.unsent}
+}
+
+func (b *book) receive(_ int, ms []*Message) {
 	if len(ms) > 0 {
 		b.s.own(ms[0]) // once: Streams finds the subscriber by its messages
 		b.s.told.check(b.s, ms[0])
@@ -54,13 +59,13 @@ func (b *book) Settled(mi any, o uint32) {
 
 func (b *book) Done(any, time.Time) {}
 
-// HandOff sees each batch as it leaves the source: while draining, the
+// handOff sees each batch as it leaves the source: while draining, the
 // messages get the OnShutdown outcome instead of going on; otherwise a
 // custom pipeline's messages count as processing from here (Run's count
 // once a handler takes them).
-func (b *book) HandOff(_ context.Context, ms []*Message) []*Message {
+func (b *book) handOff(_ context.Context, ms []*Message) []*Message {
 	if b.s.life.draining() {
-		b.Unsent(ms)
+		b.unsent(ms)
 		return nil
 	}
 	if b.onHandOff {
@@ -71,9 +76,9 @@ func (b *book) HandOff(_ context.Context, ms []*Message) []*Message {
 	return ms
 }
 
-// Unsent settles what the source received but will not hand on: with the
+// unsent settles what the source received but will not hand on: with the
 // OnShutdown outcome while draining (the source nacks the rest).
-func (b *book) Unsent(ms []*Message) {
+func (b *book) unsent(ms []*Message) {
 	s := b.s
 	if !s.life.draining() {
 		return

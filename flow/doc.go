@@ -24,7 +24,7 @@
 // Budget (they read only while every fused gate has room, and each stream
 // asks the server only for the least room left), and the tracker's deadline becomes the
 // streams' ack deadline. The keyed gate is a FlowGate whose source hands
-// its messages to it at once (a source.Sequencer): it hands them on by the
+// its messages to it at once (its Sequence hook): it hands them on by the
 // keys' shares, so it is fair among everything the client holds. Anywhere else they run as eager stages (one
 // goroutine, a bounded buffer) that still lease and count on their own
 // receipt, and say once, at Warn, when messages reach them long after the
@@ -36,7 +36,4 @@
 // shutdown. A lease whose deadline passes without a confirmed extension
 // (failing modacks, a stalled or paused process) is expired at once, so a
 // handler never gets a message the server may have given out again.
-//
-// FlowControl's plain counting (TryAcquire, ReleaseN) also bounds the
-// Publisher's outstanding messages.
 package flow

@@ -117,7 +117,8 @@ func (l *lease) Done(_ any, now time.Time) { l.e.release(l, l.m.Outcome() == sou
 // are retried with backoff for up to ExtenderConfig.RetryDeadline.
 //
 // On exactly-once subscriptions deadlines are at least 60 s, a message is
-// handed on only once its receipt modack has been confirmed (Tracker.Ready),
+// handed on only once its receipt modack has been confirmed (the
+// tracker's Ready hook),
 // and a message whose receipt modack fails, or whose ack id the server
 // reports as failed for good, is dropped and settled as source.Expired.
 // See Strategy for how the deadline is chosen.

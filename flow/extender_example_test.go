@@ -88,15 +88,18 @@ func ExampleFixed() {
 // Adaptive follows the 99th percentile of receipt→ack latency within its
 // bounds, starting from the stream ack deadline.
 func ExampleAdaptive() {
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	srv, err := pubsubtest.NewServer()
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer srv.Close()
-	_, _ = srv.CreateTopic(ctx, "topic")
-	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: "topic"})
-	ext, err := flow.NewExtender(pubsubpb.NewSubscriberClient(srv.ClientConn()), flow.ExtenderConfig{
+	topic, _ := srv.CreateTopic(ctx, "topic")
+	sub, _ := srv.CreateSubscription(ctx, pubsubtest.SubscriptionConfig{Name: "sub", Topic: topic})
+	_, _ = srv.Publish(ctx, topic, &pubsubpb.PubsubMessage{Data: []byte("fast")})
+	client := pubsubpb.NewSubscriberClient(srv.ClientConn())
+	ext, err := flow.NewExtender(client, flow.ExtenderConfig{
 		Strategy:          flow.Adaptive(flow.AdaptiveConfig{Min: 20 * time.Second, Max: 5 * time.Minute}),
 		StreamAckDeadline: 90 * time.Second,
 	})
@@ -105,9 +108,17 @@ func ExampleAdaptive() {
 	}
 	defer ext.Close()
 	fmt.Println("before any ack:", ext.Stats().Deadline)
-	m := &source.Message{AckID: "a1", Subscription: sub, ReceiveTime: time.Now()}
-	flow.EagerTrack(ext, 0).Receive(0, []*source.Message{m}) // leased on receipt
-	m.Ack()                                                  // acked within a second (built by hand: nothing is sent)
+	src, err := source.Subscribe(client, source.Config{Subscription: sub})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = pipeline.FromContext(ctx, src).Via(flow.EagerTrack(ext, 0)). // leased on receipt
+										To(pipeline.ForEach(func(_ context.Context, m *source.Message) error {
+			m.Ack() // acked within a second
+			cancel()
+			return nil
+		}))
+	_ = src.Close(context.Background())
 	fmt.Println("after a fast ack:", ext.Stats().Deadline)
 	// Output:
 	// before any ack: 1m30s

@@ -21,11 +21,10 @@ import (
 // own settle path, whatever ends it: there is nothing to pair. The budget
 // also remembers what the server still counts (a settled message until
 // its ack or nack is final), so a stream opened meanwhile asks the server
-// only for room it has really released (see Gate.Open).
+// only for room it has really released (see FlowControl.openLane).
 //
 // All methods are safe for concurrent use; one FlowControl may be shared
-// by several gates, streams and subscriptions. The Publisher uses its
-// plain counting (TryAcquire, ReleaseN).
+// by several gates, streams and subscriptions.
 type FlowControl struct {
 	maxMessages int64 // 0: unlimited
 	maxBytes    int64 // 0: unlimited
@@ -100,13 +99,12 @@ func external(v int64) int64 {
 	return v
 }
 
-// TryAcquire takes the permits of one message of size bytes if the budget
-// allows it now, without waiting, and reports whether it did. A message
-// larger than MaxBytes is admitted only when no bytes are outstanding.
-// Every successful TryAcquire must be paired with a ReleaseN — the
-// Publisher's counting; received messages are counted with a Gate, whose
-// permits their settle path returns.
-func (fc *FlowControl) TryAcquire(size int) bool {
+// tryAcquire takes the permits of one message of size bytes if the budget
+// allows it now, without waiting, and reports whether it did (a
+// standalone gate's admission; the permit's settle path returns it). A
+// message larger than MaxBytes is admitted only when no bytes are
+// outstanding.
+func (fc *FlowControl) tryAcquire(size int) bool {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	return fc.tryAcquireLocked(int64(max(size, 0)))
@@ -131,14 +129,6 @@ func (fc *FlowControl) count(n, bytes int64) {
 	fc.serverHeld.Add(n)
 	fc.serverHeldBytes.Add(bytes)
 	fc.acquired.Add(n)
-}
-
-// ReleaseN returns the permits of n messages totalling bytes, taken by n
-// successful TryAcquire calls, in one step.
-func (fc *FlowControl) ReleaseN(n, bytes int) {
-	fc.settle(int64(n), int64(max(bytes, 0)))
-	fc.serverHeld.Add(-int64(n))
-	fc.serverHeldBytes.Add(-int64(max(bytes, 0)))
 }
 
 // settle takes n messages of bytes out of the client's count, and wakes
@@ -166,7 +156,7 @@ func (fc *FlowControl) Room() bool {
 
 // Wake returns a channel closed at the next release or lane change (a
 // broadcast). To wait without missing one, fetch Wake first, then check
-// Room or TryAcquire, then wait.
+// Room, then wait.
 func (fc *FlowControl) Wake() <-chan struct{} { return fc.wake.Wait() }
 
 // Outstanding is the number of messages holding permits now.

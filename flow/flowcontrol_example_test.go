@@ -6,18 +6,12 @@ import (
 	"github.com/pubsubflow/pubsubflow/flow"
 )
 
-// A FlowControl's plain counting (the Publisher's): every TryAcquire that
-// succeeds is paired with one Release. Received messages are counted by a
-// FlowGate instead, and their settle path gives the permits back.
+// A FlowControl is a budget that gates count into (FlowGate, or
+// KeyedFlowGate for shares per key): here 2 messages and 1 MiB, with
+// nothing held yet. Each counted message's settle path gives its permit
+// back (see ExampleFlowGate).
 func ExampleNewFlowControl() {
-	fc := flow.NewFlowControl(2, 1<<20) // 2 messages, 1 MiB
-
-	fmt.Println(fc.TryAcquire(512), fc.TryAcquire(512), fc.TryAcquire(512))
-	fmt.Println(fc.Outstanding(), fc.OutstandingBytes(), fc.Room())
-	fc.ReleaseN(1, 512)
-	fmt.Println(fc.Outstanding(), fc.OutstandingBytes(), fc.Room())
-	// Output:
-	// true true false
-	// 2 1024 false
-	// 1 512 true
+	fc := flow.NewFlowControl(2, 1<<20)
+	fmt.Println(fc.MaxMessages(), fc.MaxBytes(), fc.Outstanding(), fc.Room())
+	// Output: 2 1048576 0 true
 }

@@ -67,11 +67,11 @@ func (s *settles) of(m *source.Message) (settled, done int) {
 func TestFlowControlCountsBothLimits(t *testing.T) {
 	fc := NewFlowControl(3, 100)
 	for i := range 2 {
-		if !fc.TryAcquire(40) {
+		if !fc.tryAcquire(40) {
 			t.Fatalf("acquisition %d failed", i+1)
 		}
 	}
-	if fc.TryAcquire(40) {
+	if fc.tryAcquire(40) {
 		t.Fatal("acquired past the byte limit")
 	}
 	if got, want := fc.Outstanding(), int64(2); got != want {
@@ -80,16 +80,16 @@ func TestFlowControlCountsBothLimits(t *testing.T) {
 	if got, want := fc.OutstandingBytes(), int64(80); got != want {
 		t.Fatalf("OutstandingBytes = %d, want %d", got, want)
 	}
-	if !fc.TryAcquire(20) {
+	if !fc.tryAcquire(20) {
 		t.Fatal("a message that fits was refused")
 	}
 	if fc.Room() {
 		t.Fatal("Room with 3 of 3 messages and 100 of 100 bytes")
 	}
-	if fc.TryAcquire(0) {
+	if fc.tryAcquire(0) {
 		t.Fatal("acquired past the message limit")
 	}
-	fc.ReleaseN(1, 40)
+	fc.releaseN(1, 40)
 	if !fc.Room() {
 		t.Fatal("no Room after a release")
 	}
@@ -102,7 +102,7 @@ func TestFlowControlCountsBothLimits(t *testing.T) {
 func TestFlowControlUnlimited(t *testing.T) {
 	fc := NewFlowControl(Unlimited, Unlimited)
 	for i := range 10_000 {
-		if !fc.TryAcquire(i) {
+		if !fc.tryAcquire(i) {
 			t.Fatalf("unlimited budget refused message %d", i)
 		}
 	}
@@ -116,27 +116,27 @@ func TestFlowControlUnlimited(t *testing.T) {
 
 func TestFlowControlOversizeAdmittedAlone(t *testing.T) {
 	fc := NewFlowControl(10, 100)
-	if !fc.TryAcquire(10) {
+	if !fc.tryAcquire(10) {
 		t.Fatal("small message refused")
 	}
-	if fc.TryAcquire(500) {
+	if fc.tryAcquire(500) {
 		t.Fatal("oversize message admitted while bytes are outstanding")
 	}
-	fc.ReleaseN(1, 10)
-	if !fc.TryAcquire(500) {
+	fc.releaseN(1, 10)
+	if !fc.tryAcquire(500) {
 		t.Fatal("oversize message refused with nothing outstanding (deadlock)")
 	}
 	if got := fc.OutstandingBytes(); got != 500 {
 		t.Fatalf("OutstandingBytes = %d, want the true size 500", got)
 	}
-	if fc.TryAcquire(1) {
+	if fc.tryAcquire(1) {
 		t.Fatal("admitted next to an oversize message")
 	}
-	fc.ReleaseN(1, 500)
+	fc.releaseN(1, 500)
 	if st := fc.Stats(); st.Outstanding != 0 || st.OutstandingBytes != 0 {
 		t.Fatalf("after release: %+v", st)
 	}
-	if !fc.TryAcquire(100) {
+	if !fc.tryAcquire(100) {
 		t.Fatal("budget not fully returned after the oversize release")
 	}
 }
@@ -194,7 +194,7 @@ func TestFlowControlPermitReleasedOnce(t *testing.T) {
 
 func TestFlowControlWakeBroadcast(t *testing.T) {
 	fc := NewFlowControl(1, Unlimited)
-	if !fc.TryAcquire(1) {
+	if !fc.tryAcquire(1) {
 		t.Fatal("acquire failed")
 	}
 	w1, w2 := fc.Wake(), fc.Wake()
@@ -206,7 +206,7 @@ func TestFlowControlWakeBroadcast(t *testing.T) {
 		t.Fatal("woken before any release")
 	default:
 	}
-	fc.ReleaseN(1, 1)
+	fc.releaseN(1, 1)
 	for _, w := range []<-chan struct{}{w1, w2} {
 		select {
 		case <-w:
@@ -233,7 +233,7 @@ func TestFlowControlConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := range 2000 {
 				size := 1 + (w*31+i*17)%150
-				if !fc.TryAcquire(size) {
+				if !fc.tryAcquire(size) {
 					continue
 				}
 				if n, b := fc.Outstanding(), fc.OutstandingBytes(); n > limit || b > bytes {
@@ -241,7 +241,7 @@ func TestFlowControlConcurrent(t *testing.T) {
 					violations = append(violations, strconv.Itoa(int(n))+"/"+strconv.Itoa(int(b)))
 					mu.Unlock()
 				}
-				fc.ReleaseN(1, size)
+				fc.releaseN(1, size)
 			}
 		}()
 	}
@@ -263,4 +263,12 @@ func TestFlowControlLimits(t *testing.T) {
 	if fc := NewFlowControl(Unlimited, -5); fc.MaxMessages() != Unlimited || fc.MaxBytes() != Unlimited {
 		t.Errorf("NewFlowControl(Unlimited, -5): %d, %d; want Unlimited both", fc.MaxMessages(), fc.MaxBytes())
 	}
+}
+
+// releaseN returns the permits of n messages totalling bytes that
+// tryAcquire took, as their settle paths would.
+func (fc *FlowControl) releaseN(n, bytes int) {
+	fc.settle(int64(n), int64(max(bytes, 0)))
+	fc.serverHeld.Add(-int64(n))
+	fc.serverHeldBytes.Add(-int64(max(bytes, 0)))
 }

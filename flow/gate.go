@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"log/slog"
 
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
@@ -15,7 +16,8 @@ import (
 // path gives the permit back, whatever ends it: there is nothing to pair.
 //
 // Written right after source.Subscribe in a pipeline, it is fused into
-// the source (it is a source.Step and a source.Budget): it counts where
+// the source (it is a source.Step whose FlowControl is the streams'
+// budget): it counts where
 // each response is decoded, the streams read only while there is room,
 // and each stream asks the server only for the room that is left, so the
 // budget holds across reconnects and runs. Anywhere else it runs as an
@@ -42,54 +44,49 @@ func FlowGate(fc *FlowControl) *Gate { return &Gate{fc: fc} }
 
 var (
 	_ source.Step                                  = (*Gate)(nil)
-	_ source.Budget                                = (*Gate)(nil)
 	_ stage.Flow[*source.Message, *source.Message] = (*Gate)(nil)
 )
 
-// Receive is the gate's receipt step (source.Step): it counts every
-// message of a batch decoded on lane, at once. A stream the server sent
-// past its grant is warned of once.
-func (gt *Gate) Receive(lane int, ms []*source.Message) {
+// Receipt is the gate's part when fused into a source (source.Step): it
+// counts on receipt, and its FlowControl is the streams' budget.
+func (gt *Gate) Receipt(message.Key) source.Receipt {
+	return source.Receipt{Receive: gt.receive, Budget: laneBudget{gt.fc}}
+}
+
+// receive counts every message of a batch decoded on lane, at once. A
+// stream the server sent past its grant is warned of once.
+func (gt *Gate) receive(lane int, ms []*source.Message) {
 	if over, first := gt.fc.receive(lane, ms); first {
 		cmp.Or(gt.Logger, slog.Default()).Warn("pubsubflow: the server sent a stream more than its flow-control grant; the client stops reading at its budget",
 			"over", over, "maxMessages", gt.fc.maxMessages, "maxBytes", gt.fc.maxBytes)
 	}
 }
 
-// Open grants a new stream on lane the limits of its initial request
-// (source.Budget); 0 in a dimension means unlimited on the wire. ok is
-// false when a stream cannot open now (not enough room): the caller
-// waits for Wake and asks again; asked again for an open lane, it lowers
-// the lane's grant to the share (the least of several budgets'). The
-// limits are the
-// stream's share (0: unlimited) cut down to the room the server has
-// released: the budget,
-// less every message the server may still count (held, or settled with an
-// ack or nack not final yet) and what the other open streams may still be
-// sent under their grants, so the server never sees more than the budget
-// however many streams share it. A stream opens only once at least half
-// its share is free, so a reconnect while messages are held does not
-// leave it a tiny grant for its whole life.
-func (gt *Gate) Open(lane int, shareMessages, shareBytes int64) (maxMessages, maxBytes int64, ok bool) {
-	return gt.fc.openLane(lane, shareMessages, shareBytes)
+// laneBudget is a FlowControl as its streams see it (source.Budget).
+type laneBudget struct{ fc *FlowControl }
+
+// Open grants a new stream on lane the limits of its initial request; 0
+// in a dimension means unlimited on the wire (see FlowControl.openLane).
+func (b laneBudget) Open(lane int, shareMessages, shareBytes int64) (maxMessages, maxBytes int64, ok bool) {
+	return b.fc.openLane(lane, shareMessages, shareBytes)
 }
 
-// Closed returns a stream's lane (source.Budget).
-func (gt *Gate) Closed(lane int) { gt.fc.closeLane(lane) }
+// Closed returns a stream's lane.
+func (b laneBudget) Closed(lane int) { b.fc.closeLane(lane) }
 
-// Room reports whether the stream on lane may read on (source.Budget):
-// while the messages and the bytes outstanding are both under their
-// limits, or the lane holds less than its grant unsettled. A response a
-// server sent within the grant is read at once, whatever the budget says:
-// the server counts its messages from the moment it sent them, and unread
-// they would be leased by no one (each stream may be sent one message
-// larger than its byte grant, so a stream that stopped at the budget left
-// the others' unread). A server that sends past its grant therefore gets
-// at most one response more read per stream.
-func (gt *Gate) Room(lane int) bool { return gt.fc.Room() || gt.fc.laneRoom(lane) }
+// Room reports whether the stream on lane may read on: while the messages
+// and the bytes outstanding are both under their limits, or the lane
+// holds less than its grant unsettled. A response a server sent within
+// the grant is read at once, whatever the budget says: the server counts
+// its messages from the moment it sent them, and unread they would be
+// leased by no one (each stream may be sent one message larger than its
+// byte grant, so a stream that stopped at the budget left the others'
+// unread). A server that sends past its grant therefore gets at most one
+// response more read per stream.
+func (b laneBudget) Room(lane int) bool { return b.fc.Room() || b.fc.laneRoom(lane) }
 
-// Wake is closed when room may have changed (source.Budget).
-func (gt *Gate) Wake() <-chan struct{} { return gt.fc.Wake() }
+// Wake is closed when room may have changed.
+func (b laneBudget) Wake() <-chan struct{} { return b.fc.Wake() }
 
 // Run starts the standalone stage's goroutine under g and returns its
 // output.

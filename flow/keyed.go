@@ -25,8 +25,8 @@ import (
 // keys at their share, which hold the budget between them.
 //
 // Written right after source.Subscribe in a pipeline (after EagerTrack,
-// say), it is fused into the source like FlowGate (a source.Step, a
-// source.Budget and a source.Sequencer): every message is counted on
+// say), it is fused into the source like FlowGate (a source.Step, with a
+// Sequence hook): every message is counted on
 // receipt and the streams read and ask the server only for the room the
 // budget leaves, so the client holds at most the budget; the source hands
 // its messages to the gate at once, and the gate hands them on, one at a
@@ -74,8 +74,7 @@ func ByAttribute(name string) func(*source.Message) string {
 }
 
 var (
-	_ source.Sequencer                             = (*KeyedGate)(nil)
-	_ source.Budget                                = (*KeyedGate)(nil)
+	_ source.Step                                  = (*KeyedGate)(nil)
 	_ stage.Flow[*source.Message, *source.Message] = (*KeyedGate)(nil)
 )
 
@@ -125,11 +124,13 @@ func (kg *KeyedGate) Run(g *stage.Group, in <-chan *source.Message) <-chan *sour
 	return kg.run(g, in, false)
 }
 
-// Sequence is the fused gate's hand-off (source.Sequencer): it takes in
-// what the source hands on (counted on receipt already) and hands it on
-// by the keys' shares.
-func (kg *KeyedGate) Sequence(g *stage.Group, in <-chan *source.Message) <-chan *source.Message {
-	return kg.run(g, in, true)
+// Receipt is the gate's part when fused into a source (source.Step):
+// FlowGate's, and the hand-off by the keys' shares (Sequence), which
+// takes in what the source hands on, counted on receipt already.
+func (kg *KeyedGate) Receipt(k message.Key) source.Receipt {
+	r := kg.keyedBase.Receipt(k)
+	r.Sequence = func(g *stage.Group, in <-chan *source.Message) <-chan *source.Message { return kg.run(g, in, true) }
+	return r
 }
 
 func (kg *KeyedGate) run(g *stage.Group, in <-chan *source.Message, fused bool) <-chan *source.Message {
@@ -354,11 +355,11 @@ func (r *keyedRun) acquire(k *keyState, m *source.Message) <-chan struct{} {
 	if !r.fused {
 		fc := r.kg.fc
 		size := int64(max(m.Size(), 0))
-		if !fc.TryAcquire(int(size)) {
+		if !fc.tryAcquire(int(size)) {
 			// Fetch Wake, then try once more: a release in between is
 			// not missed.
 			wake := fc.Wake()
-			if !fc.TryAcquire(int(size)) {
+			if !fc.tryAcquire(int(size)) {
 				return wake
 			}
 		}

@@ -218,7 +218,7 @@ func (fc *FlowControl) acquireOne(m *source.Message) bool {
 		return true
 	}
 	size := int64(max(m.Size(), 0))
-	if !fc.TryAcquire(int(size)) {
+	if !fc.tryAcquire(int(size)) {
 		return false
 	}
 	p := &permit{fc: fc, size: size}

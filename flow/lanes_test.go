@@ -119,7 +119,7 @@ func doneAll(ms []*source.Message) {
 // lane.
 func TestOpenLaneCountsServerHeld(t *testing.T) {
 	fc := NewFlowControl(10, Unlimited)
-	gate := FlowGate(fc)
+	gate := laneBudget{fc}
 	var p heldPath
 	const a = 1
 	grant, _, ok := gate.Open(a, 0, 0)
@@ -184,7 +184,7 @@ func TestOpenLaneCountsServerHeld(t *testing.T) {
 type laneModel struct {
 	limit    int64
 	fc       *FlowControl
-	gate     *Gate
+	gate     laneBudget
 	path     heldPath
 	streams  map[int]*laneStream // open, by lane
 	stream   map[*source.Message]*laneStream
@@ -244,7 +244,7 @@ func TestLaneGrantsProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		limit := rapid.Int64Range(1, 30).Draw(rt, "limit")
 		fc := NewFlowControl(limit, Unlimited)
-		lm := &laneModel{limit: limit, fc: fc, gate: FlowGate(fc), streams: map[int]*laneStream{}, stream: map[*source.Message]*laneStream{}}
+		lm := &laneModel{limit: limit, fc: fc, gate: laneBudget{fc}, streams: map[int]*laneStream{}, stream: map[*source.Message]*laneStream{}}
 		rt.Repeat(map[string]func(*rapid.T){
 			"open": func(t *rapid.T) {
 				share := rapid.Int64Range(0, limit+2).Draw(t, "share")

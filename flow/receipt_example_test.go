@@ -21,7 +21,7 @@ import (
 // message is leased and counted before it waits anywhere, the gate is the
 // source's budget (the stream reads only while there is room), and each
 // message's Ack gives back its lease and its permit and sends the ack.
-func ExampleGate_Receive() {
+func ExampleFlowGate_withEagerTrack() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv, err := pubsubtest.NewServer()

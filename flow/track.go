@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"time"
 
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
@@ -66,51 +66,33 @@ var (
 	_ stage.Flow[*source.Message, *source.Message] = (*Tracker)(nil)
 )
 
-// Receive is the tracker's receipt step (source.Step): it leases every
-// message of a batch at once. It never blocks.
-func (t *Tracker) Receive(_ int, ms []*source.Message) {
-	if t.ext != nil {
-		t.ext.track(ms)
+// Receipt is the tracker's part when fused into a source (source.Step):
+// it leases every message of a batch at once; on an exactly-once
+// subscription a message is handed on once its receipt modack is
+// confirmed; the streams take the extender's deadline as their stream ack
+// deadline; and once the Extender can no longer keep the leases (it was
+// closed, or its modacks fail for good) every run of the source ends with
+// why (ErrExtenderClosed, ErrModacksFailing) rather than hand on messages
+// nobody extends. A tracker without an Extender fails at once.
+func (t *Tracker) Receipt(message.Key) source.Receipt {
+	if t.ext == nil {
+		return source.Receipt{Receive: func(int, []*source.Message) {}, Failed: closedChan, Err: func() error { return errNilExtender }}
+	}
+	ext := t.ext
+	return source.Receipt{
+		Receive:     func(_ int, ms []*source.Message) { ext.track(ms) },
+		Ready:       ext.confirmed,
+		AckDeadline: ext.currentDeadline,
+		Failed:      func() <-chan struct{} { return ext.stopped },
+		Err:         ext.stoppedErr,
 	}
 }
 
-// Ready is the hand-on condition of a tracked message: on an exactly-once
-// subscription, closed once its receipt modack is confirmed; otherwise nil
-// (ready now).
-func (t *Tracker) Ready(m *source.Message) <-chan struct{} {
-	if t.ext == nil {
-		return nil
-	}
-	return t.ext.confirmed(m)
-}
-
-// Failed is closed once the tracker's Extender can no longer keep the
-// leases (it was closed, or its modacks fail for good): a source the
-// tracker is fused into then ends its run with Err, so the pipeline fails
-// loudly (ErrExtenderClosed, ErrModacksFailing) rather than hand on
-// messages nobody extends. Nil for a tracker without an Extender.
-func (t *Tracker) Failed() <-chan struct{} {
-	if t.ext == nil {
-		return nil
-	}
-	return t.ext.stopped
-}
-
-// Err says why Failed was closed (nil before).
-func (t *Tracker) Err() error {
-	if t.ext == nil {
-		return nil
-	}
-	return t.ext.stoppedErr()
-}
-
-// AckDeadline is the deadline the extender's strategy yields now: a source
-// the tracker is fused into makes it its stream ack deadline.
-func (t *Tracker) AckDeadline() time.Duration {
-	if t.ext == nil {
-		return 0
-	}
-	return t.ext.currentDeadline()
+// closedChan returns a closed channel: a failure that holds from the start.
+func closedChan() <-chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
 }
 
 // Run starts the standalone stage's goroutine under g and returns its
@@ -125,7 +107,7 @@ func (t *Tracker) Run(g *stage.Group, in <-chan *source.Message) <-chan *source.
 	e := &stage.Eager[*source.Message]{
 		Bound: cmpOr(t.MaxBuffer, defaultTrackBuffer),
 		OnReceive: func(_ context.Context, m *source.Message) error {
-			if err := t.Err(); err != nil {
+			if err := t.ext.stoppedErr(); err != nil {
 				return err // the message is dropped: OnDrop nacks it
 			}
 			t.late.check(t.Logger, m, "flow.EagerTrack", "put EagerTrack right after source.Subscribe (pipeline.From(src).Via(flow.EagerTrack(ext, 0))) so it leases on receipt")

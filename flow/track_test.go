@@ -71,10 +71,12 @@ const trkSub = "projects/p/subscriptions/sub"
 // outcome) to every message a source decodes.
 type trkHold struct{ a *acker }
 
-func (h trkHold) Receive(_ int, ms []*source.Message) {
-	for _, m := range ms {
-		h.a.hold(m)
-	}
+func (h trkHold) Receipt(message.Key) source.Receipt {
+	return source.Receipt{Receive: func(_ int, ms []*source.Message) {
+		for _, m := range ms {
+			h.a.hold(m)
+		}
+	}}
 }
 
 // trkMessages returns n hand-made messages received now, each held by a

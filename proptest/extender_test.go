@@ -210,7 +210,7 @@ func (x *extenderModel) doPull(t *rapid.T, n int) {
 			batch = append(batch, m)
 			got++
 		}
-		x.track.Receive(0, batch) // a response's worth, on receipt
+		x.track.Receipt(message.Key{}).Receive(0, batch) // a response's worth, on receipt
 	}
 	x.settle()
 }

@@ -2,6 +2,7 @@ package source
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/limits"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -181,47 +183,57 @@ func (c Config) withDefaults() Config {
 }
 
 // Step is a receipt step: a stage that does its bookkeeping for a message
-// the moment it is received. A Source runs its steps (With, or Fuse when a
-// pipeline has a Step right after the source) on each response's
-// messages, in order, on the goroutine that decoded them, before any of
-// them is queued: lane is the stream's lane, a number unique in the
-// process (the one its Budgets opened). Receive must not block.
-//
-// A step may also implement any of:
-//
-//   - Budget: the streams read and open only as it allows (every such
-//     step counts);
-//   - Ready(*Message) <-chan struct{}: a message is handed on only once
-//     the channel is closed (nil: at once); an exactly-once lease waits
-//     there for its receipt modack;
-//   - AckDeadline() time.Duration: the deadline the step's leases use; the
-//     streams adopt it as their stream ack deadline, so a message's deadline
-//     before its first lease extension is already the one its processing
-//     needs (the first such step counts);
-//   - Unsent([]*Message): sees what a run received but will not hand on,
-//     before the source nacks what is still unsettled (a Subscriber
-//     settles it with its shutdown outcome while draining);
-//   - HandOff(ctx, []*Message) []*Message: sees each batch just before it
-//     leaves the source, on the source's hand-off goroutine, with the
-//     run's context; it returns the messages to hand on, having settled
-//     those it removes. It must not block;
-//   - Failed() <-chan struct{} and Err() error: once Failed is closed the
-//     step can no longer do its job (flow.EagerTrack whose Extender was
-//     closed), and every run of the source ends with Err while its
-//     streams run.
+// the moment it is received (flow.EagerTrack, flow.FlowGate,
+// flow.KeyedFlowGate, each written right after the source in a pipeline,
+// or given to With). Its Receipt declares what it does; only a source can
+// call it (its argument is a key internal to this module), so no one
+// else can call a step's hooks out of turn.
 type Step interface {
-	Receive(lane int, ms []*Message)
+	Receipt(message.Key) Receipt
 }
 
-// Sequencer is a Step that also chooses the order in which the source's
-// messages are handed on (flow.KeyedFlowGate: by the keys' shares).
-// Fused by Pipeline.Via, its step runs on receipt and Sequence on the
-// source's output, whose output the pipeline's next stage reads. Sequence
-// takes in what the source hands on at once, up to a bound of its own,
-// and nacks what it still holds when g ends. (With adds only the step.)
-type Sequencer interface {
-	Step
-	Sequence(g *stage.Group, in <-chan *Message) <-chan *Message
+// Receipt is what a Step does, as its source runs it. Receive is
+// required; every other hook is optional (nil: none).
+type Receipt struct {
+	// Receive runs on each response's messages, in order with the other
+	// steps, on the goroutine that decoded them, before any of them is
+	// queued: lane is the stream's lane, a number unique in the process
+	// (the one its Budgets opened). It must not block.
+	Receive func(lane int, ms []*Message)
+	// Budget: the streams open and read only as it allows (every step's
+	// budget counts).
+	Budget Budget
+	// Ready: a message is handed on only once the channel it returns is
+	// closed (nil: at once); an exactly-once lease waits there for its
+	// receipt modack.
+	Ready func(*Message) <-chan struct{}
+	// AckDeadline is the deadline the step's leases use; the streams adopt
+	// it as their stream ack deadline, so a message's deadline before its
+	// first extension is already the one its processing needs (the first
+	// step's that has one counts).
+	AckDeadline func() time.Duration
+	// Unsent sees what a run received but will not hand on, before the
+	// source nacks what is still unsettled (a Subscriber settles it with
+	// its shutdown outcome while draining).
+	Unsent func([]*Message)
+	// HandOff sees each batch just before it leaves the source, on the
+	// source's hand-off goroutine, with the run's context; it returns the
+	// messages to hand on, having settled those it removes. It must not
+	// block.
+	HandOff func(ctx context.Context, ms []*Message) []*Message
+	// Failed is closed once the step can no longer do its job
+	// (flow.EagerTrack whose Extender was closed); every run of the source
+	// then ends with Err while its streams run. Both or neither.
+	Failed func() <-chan struct{}
+	Err    func() error
+	// Sequence, fused by Pipeline.Via, chooses the order in which the
+	// source's messages are handed on (flow.KeyedFlowGate: by the keys'
+	// shares): it runs on the source's output, and the pipeline's next
+	// stage reads its output. It takes in what the source hands on at
+	// once, up to a bound of its own, and nacks what it still holds when g
+	// ends. (With runs only the other hooks: write the other steps before
+	// such a one.)
+	Sequence func(g *stage.Group, in <-chan *Message) <-chan *Message
 }
 
 // Budget is a client-side flow-control budget as the streams see it

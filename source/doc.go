@@ -35,9 +35,10 @@
 //   - The receipt steps (Steps: flow.EagerTrack, flow.FlowGate, fused with
 //     With or by Pipeline.Via) run on each response's messages on the
 //     stream's goroutine, right after it is decoded and before any of them
-//     waits anywhere; a Sequencer fused by Pipeline.Via
-//     (flow.KeyedFlowGate) also chooses the order its output is handed on
-//     in. Malformed elements (an empty or repeated ack id, an
+//     waits anywhere; each declares its hooks (a Receipt), which only
+//     the source calls. A step with a Sequence hook, fused by
+//     Pipeline.Via (flow.KeyedFlowGate), also chooses the order its output
+//     is handed on in. Malformed elements (an empty or repeated ack id, an
 //     ack id without a message) are refused before that, counted in Stats.
 //   - Every message carries its server deadline (receipt plus the stream
 //     ack deadline, then each confirmed extension); a message past it (or

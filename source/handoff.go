@@ -98,8 +98,10 @@ func (s *Source) pump(ctx context.Context, r *run, h *handoff, out chan<- []*Mes
 		}
 		expired := s.expiries.Wait() // before the check: no expiry after it is missed
 		b = s.dropSettled(b)
-		for _, f := range s.handOff {
-			b = f(ctx, b)
+		for _, st := range s.steps {
+			if st.HandOff != nil {
+				b = st.HandOff(ctx, b)
+			}
 		}
 		if len(b) > 0 {
 			for _, m := range b {
@@ -186,9 +188,12 @@ func (s *Source) dropSettled(b []*Message) []*Message {
 
 // waitReady waits until every message of b is Ready, or ctx is done.
 func (s *Source) waitReady(ctx context.Context, b []*Message) bool {
-	for _, ready := range s.ready {
+	for _, st := range s.steps {
+		if st.Ready == nil {
+			continue
+		}
 		for _, m := range b {
-			if ch := ready(m); ch != nil {
+			if ch := st.Ready(m); ch != nil {
 				select {
 				case <-ch:
 				case <-ctx.Done():

@@ -55,20 +55,22 @@ func (s *Source) runBatches(g *stage.Group, r *run) <-chan []*Message {
 		s.pump(sctx, r, h, out, streamsDone)
 		return nil
 	})
-	for _, f := range s.failers {
-		g.Go(func(context.Context) error { return watchStep(sctx, f) })
+	for _, st := range s.steps {
+		if st.Failed != nil {
+			g.Go(func(context.Context) error { return watchStep(sctx, st) })
+		}
 	}
 	g.OnDone(r.stranded)
 	return out
 }
 
-// watchStep returns f's Err once f has failed while the run's streams
+// watchStep returns st's Err once st has failed while the run's streams
 // run (ctx), and nil once they have stopped first.
-func watchStep(ctx context.Context, f failer) error {
+func watchStep(ctx context.Context, st Receipt) error {
 	select {
-	case <-f.Failed():
+	case <-st.Failed():
 		if ctx.Err() == nil {
-			return f.Err()
+			return st.Err()
 		}
 	case <-ctx.Done():
 	}
@@ -95,8 +97,10 @@ func (r *run) unsent(ms []*Message) {
 	if len(ms) == 0 {
 		return
 	}
-	for _, f := range r.s.unsentFns {
-		f(ms)
+	for _, st := range r.s.steps {
+		if st.Unsent != nil {
+			st.Unsent(ms)
+		}
 	}
 	for _, m := range ms {
 		m.Nack()
@@ -136,13 +140,21 @@ func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage, deadline tim
 	for _, m := range ms {
 		m.st.EndReceipt(m)
 	}
-	if s.follow != nil {
-		// The next response's messages get the deadline their leases use.
-		if d := s.follow(); d > 0 && d != s.StreamAckDeadline() {
-			s.setStreamAckDeadline(d)
-		}
+	// The next response's messages get the deadline their leases use.
+	if d := s.leaseDeadline(); d > 0 && d != s.StreamAckDeadline() {
+		s.setStreamAckDeadline(d)
 	}
 	return ms
+}
+
+// leaseDeadline is the deadline the first step with leases uses (0: none).
+func (s *Source) leaseDeadline() time.Duration {
+	for _, st := range s.steps {
+		if st.AckDeadline != nil {
+			return st.AckDeadline()
+		}
+	}
+	return 0
 }
 
 // Stop ends the streams of every run, now and to come: each run hands on

@@ -31,19 +31,8 @@ import (
 // message waits anywhere.
 type Source struct {
 	*core
-	steps     []Step
-	flows     []Budget
-	ready     []func(*Message) <-chan struct{}
-	handOff   []func(context.Context, []*Message) []*Message
-	unsentFns []func([]*Message)
-	follow    func() time.Duration // a step's lease deadline, which the streams follow
-	failers   []failer             // steps that can fail a run
-}
-
-// failer is a step that can stop being able to do its job (Step).
-type failer interface {
-	Failed() <-chan struct{}
-	Err() error
+	steps []Receipt // the receipt steps' hooks, in order
+	flows []Budget  // the steps' budgets
 }
 
 // core is what every fused copy of a Source shares.
@@ -130,62 +119,40 @@ func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 // Fuse returns a copy of s that runs f as one of its receipt steps, if f
 // is a Step (Pipeline.Via calls it for the flow right after a source). The
 // copy shares everything else with s: client id, settle path, held
-// messages. ok is false, and s unchanged, for any other flow.
-//
-// A Sequencer fuses too: the copy's output runs through its Sequence.
+// messages. ok is false, and s unchanged, for any other flow. A step with
+// a Sequence hook fuses too: the copy's output runs through it.
 func (s *Source) Fuse(f stage.Flow[*Message, *Message]) (stage.Source[*Message], bool) {
 	step, ok := f.(Step)
 	if !ok {
 		return s, false
 	}
-	if seq, ok := f.(Sequencer); ok {
-		return sequenced{src: s.With(step), seq: seq}, true
+	n := s.With(step)
+	if seq := n.steps[len(n.steps)-1].Sequence; seq != nil {
+		return sequenced{src: n, seq: seq}, true
 	}
-	return s.With(step), true
+	return n, true
 }
 
-// sequenced is a source fused with a Sequencer: what follows runs as
-// stages on the sequenced output (so write the other steps before it).
+// sequenced is a source fused with a step's Sequence: what follows runs
+// as stages on the sequenced output (so write the other steps before it).
 type sequenced struct {
 	src *Source
-	seq Sequencer
+	seq func(*stage.Group, <-chan *Message) <-chan *Message
 }
 
-func (q sequenced) Run(g *stage.Group) <-chan *Message { return q.seq.Sequence(g, q.src.Run(g)) }
+func (q sequenced) Run(g *stage.Group) <-chan *Message { return q.seq(g, q.src.Run(g)) }
 
 // With returns a copy of s that runs steps, in order, after its own on
 // every response it decodes (see Step).
 func (s *Source) With(steps ...Step) *Source {
 	n := &Source{core: s.core}
-	n.steps = append(append(n.steps, s.steps...), steps...)
+	n.steps = append(n.steps, s.steps...)
 	n.flows = append(n.flows, s.flows...)
-	n.ready = append(n.ready, s.ready...)
-	n.handOff = append(n.handOff, s.handOff...)
-	n.unsentFns = append(n.unsentFns, s.unsentFns...)
-	n.follow = s.follow
-	n.failers = append(n.failers, s.failers...)
 	for _, st := range steps {
-		if b, ok := st.(Budget); ok {
-			n.flows = append(n.flows, b)
-		}
-		if r, ok := st.(interface {
-			Ready(*Message) <-chan struct{}
-		}); ok {
-			n.ready = append(n.ready, r.Ready)
-		}
-		if h, ok := st.(interface {
-			HandOff(context.Context, []*Message) []*Message
-		}); ok {
-			n.handOff = append(n.handOff, h.HandOff)
-		}
-		if u, ok := st.(interface{ Unsent([]*Message) }); ok {
-			n.unsentFns = append(n.unsentFns, u.Unsent)
-		}
-		if f, ok := st.(failer); ok {
-			n.failers = append(n.failers, f)
-		}
-		if d, ok := st.(interface{ AckDeadline() time.Duration }); ok && n.follow == nil {
-			n.follow = d.AckDeadline
+		r := st.Receipt(message.Key{})
+		n.steps = append(n.steps, r)
+		if r.Budget != nil {
+			n.flows = append(n.flows, r.Budget)
 		}
 	}
 	return n
