@@ -2,6 +2,7 @@ package pubsubflow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -59,11 +60,17 @@ func TestBudgetsBoundWhatAServerFloods(t *testing.T) {
 		msgs, bytes          int64
 		responses, per, size int
 		work                 time.Duration // per message: keeps the subscriber behind the flood
+		// free is how many messages are handled before the rest wait for
+		// the third response to be read, so it is read past the grant
+		// whatever the machine's load: with 1 MiB granted, the third
+		// 400 KiB response is read at once; with 100 messages granted,
+		// once one of them is settled.
+		free int64
 	}{
 		// 20 responses of 4 × 100 KiB: 8 MiB against a 1 MiB budget.
-		{"bytes", Unlimited, 1 << 20, 20, 4, 100 << 10, 20 * time.Millisecond},
+		{"bytes", Unlimited, 1 << 20, 20, 4, 100 << 10, 20 * time.Millisecond, 0},
 		// 10 responses of 50 against a budget of 100 messages.
-		{"messages", 100, Unlimited, 10, 50, 10, 2 * time.Millisecond},
+		{"messages", 100, Unlimited, 10, 50, 10, 2 * time.Millisecond, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &floodServer{responses: tc.responses, per: tc.per, size: tc.size}
@@ -95,8 +102,16 @@ func TestBudgetsBoundWhatAServerFloods(t *testing.T) {
 				}
 			}
 			ctx, cancel := context.WithCancel(context.Background())
+			var handled atomic.Int64
 			done := runAsync(ctx, s, 4, func(context.Context, *Message) error {
 				sample()
+				if handled.Add(1) > tc.free {
+					for deadline := time.Now().Add(10 * time.Second); s.Stats().Received < uint64(3*tc.per); time.Sleep(time.Millisecond) {
+						if time.Now().After(deadline) {
+							return errors.New("the third response was not read within 10 s")
+						}
+					}
+				}
 				time.Sleep(tc.work)
 				return nil
 			})
