@@ -29,7 +29,6 @@ const Unlimited = flow.Unlimited
 const (
 	defaultMaxExtension      = 60 * time.Minute
 	defaultShutdownNackDelay = 5 * time.Second
-	defaultDrainTimeout      = 30 * time.Second
 
 	// minHeartbeatInterval bounds HeartbeatInterval from below: each
 	// heartbeat is a request on every stream, and the service answers each.
@@ -104,7 +103,8 @@ type SubscriberConfig struct {
 	OnShutdown        Outcome
 	ShutdownNackDelay time.Duration
 	// DrainTimeout bounds how long shutdown waits for messages in
-	// processing to settle before nacking the rest (default 30 s).
+	// processing to settle before nacking the rest (default 30 s): the
+	// source's drain (source.Config.DrainTimeout) is this one.
 	DrainTimeout time.Duration
 
 	// Ordering processes messages of one ordering key one at a time, in
@@ -235,6 +235,7 @@ func (c SubscriberConfig) parts(sub string) (source.Config, flow.ExtenderConfig,
 		Backoff:                c.Backoff,
 		Classify:               c.Reconnect,
 		ReconnectTimeout:       c.ReconnectTimeout,
+		DrainTimeout:           c.DrainTimeout, // the one drain: shutdown waits on the source's
 		TracerProvider:         c.TracerProvider,
 		Logger:                 c.Logger,
 	}
@@ -268,7 +269,7 @@ func (c SubscriberConfig) withDefaults() SubscriberConfig {
 	c.ReconnectTimeout = cmp.Or(c.ReconnectTimeout, source.DefaultReconnectTimeout)
 	c.MaxExtension = cmp.Or(c.MaxExtension, defaultMaxExtension)
 	c.ShutdownNackDelay = cmp.Or(c.ShutdownNackDelay, defaultShutdownNackDelay)
-	c.DrainTimeout = cmp.Or(c.DrainTimeout, defaultDrainTimeout)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, source.DefaultDrainTimeout)
 	c.MaxOutstandingMessages = cmp.Or(c.MaxOutstandingMessages, source.DefaultMaxOutstandingMessages)
 	c.MaxOutstandingBytes = cmp.Or(c.MaxOutstandingBytes, source.DefaultMaxOutstandingBytes)
 	c.Streams = cmp.Or(c.Streams, 1)

@@ -1,6 +1,7 @@
 package pubsubflow
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"strings"
@@ -95,4 +96,17 @@ func TestNilLoggerIsSlogDefault(t *testing.T) {
 	})
 	cancel()
 	<-done
+}
+
+// TestDrainTimeoutIsTheSources: the Subscriber's DrainTimeout reaches its
+// source as it is, default included, so one setting (the source's drain,
+// which shutdown waits on) governs.
+func TestDrainTimeoutIsTheSources(t *testing.T) {
+	for _, d := range []time.Duration{0, 7 * time.Second} {
+		c := SubscriberConfig{DrainTimeout: d}.withDefaults()
+		src, _, _ := c.parts("projects/p/subscriptions/sub")
+		if want := cmp.Or(d, 30*time.Second); src.DrainTimeout != want || c.DrainTimeout != want {
+			t.Errorf("DrainTimeout %v: the source's is %v, the Subscriber's %v; want %v for both", d, src.DrainTimeout, c.DrainTimeout, want)
+		}
+	}
 }

@@ -48,17 +48,25 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 			return ctx.Err()
 		}
 	}
+	// The drain is the source's (its DrainTimeout is ours): at its end it
+	// abandons the runs still going, cancelling their pipelines and
+	// nacking what they hold. ctx only ends it earlier.
 	s.src.Stop()
 	end := shutdownEnd(ctx, s.cfg.DrainTimeout)
 	if drain {
-		wait(idle, time.Until(end), ctx.Done())
+		select {
+		case <-idle:
+		case <-s.src.Drained():
+		case <-ctx.Done():
+		}
 	}
-	// Past the drain timeout: cancel Run's pipelines, and give the runs a
-	// moment to end, so what their workers settle on the way out still
-	// reaches the acknowledger. The source's own goroutines have stopped
-	// with Stop; Close nacks what is left.
+	// The drain is over: cancel Run's pipelines (ctx may have ended it
+	// first), and give the runs a moment to end, so what their workers
+	// settle on the way out still reaches the acknowledger. The source's
+	// own goroutines have stopped with Stop; Close abandons any run it
+	// still has and nacks what is left.
 	s.life.abandon()
-	wait(idle, min(stuckGrace, time.Until(end)+shutdownSlack), nil)
+	wait(idle, min(stuckGrace, time.Until(end)+shutdownSlack))
 
 	// The flush keeps the same deadline: what it cannot send by then
 	// fails, counted in AckFailures and logged, never reported as acked.
@@ -92,15 +100,13 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// wait returns once done is closed, d has passed, or stop is closed
-// (a nil stop never is).
-func wait(done <-chan struct{}, d time.Duration, stop <-chan struct{}) {
+// wait returns once done is closed or d has passed.
+func wait(done <-chan struct{}, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-done:
 	case <-t.C:
-	case <-stop:
 	}
 }
 

@@ -107,7 +107,13 @@ type parallelMap[T, R any] struct {
 
 // call runs f, turning a panic into a *PanicError and applying OnError.
 // ok reports whether r is to be emitted; err is a failure for the group.
+// Once ctx is done f is not called and v is dropped: a worker may still
+// take elements it finds ready, but a cancelled pipeline processes
+// nothing more (a source settles what its pipeline left).
 func (pm *parallelMap[T, R]) call(ctx context.Context, v T) (r R, ok bool, err error) {
+	if ctx.Err() != nil {
+		return r, false, nil
+	}
 	r, err = safeCall(ctx, pm.f, v)
 	switch {
 	case err == nil:

@@ -239,6 +239,7 @@ func (m *machine) sourceConfig(bo gax.Backoff) source.Config {
 		HeartbeatInterval:      mc.Heartbeat,
 		HeartbeatTimeout:       min(source.DefaultHeartbeatTimeout, mc.Heartbeat),
 		Backoff:                bo,
+		DrainTimeout:           mc.Drain,
 	}
 }
 
@@ -284,9 +285,10 @@ func (m *machine) teardown() {
 
 // closeConsumer shuts the consumer down: Close on a Subscriber (Shutdown
 // when ctx is done already); on the chain what a user's code does — stop
-// the streams, let the run finish what it holds (the drain timeout), then
-// cancel it, close the source (it nacks what is left and flushes) and the
-// extender.
+// the streams (the run finishes what it holds, for up to the sources'
+// drain timeout, after which they abandon it; cancelled at once when ctx
+// is done already), wait for the run, close the source (it nacks what is
+// left and flushes) and the extender.
 func (m *machine) closeConsumer(ctx context.Context) error {
 	e := m.env
 	if !e.chain {
@@ -303,28 +305,23 @@ func (m *machine) closeConsumer(ctx context.Context) error {
 		src.Stop()
 	}
 	if r := m.run; r != nil {
-		if ctx.Err() == nil {
-			t := time.NewTimer(m.cfg.Drain)
-			select {
-			case err := <-r.done:
-				r.done <- err // keep it for the caller
-			case <-t.C:
-			}
-			t.Stop()
+		if ctx.Err() != nil {
+			r.cancel()
 		}
+		// The run ends within the drain timeout (the sources abandon it
+		// then, settling what it left). Close the sources only after
+		// that, as their doc asks.
+		t := time.NewTimer(m.cfg.Drain + 30*time.Second)
+		select {
+		case err := <-r.done:
+			r.done <- err
+		case <-t.C:
+		}
+		t.Stop()
 		r.cancel()
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if r := m.run; r != nil {
-		// The run's part ends with its context; the source settles what
-		// it left. Close the source only after that, as its doc asks.
-		select {
-		case err := <-r.done:
-			r.done <- err
-		case <-fctx.Done():
-		}
-	}
 	return errors.Join(m.closeSources(fctx), e.ext.Close())
 }
 

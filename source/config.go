@@ -24,6 +24,7 @@ const (
 	defaultStreams                = 1
 	DefaultHeartbeatInterval      = 30 * time.Second
 	DefaultHeartbeatTimeout       = 15 * time.Second
+	DefaultDrainTimeout           = 30 * time.Second
 
 	// MinStreamAckDeadline and MaxStreamAckDeadline are the API's bounds.
 	MinStreamAckDeadline = 10 * time.Second
@@ -105,6 +106,15 @@ type Config struct {
 	// DefaultReconnectTimeout (2 min); Unlimited never gives up.
 	ReconnectTimeout time.Duration
 
+	// DrainTimeout bounds the graceful end that Stop begins. Until it
+	// passes, each run's pipeline goes on with what the run handed on
+	// before Stop; then every run still going is abandoned: its pipeline
+	// is cancelled and what it was handed and has not settled is nacked,
+	// so the server redelivers it at once and none of it is processed
+	// here. 0 means DefaultDrainTimeout (30 s); negative is an error. A
+	// Subscriber passes its own DrainTimeout.
+	DrainTimeout time.Duration
+
 	// TracerProvider, if set, traces every message as Google's clients do:
 	// a "<subscription> subscribe" span from receipt until the server took
 	// its ack or nack, a child of the publisher's trace context from its
@@ -150,6 +160,9 @@ func (c Config) Validate() error {
 	if err := validLimit("MaxOutstandingBytes", c.MaxOutstandingBytes); err != nil {
 		return err
 	}
+	if c.DrainTimeout < 0 {
+		return fmt.Errorf("pubsubflow/source: DrainTimeout %v must not be negative (0 means %v)", c.DrainTimeout, DefaultDrainTimeout)
+	}
 	if b := c.Backoff; b.Initial < 0 || b.Max < 0 || b.Multiplier != 0 && b.Multiplier < 1 {
 		return fmt.Errorf("pubsubflow/source: Backoff Initial %v, Max %v, Multiplier %v: want durations ≥ 0 (0 = default) and a Multiplier of 0 (default 2) or at least 1", b.Initial, b.Max, b.Multiplier)
 	}
@@ -175,6 +188,7 @@ func (c Config) withDefaults() Config {
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
 	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, DefaultHeartbeatTimeout)
 	c.ReconnectTimeout = cmp.Or(c.ReconnectTimeout, DefaultReconnectTimeout)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
 	if c.Classify == nil {
 		c.Classify = DefaultClassifier
 	}

@@ -29,6 +29,8 @@ func TestValidate(t *testing.T) {
 		{"client id", func(c *Config) { c.ClientID = strings.Repeat("x", MaxClientIDLength+1) }, "ClientID"},
 		{"negative backoff", func(c *Config) { c.Backoff.Initial = -time.Second }, "Backoff"},
 		{"shrinking backoff", func(c *Config) { c.Backoff.Multiplier = 0.5 }, "Backoff"},
+		{"negative drain", func(c *Config) { c.DrainTimeout = -time.Nanosecond }, "DrainTimeout"},
+		{"long drain", func(c *Config) { c.DrainTimeout = time.Hour }, ""},
 		{"unlimited", func(c *Config) { c.MaxOutstandingMessages, c.MaxOutstandingBytes = Unlimited, Unlimited }, ""},
 		{"messages below Unlimited", func(c *Config) { c.MaxOutstandingMessages = -2 }, "MaxOutstandingMessages"},
 		{"bytes below Unlimited", func(c *Config) { c.MaxOutstandingBytes = -100 }, "MaxOutstandingBytes"},
@@ -56,7 +58,7 @@ func TestDefaults(t *testing.T) {
 	c := Config{Subscription: testSub}.withDefaults()
 	if c.StreamAckDeadline != 60*time.Second || c.MaxOutstandingMessages != 1000 || c.MaxOutstandingBytes != 100<<20 ||
 		c.Streams != 1 || c.HeartbeatInterval != 30*time.Second || c.HeartbeatTimeout != 15*time.Second ||
-		c.Classify == nil || c.Logger == nil {
+		c.DrainTimeout != 30*time.Second || c.Classify == nil || c.Logger == nil {
 		t.Fatalf("defaults = %+v", c)
 	}
 }

@@ -58,6 +58,8 @@
 // The source knows nothing of leases or permits: it runs the steps and
 // asks the budget it is given (see the flow package). A run that ends
 // nacks what it received and did not hand on, and what its pipeline was
-// handed and left unsettled; Stop ends every run gracefully, and Close
-// nacks whatever is still unsettled and flushes the acks.
+// handed and left unsettled; Stop ends every run gracefully, within
+// Config.DrainTimeout (a run still going then is abandoned: its pipeline
+// cancelled, what it left nacked), and Close nacks whatever is still
+// unsettled and flushes the acks.
 package source

@@ -60,7 +60,11 @@ func (s *Source) runBatches(g *stage.Group, r *run) <-chan []*Message {
 			g.Go(func(context.Context) error { return watchStep(sctx, st) })
 		}
 	}
-	g.OnDone(r.stranded)
+	s.drain.join(r, g)
+	g.OnDone(func() {
+		s.drain.leave(r)
+		r.stranded()
+	})
 	return out
 }
 
@@ -81,13 +85,15 @@ func watchStep(ctx context.Context, st Receipt) error {
 // (dropped by one of its stages, or in flight when it was cancelled), so
 // the server redelivers it at once rather than when its lease runs out. A
 // stage still working on such a message finds its outcome taken:
-// cancelling a pipeline abandons its work.
-func (r *run) stranded() {
+// cancelling a pipeline abandons its work. It returns how many it nacked.
+func (r *run) stranded() (n int) {
 	r.s.held.each(func(m *Message) {
 		if m.st.Owner() == r.id {
 			m.Nack()
+			n++
 		}
 	})
+	return n
 }
 
 // unsent settles what the run received but will not hand on: with the
@@ -159,10 +165,16 @@ func (s *Source) leaseDeadline() time.Duration {
 
 // Stop ends the streams of every run, now and to come: each run hands on
 // nothing more, nacks what it had received but not handed on (after a
-// fused step's Unsent has seen it) and closes its output, so a pipeline downstream finishes
-// what it holds and ends. Messages already handed on are not touched.
+// fused step's Unsent has seen it) and closes its output, so a pipeline
+// downstream finishes what it holds and ends. That drain lasts at most
+// Config.DrainTimeout: then each run still going is abandoned, its
+// pipeline cancelled and what it was handed and left unsettled nacked
+// (Drained is closed then). Stop returns at once, so a stage may call it.
 // Stop is for a graceful end (a Subscriber drains with it); Close after
 // the pipelines have ended.
-func (s *Source) Stop() { s.stopFn() }
+func (s *Source) Stop() {
+	s.stopFn()
+	s.drain.start(s.cfg.DrainTimeout)
+}
 
 func (c *core) stopped() bool { return c.stopCtx.Err() != nil }

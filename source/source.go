@@ -49,6 +49,7 @@ type core struct {
 	held     registry
 	heldIDs  *heldIDs // the ack ids of what held holds, for refuseMalformed
 	later    later
+	drain    *drain         // the graceful end Stop begins
 	expiries broadcast.Wake // broadcast when a message expires (Expired), for the hand-offs
 	runs     atomic.Uint64  // run ids (owners of handed-off messages)
 
@@ -97,6 +98,7 @@ func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 	c.path.c = c
 	c.clock = message.NewClock()
 	c.heldIDs = newHeldIDs()
+	c.drain = newDrain()
 	s := &Source{core: c}
 	acfg := ack.Config{
 		Events:    c.emit,
@@ -219,7 +221,14 @@ func (s *Source) Run(g *stage.Group) <-chan *Message {
 			}
 			for i, m := range b {
 				if !s.sendOne(ctx, out, m, &t) {
-					r.unsent(b[i:])
+					// Nacked only once the streams have stopped (in
+					// closes then), as the pump does: a stream still open
+					// could be given a nacked message again, never read.
+					rest := b[i:]
+					for b := range in {
+						rest = append(rest, b...)
+					}
+					r.unsent(rest)
 					return nil
 				}
 			}
@@ -229,7 +238,7 @@ func (s *Source) Run(g *stage.Group) <-chan *Message {
 }
 
 // sendOne hands m on unless it lapses or expires first (it is then
-// settled Expired); false when ctx is done first. The timer is set for the
+// settled Expired); false when ctx is done or the source stops first. The timer is set for the
 // lapse m has when the wait starts; an extension confirmed meanwhile moves
 // the lapse on, so when the timer fires the lapse is read again and m is
 // expired only if it has come. An extension can also bring the deadline
@@ -265,6 +274,8 @@ func (s *Source) sendOne(ctx context.Context, out chan<- *Message, m *Message, t
 		case <-expired:
 		case <-ctx.Done():
 			return false
+		case <-s.stopCtx.Done(): // Stop: hand on nothing more
+			return false
 		}
 	}
 }
@@ -284,11 +295,13 @@ func (s *Source) RunBatches(g *stage.Group) <-chan []*Message {
 // Close nacks every message the source received that is still unsettled,
 // then flushes and stops the acknowledger (within ctx), and returns once
 // every goroutine the source started has exited. Close it after its
-// pipelines have ended; acks and nacks made after Close fail (an
+// pipelines have ended: a run still going is abandoned, as when the drain
+// is over (see Stop). Acks and nacks made after Close fail (an
 // exactly-once Result says so). A second Close returns the first result.
 func (s *Source) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		s.stopFn()
+		s.drain.end()
 		s.held.close(func(m *Message) { m.Nack() })
 		s.closeErr = s.acks.Close(ctx)
 		s.later.close()
