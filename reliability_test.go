@@ -161,9 +161,11 @@ func TestExpiredCopiesNeverReachHandlers(t *testing.T) {
 // TestTwoRunsShareOneBudget: two Runs at once on one subscriber with a
 // budget of 50 and handlers that hold every message: the server has
 // exactly 50 outstanding and the subscriber says it holds exactly 50, at
-// every sample, and only one stream is open (a stream asks only for the
-// room left, and none opens while there is none). Released, all 300 are
-// acked.
+// every sample, and the open streams were granted at most 50 together (a
+// stream asks only for the room left, and none opens while there is none;
+// the second run's wait revokes the first run's stream, which holds the
+// whole budget, so both open again with their fair shares). Released,
+// all 300 are acked.
 func TestTwoRunsShareOneBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t, pubsubtest.WithBufconn(), pubsubtest.WithMaxMessagesPerResponse(10))
@@ -186,14 +188,14 @@ func TestTwoRunsShareOneBudget(t *testing.T) {
 			if srv != 50 || held != 50 {
 				t.Fatalf("the server has %d outstanding and the subscriber says it holds %d, want 50 and 50 (the budget, shared by two runs)", srv, held)
 			}
-			open := 0
+			var granted int64
 			for _, si := range e.srv.Streams(e.sub) {
 				if si.Open {
-					open++
+					granted += si.MaxOutstandingMessages
 				}
 			}
-			if open != 1 {
-				t.Fatalf("%d streams open with the budget spent, want 1", open)
+			if granted > 50 {
+				t.Fatalf("the open streams were granted %d with the budget spent, want at most 50", granted)
 			}
 		}
 		close(release)

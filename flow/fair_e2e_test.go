@@ -134,6 +134,7 @@ func testSharedFair(t *testing.T, name string, startB func(a *fairSub) bool) {
 	b.run(ctx, t, f, ext, fc)
 	waitUntil(t, 10*time.Second, "both subscriptions' first message", func() bool { return a.first.Load() != 0 && b.first.Load() != 0 })
 	for _, s := range []*fairSub{a, b} {
+		t.Logf("%s waited %v for its first message", s.name, s.waited())
 		if w := s.waited(); w > time.Second {
 			t.Errorf("%s: %s waited %v for its first message; want at most 1 s", name, s.name, w)
 		}

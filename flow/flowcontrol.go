@@ -47,8 +47,11 @@ type FlowControl struct {
 	overGrant       atomic.Int64 // messages a server sent past a stream's grant
 	_               [56]byte
 
-	mu    sync.Mutex         // guards lanes
+	mu    sync.Mutex         // guards lanes and waiting
 	lanes map[int]*laneCount // the open streams' lanes, by the source's lane number
+	// waiting holds the lanes refused room to open (or revoked and not
+	// open again yet), until they open or their source gives them up.
+	waiting map[int]struct{}
 
 	// wake is broadcast by every release and lane change.
 	wake broadcast.Wake

@@ -66,12 +66,15 @@ func (gt *Gate) receive(lane int, ms []*source.Message) {
 type laneBudget struct{ fc *FlowControl }
 
 // Open grants a new stream on lane the limits of its initial request; 0
-// in a dimension means unlimited on the wire (see FlowControl.openLane).
-func (b laneBudget) Open(lane int, shareMessages, shareBytes int64) (maxMessages, maxBytes int64, ok bool) {
-	return b.fc.openLane(lane, shareMessages, shareBytes)
+// in a dimension means unlimited on the wire (see FlowControl.openLane:
+// streams sharing the budget share it fairly, and revoke is called for
+// a stream granted more than its fair share while another waits).
+func (b laneBudget) Open(lane int, shareMessages, shareBytes int64, revoke func()) (maxMessages, maxBytes int64, ok bool) {
+	return b.fc.openLane(lane, shareMessages, shareBytes, revoke)
 }
 
-// Closed returns a stream's lane.
+// Closed returns a stream's lane; for a lane not open, it ends its wait
+// to open.
 func (b laneBudget) Closed(lane int) { b.fc.closeLane(lane) }
 
 // Room reports whether the stream on lane may read on: while the messages

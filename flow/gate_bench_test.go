@@ -59,7 +59,7 @@ func BenchmarkFlowControlAcquireRelease(b *testing.B) {
 func BenchmarkFlowControlReceive(b *testing.B) {
 	fc := NewFlowControl(Unlimited, Unlimited)
 	const lane = 1
-	fc.openLane(lane, 0, 0)
+	fc.openLane(lane, 0, 0, nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()

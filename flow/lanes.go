@@ -21,6 +21,11 @@ type laneCount struct {
 	held, heldBytes       atomic.Int64
 	grantMsgs, grantBytes int64
 	warned                atomic.Bool // its over-grant was logged
+	// revoke asks the lane's stream to end, so that its grant can be
+	// shared (nil: it cannot be asked); revoked is set when it was (both
+	// under FlowControl.mu).
+	revoke  func()
+	revoked bool
 }
 
 // over reports whether a message received now on the lane is past its
@@ -120,13 +125,13 @@ func (fc *FlowControl) receive(lane int, ms []*source.Message) (over int64, firs
 }
 
 // openLane is asked before a stream opens on lane (a number the source
-// drew, unique in the process): it returns the flow-control limits the
-// stream's initial request may ask the server for (0 in a dimension:
-// unlimited on the wire), or ok false when there is not enough room to
-// open a stream now; the caller then waits for Wake and asks again.
-// Asked again for a lane already open, it lowers that lane's grant to
-// the share (a source whose stream asks for less, the least grant of
-// several budgets) and succeeds.
+// drew for one stream slot, unique in the process): it returns the
+// flow-control limits the stream's initial request may ask the server
+// for (0 in a dimension: unlimited on the wire), or ok false when there
+// is not enough room to open a stream now; the caller then waits for Wake
+// and asks again. Asked again for a lane already open, it lowers that
+// lane's grant to the share (a source whose stream asks for less, the
+// least grant of several budgets) and succeeds.
 //
 // share is the stream's share of the limits (0: unlimited). The grant is
 // the share cut down to the room the server has released: the limit,
@@ -136,12 +141,22 @@ func (fc *FlowControl) receive(lane int, ms []*source.Message) (over int64, firs
 // many streams, runs and reconnects share it. A stream opens only once at
 // least half its share is free, so a reconnect while messages are held
 // does not leave it a tiny grant for its whole life.
-func (fc *FlowControl) openLane(lane int, shareMsgs, shareBytes int64) (msgs, bytes int64, ok bool) {
+//
+// The budget is shared fairly: while other lanes wait to open, the share
+// is cut to the fair share (the limit over the open and waiting lanes),
+// and a lane refused makes every open lane granted more than the fair
+// share revoked (see wait).
+func (fc *FlowControl) openLane(lane int, shareMsgs, shareBytes int64, revoke func()) (msgs, bytes int64, ok bool) {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	if c := fc.lanes[lane]; c != nil {
 		c.grantMsgs, c.grantBytes = least(c.grantMsgs, shareMsgs), least(c.grantBytes, shareBytes)
 		return c.grantMsgs, c.grantBytes, true
+	}
+	_, self := fc.waiting[lane]
+	if others := len(fc.waiting) - b2i(self); others > 0 {
+		n := int64(len(fc.lanes) + others + 1)
+		shareMsgs, shareBytes = least(shareMsgs, fair(fc.maxMessages, n)), least(shareBytes, fair(fc.maxBytes, n))
 	}
 	var otherMsgs, otherBytes int64 // what other open lanes may still be sent
 	for _, c := range fc.lanes {
@@ -151,23 +166,74 @@ func (fc *FlowControl) openLane(lane int, shareMsgs, shareBytes int64) (msgs, by
 	msgs, okM := grant(fc.maxMessages, shareMsgs, fc.serverHeld.Load()+otherMsgs)
 	bytes, okB := grant(fc.maxBytes, shareBytes, fc.serverHeldBytes.Load()+otherBytes)
 	if !okM || !okB {
+		fc.wait(lane)
 		return 0, 0, false
 	}
+	delete(fc.waiting, lane)
 	if fc.lanes == nil {
 		fc.lanes = map[int]*laneCount{}
 	}
-	fc.lanes[lane] = &laneCount{grantMsgs: msgs, grantBytes: bytes}
+	fc.lanes[lane] = &laneCount{grantMsgs: msgs, grantBytes: bytes, revoke: revoke}
 	return msgs, bytes, true
+}
+
+// wait records that lane waits to open (under mu), and revokes every open
+// lane granted more than the fair share of the open and waiting lanes:
+// its stream ends (the source half-closes it, reads what the server still
+// sends, and opens it again), and the lane waits to open again with a
+// share no larger than the fair one. Its messages stay counted until
+// the server releases them, so the room goes to whichever lane asks once
+// there is enough of it.
+func (fc *FlowControl) wait(lane int) {
+	if fc.waiting == nil {
+		fc.waiting = map[int]struct{}{}
+	}
+	fc.waiting[lane] = struct{}{}
+	n := int64(len(fc.lanes) + len(fc.waiting))
+	fairMsgs, fairBytes := fair(fc.maxMessages, n), fair(fc.maxBytes, n)
+	for _, c := range fc.lanes {
+		if !c.revoked && c.revoke != nil && (above(c.grantMsgs, fairMsgs) || above(c.grantBytes, fairBytes)) {
+			c.revoked = true
+			c.revoke()
+		}
+	}
 }
 
 // closeLane records that lane's stream has ended: what it was granted
 // returns to the budget (its messages stay counted, now against no
-// stream), and waiters on Wake are woken.
+// stream), and waiters on Wake are woken. A revoked lane goes on waiting
+// (its source opens it again); a lane not open stops waiting (its source
+// has given it up).
 func (fc *FlowControl) closeLane(lane int) {
 	fc.mu.Lock()
+	if c := fc.lanes[lane]; c != nil && c.revoked {
+		fc.waiting[lane] = struct{}{}
+	} else {
+		delete(fc.waiting, lane)
+	}
 	delete(fc.lanes, lane)
 	fc.mu.Unlock()
 	fc.broadcast()
+}
+
+// fair is the fair share of a limit among n lanes (0: unlimited),
+// rounded up: a source that splits its share among its streams, and so
+// gives one of them the remainder, is not above it.
+func fair(limit, n int64) int64 {
+	if limit <= 0 {
+		return 0
+	}
+	return (limit + n - 1) / n
+}
+
+// above reports whether a grant exceeds the fair share (0: unlimited).
+func above(granted, fair int64) bool { return fair > 0 && (granted <= 0 || granted > fair) }
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // least is the lesser of two limits where 0 means unlimited.

@@ -20,7 +20,7 @@ func openAll(fc *FlowControl, n int, msgs, bytes int64) (lanes []int, grants []i
 	for lane := 1; lane <= n; lane++ {
 		wg.Go(func() {
 			<-start
-			m, _, ok := fc.openLane(lane, msgs, bytes)
+			m, _, ok := fc.openLane(lane, msgs, bytes, nil)
 			mu.Lock()
 			defer mu.Unlock()
 			if !ok {
@@ -53,7 +53,7 @@ func TestOpenLaneConcurrent(t *testing.T) {
 	if sum != 640 {
 		t.Fatalf("grants sum to %d, want the budget 640", sum)
 	}
-	if _, _, ok := fc.openLane(65, 10, 0); ok {
+	if _, _, ok := fc.openLane(65, 10, 0, nil); ok {
 		t.Fatal("a 65th stream was granted room the others may still be sent")
 	}
 	wake := fc.Wake()
@@ -63,7 +63,7 @@ func TestOpenLaneConcurrent(t *testing.T) {
 	default:
 		t.Fatal("CloseLane woke nobody")
 	}
-	if m, _, ok := fc.openLane(65, 10, 0); !ok || m != 10 {
+	if m, _, ok := fc.openLane(65, 10, 0, nil); !ok || m != 10 {
 		t.Fatalf("after a close: grant %d ok %v; want 10", m, ok)
 	}
 
@@ -84,13 +84,13 @@ func TestOpenLaneConcurrent(t *testing.T) {
 // it no longer claims goes to the next stream.
 func TestOpenLaneAgainLowers(t *testing.T) {
 	fc := NewFlowControl(100, Unlimited)
-	if m, _, ok := fc.openLane(1, 0, 0); !ok || m != 100 {
+	if m, _, ok := fc.openLane(1, 0, 0, nil); !ok || m != 100 {
 		t.Fatalf("first stream: grant %d ok %v; want 100", m, ok)
 	}
-	if m, _, ok := fc.openLane(1, 20, 0); !ok || m != 20 {
+	if m, _, ok := fc.openLane(1, 20, 0, nil); !ok || m != 20 {
 		t.Fatalf("asked again with 20: grant %d ok %v; want 20", m, ok)
 	}
-	if m, _, ok := fc.openLane(2, 0, 0); !ok || m != 80 {
+	if m, _, ok := fc.openLane(2, 0, 0, nil); !ok || m != 80 {
 		t.Fatalf("second stream: grant %d ok %v; want the 80 the first no longer claims", m, ok)
 	}
 }
@@ -122,7 +122,7 @@ func TestOpenLaneCountsServerHeld(t *testing.T) {
 	gate := laneBudget{fc}
 	var p heldPath
 	const a = 1
-	grant, _, ok := gate.Open(a, 0, 0)
+	grant, _, ok := gate.Open(a, 0, 0, nil)
 	if !ok || grant != 10 {
 		t.Fatalf("first stream: grant %d ok %v; want the whole budget", grant, ok)
 	}
@@ -136,25 +136,25 @@ func TestOpenLaneCountsServerHeld(t *testing.T) {
 	if st := fc.Stats(); st.Outstanding != 0 || st.ServerHeld != 10 || !gate.Room(a) {
 		t.Fatalf("acked, not final: %+v, Room %v; want 0 outstanding, 10 server-held, room", st, gate.Room(a))
 	}
-	if _, _, ok := gate.Open(2, 0, 0); ok {
+	if _, _, ok := gate.Open(2, 0, 0, nil); ok {
 		t.Fatal("a stream opened while the server still counts the whole budget")
 	}
 	gate.Closed(a)
-	if _, _, ok := gate.Open(2, 0, 0); ok {
+	if _, _, ok := gate.Open(2, 0, 0, nil); ok {
 		t.Fatal("a stream opened after its predecessor closed, with every message still counted by the server")
 	}
 	doneAll(old[:4])
-	if _, _, ok := gate.Open(2, 0, 0); ok {
+	if _, _, ok := gate.Open(2, 0, 0, nil); ok {
 		t.Fatal("a stream opened with 4 of its share of 10 free (less than half)")
 	}
 	doneAll(old[4:5])
 	const b = 2
-	grant, _, ok = gate.Open(b, 0, 0)
+	grant, _, ok = gate.Open(b, 0, 0, nil)
 	if !ok || grant != 5 {
 		t.Fatalf("half the budget free: grant %d ok %v; want 5", grant, ok)
 	}
 	fresh := receiveOn(fc, b, &p, 5)
-	if _, _, ok := gate.Open(3, 0, 0); ok {
+	if _, _, ok := gate.Open(3, 0, 0, nil); ok {
 		t.Fatal("a stream opened with the budget server-held")
 	}
 	doneAll(old[5:]) // the closed stream's last messages: not lane b's
@@ -162,7 +162,7 @@ func TestOpenLaneCountsServerHeld(t *testing.T) {
 		t.Fatalf("Stats = %+v; want 5 outstanding and server-held", st)
 	}
 	const c = 3
-	grant, _, ok = gate.Open(c, 0, 0)
+	grant, _, ok = gate.Open(c, 0, 0, nil)
 	if !ok || grant != 5 {
 		t.Fatalf("third stream: grant %d ok %v; want 5 (lane %d's 5 are still held)", grant, ok, b)
 	}
@@ -175,7 +175,7 @@ func TestOpenLaneCountsServerHeld(t *testing.T) {
 	if st := fc.Stats(); st.ServerHeld != 0 || st.Outstanding != 0 || st.Acquired != 15 || st.Released != 15 {
 		t.Fatalf("at the end: %+v", st)
 	}
-	if grant, _, ok := gate.Open(4, 0, 0); !ok || grant != 10 {
+	if grant, _, ok := gate.Open(4, 0, 0, nil); !ok || grant != 10 {
 		t.Fatalf("at the end: grant %d ok %v; want the whole budget", grant, ok)
 	}
 }
@@ -192,6 +192,8 @@ type laneModel struct {
 	settled  []*source.Message // settled, not Done
 	nextID   int
 	nextLane int
+	waiting  map[int]bool // lanes refused, or revoked and closed, not given up
+	revoked  map[int]bool // lanes whose revoke the budget called
 }
 
 type laneStream struct {
@@ -208,6 +210,27 @@ func (lm *laneModel) openLanes() []int {
 	}
 	slices.Sort(lanes)
 	return lanes
+}
+
+func (lm *laneModel) waitingLanes() []int {
+	lanes := make([]int, 0, len(lm.waiting))
+	for l := range lm.waiting {
+		lanes = append(lanes, l)
+	}
+	slices.Sort(lanes)
+	return lanes
+}
+
+// checkRevoked, after a refused open: every open lane granted more than
+// the fair share of the open and waiting lanes (rounded up) is revoked.
+func (lm *laneModel) checkRevoked(t *rapid.T) {
+	n := int64(len(lm.streams) + len(lm.waiting))
+	fair := (lm.limit + n - 1) / n
+	for lane, s := range lm.streams {
+		if s.grant > fair && !lm.revoked[lane] {
+			t.Fatalf("lane %d granted %d, above the fair share %d of %d lanes, with %v waiting: not revoked", lane, s.grant, fair, n, lm.waitingLanes())
+		}
+	}
 }
 
 // check: the counts are exact, and what the server may still hold (every
@@ -236,28 +259,53 @@ func pick[T any](t *rapid.T, s []T, label string) (int, T) {
 	return i, s[i]
 }
 
-// TestLaneGrantsProperty: random streams open (with random shares),
-// receive up to their grants, settle, finish (Done) and close in any
-// order, on one budget: counts stay exact, and the server is never
-// granted room it still counts.
+// TestLaneGrantsProperty: random streams open (with random shares, new
+// lanes or lanes waiting again), receive up to their grants, settle,
+// finish (Done), close and give up in any order, on one budget: counts
+// stay exact, the server is never granted room it still counts, and a
+// refused lane has every lane above the fair share revoked.
 func TestLaneGrantsProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		limit := rapid.Int64Range(1, 30).Draw(rt, "limit")
 		fc := NewFlowControl(limit, Unlimited)
-		lm := &laneModel{limit: limit, fc: fc, gate: laneBudget{fc}, streams: map[int]*laneStream{}, stream: map[*source.Message]*laneStream{}}
+		lm := &laneModel{limit: limit, fc: fc, gate: laneBudget{fc}, streams: map[int]*laneStream{}, stream: map[*source.Message]*laneStream{}, waiting: map[int]bool{}, revoked: map[int]bool{}}
 		rt.Repeat(map[string]func(*rapid.T){
 			"open": func(t *rapid.T) {
 				share := rapid.Int64Range(0, limit+2).Draw(t, "share")
-				lm.nextLane++
-				lane := lm.nextLane
-				grant, _, ok := lm.gate.Open(lane, share, 0)
+				lane := lm.nextLane + 1
+				if waiting := lm.waitingLanes(); len(waiting) > 0 && rapid.Bool().Draw(t, "retry") {
+					_, lane = pick(t, waiting, "waiting lane")
+				} else {
+					lm.nextLane++
+				}
+				grant, _, ok := lm.gate.Open(lane, share, 0, func() { lm.revoked[lane] = true })
 				if !ok {
+					lm.waiting[lane] = true
+					lm.checkRevoked(t)
 					return
 				}
 				if want := share; want > 0 && want <= limit && grant > want {
 					t.Fatalf("granted %d above the share %d", grant, want)
 				}
+				others := len(lm.waiting)
+				if lm.waiting[lane] {
+					others--
+				}
+				if n := int64(len(lm.streams) + others + 1); others > 0 && grant > (limit+n-1)/n {
+					t.Fatalf("granted %d with %d others waiting, above the fair share of %d lanes", grant, others, n)
+				}
+				delete(lm.waiting, lane)
+				lm.revoked[lane] = false
 				lm.streams[lane] = &laneStream{lane: lane, grant: grant, open: true}
+			},
+			"give up": func(t *rapid.T) {
+				waiting := lm.waitingLanes()
+				if len(waiting) == 0 {
+					t.Skip("none waiting")
+				}
+				_, lane := pick(t, waiting, "lane")
+				lm.gate.Closed(lane)
+				delete(lm.waiting, lane)
 			},
 			"receive": func(t *rapid.T) {
 				lanes := lm.openLanes()
@@ -311,6 +359,9 @@ func TestLaneGrantsProperty(t *testing.T) {
 				lm.gate.Closed(lane)
 				lm.streams[lane].open = false
 				delete(lm.streams, lane)
+				if lm.revoked[lane] {
+					lm.waiting[lane] = true // its source opens it again
+				}
 			},
 			"": lm.check,
 		})
@@ -326,7 +377,7 @@ func TestOverGrantCountsOnlyUnsettled(t *testing.T) {
 	fc := NewFlowControl(10, Unlimited)
 	var p heldPath
 	const lane = 1
-	grant, _, ok := fc.openLane(lane, 2, 0)
+	grant, _, ok := fc.openLane(lane, 2, 0, nil)
 	if !ok || grant != 2 {
 		t.Fatalf("grant %d ok %v; want 2", grant, ok)
 	}

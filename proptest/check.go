@@ -112,7 +112,7 @@ func runCase(rt *rapid.T, top Topology, opts Options) *machine {
 	if opts.consumer == "" {
 		chain = rapid.Bool().Draw(rt, "chain")
 	}
-	m := newMachine(rt, drawMachineConfig(rt, chain), top, opts)
+	m := newMachine(rt, drawMachineConfig(rt, chain, opts.Ordered), top, opts)
 	defer m.teardown()
 	rt.Repeat(m.actions())
 	m.finish(rt)

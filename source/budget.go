@@ -2,19 +2,44 @@ package source
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"sync/atomic"
 )
 
-// laneIDs numbers the streams of every source in the process: a Budget
-// shared by several sources tells their streams apart by it.
+// laneIDs numbers the stream slots of every source in the process: a
+// Budget shared by several sources tells their streams apart by it.
 var laneIDs atomic.Int64
+
+// errRevoked is a stream's end once a Budget revoked its grant: no
+// failure, the stream opens again at once.
+var errRevoked = errors.New("pubsubflow/source: flow-control grant revoked")
+
+// revocation is one stream's revoke signal, which its Budgets may fire.
+type revocation struct {
+	once sync.Once
+	ch   chan struct{} // closed when fired
+}
+
+func newRevocation() *revocation { return &revocation{ch: make(chan struct{})} }
+
+func (r *revocation) fire() { r.once.Do(func() { close(r.ch) }) }
+
+func (r *revocation) fired() bool {
+	select {
+	case <-r.ch:
+		return true
+	default:
+		return false
+	}
+}
 
 // openLane waits until every Budget grants a new stream on lane room, or
 // ctx is done (ok false). The stream asks the server for the least of the
 // grants, and every budget is told so: each holds its bound at the server.
-func (s *Source) openLane(ctx context.Context, lane int, shareMsgs, shareBytes int64) (maxMsgs, maxBytes int64, ok bool) {
+func (s *Source) openLane(ctx context.Context, lane int, shareMsgs, shareBytes int64, rv *revocation) (maxMsgs, maxBytes int64, ok bool) {
 	for {
-		maxMsgs, maxBytes, wake := s.tryOpen(lane, shareMsgs, shareBytes)
+		maxMsgs, maxBytes, wake := s.tryOpen(lane, shareMsgs, shareBytes, rv)
 		if wake == nil {
 			return maxMsgs, maxBytes, true
 		}
@@ -27,10 +52,10 @@ func (s *Source) openLane(ctx context.Context, lane int, shareMsgs, shareBytes i
 // tryOpen asks each Budget in turn for the grant the ones before left;
 // when one refuses, those that granted are told the lane closed, and wake
 // is the refusing one's Wake.
-func (s *Source) tryOpen(lane int, msgs, bytes int64) (maxMsgs, maxBytes int64, wake <-chan struct{}) {
+func (s *Source) tryOpen(lane int, msgs, bytes int64, rv *revocation) (maxMsgs, maxBytes int64, wake <-chan struct{}) {
 	for i, b := range s.flows {
 		w := b.Wake()
-		m, by, ok := b.Open(lane, msgs, bytes)
+		m, by, ok := b.Open(lane, msgs, bytes, rv.fire)
 		if !ok {
 			for _, o := range s.flows[:i] {
 				o.Closed(lane)
@@ -41,7 +66,7 @@ func (s *Source) tryOpen(lane int, msgs, bytes int64) (maxMsgs, maxBytes int64, 
 	}
 	if len(s.flows) > 1 {
 		for _, b := range s.flows {
-			b.Open(lane, msgs, bytes) // lowers a grant above the least
+			b.Open(lane, msgs, bytes, rv.fire) // lowers a grant above the least
 		}
 	}
 	return msgs, bytes, nil
@@ -55,7 +80,8 @@ func least(a, b int64) int64 {
 	return a
 }
 
-// closeLane tells every Budget that lane's stream has ended.
+// closeLane tells every Budget that lane's stream has ended (or that the
+// source no longer asks to open it).
 func (s *Source) closeLane(lane int) {
 	for _, b := range s.flows {
 		b.Closed(lane)

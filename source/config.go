@@ -257,21 +257,33 @@ type Receipt struct {
 // and reads only while each has room.
 type Budget interface {
 	// Open is asked before a stream opens on lane (a number the source
-	// draws, unique in the process), with the stream's share of the limits
-	// (0: unlimited). It returns the limits the stream's initial request
-	// is to carry, or ok false when there is no room for a stream now: the
+	// draws for one stream slot, unique in the process; the slot's
+	// reconnects reuse it), with the stream's share of the limits (0:
+	// unlimited). It returns the limits the stream's initial request is
+	// to carry, or ok false when there is no room for a stream now: the
 	// source then waits for Wake (or budgetRecheck) and asks again. Asked
 	// again for a lane it opened, it lowers the lane's grant to the share
 	// and succeeds (the source does so with the least grant of its
-	// budgets).
-	Open(lane int, shareMessages, shareBytes int64) (maxMessages, maxBytes int64, ok bool)
-	// Closed tells that lane's stream has ended.
+	// budgets). The Budget may call revoke (once, from any goroutine) to
+	// have the stream end so that its grant can be shared: the stream
+	// half-closes, reads what the server still sends until the server
+	// ends it, and opens again at once (cancelled if the server has not
+	// ended it within revokeGrace).
+	Open(lane int, shareMessages, shareBytes int64, revoke func()) (maxMessages, maxBytes int64, ok bool)
+	// Closed tells that lane's stream has ended, or, for a lane not open,
+	// that the source no longer asks to open it.
 	Closed(lane int)
 	// Room reports whether the stream on lane may read another response.
 	Room(lane int) bool
 	// Wake returns a channel closed when Room or Open may have changed.
 	Wake() <-chan struct{}
 }
+
+// revokeGrace bounds how long a stream a Budget revoked waits, once it
+// has half-closed, for the server to end it: then it is cancelled (what
+// the server sent on it meanwhile and the client had not read is
+// redelivered after its ack deadline).
+const revokeGrace = 10 * time.Second
 
 // budgetRecheck bounds how long a stream waits on Budget.Wake before it
 // asks the Budget again.

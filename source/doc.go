@@ -47,7 +47,10 @@
 //   - With Budgets, a stream reads the next response only while every
 //     budget has room, opens only once each grants limits, and asks the
 //     server on its initial request for the least of them: the room left,
-//     not a fresh budget per reconnect. Without one, it reads the next response
+//     not a fresh budget per reconnect. A budget shared with other
+//     streams may revoke a stream's grant so that it can be shared: the
+//     stream half-closes, reads what the server still sends, and opens
+//     again with its new grant. Without one, it reads the next response
 //     only once the previous ones were handed on. Either way a stalled
 //     consumer stalls the HTTP/2 window and then the server; the watchdog
 //     does not count the time a stream is deliberately not reading.

@@ -110,7 +110,10 @@ func (k *keepalive) poke() {
 // run sends a heartbeat every interval (and at once when the stream ack
 // deadline changes) until ctx is done or a send fails, and kills the stream
 // through kill when an answer is overdue from a server known to answer.
-func (k *keepalive) run(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, kill context.CancelCauseFunc) {
+// Once revoke is closed it half-closes the stream, which the server then
+// ends after what it has sent, and kills it if it has not within
+// revokeGrace.
+func (k *keepalive) run(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, kill context.CancelCauseFunc, revoke <-chan struct{}) {
 	r := &kaRun{k: k, stream: stream, hb: time.NewTimer(k.interval), dog: time.NewTimer(k.timeout)}
 	r.dog.Stop()
 	defer r.hb.Stop()
@@ -121,6 +124,13 @@ func (k *keepalive) run(ctx context.Context, stream pubsubpb.Subscriber_Streamin
 		select {
 		case <-ctx.Done():
 			_ = stream.CloseSend()
+			return
+		case <-revoke:
+			_ = stream.CloseSend()
+			if !wait(ctx, revokeGrace) {
+				return
+			}
+			kill(errRevoked)
 			return
 		case <-r.hb.C:
 			if !r.heartbeat() {

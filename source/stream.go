@@ -38,17 +38,25 @@ func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
 	gu := newGiveUp(s.cfg.ReconnectTimeout)
 	attempt := 0
 	var prev error // the previous failure in this run of failures
+	lane := int(laneIDs.Add(1))
+	defer s.closeLane(lane) // a lane still waiting to open waits no more
 	for {
 		waitStart := time.Now()
-		lane, maxMsgs, maxBytes, ok := s.grant(ctx, i)
+		rv := newRevocation()
+		maxMsgs, maxBytes, ok := s.grant(ctx, i, lane, rv)
 		if !ok {
 			return nil
 		}
 		gu.waited(time.Since(waitStart)) // waiting for room is not failing
-		healthy, err := s.connectOnce(ctx, i, lane, h, maxMsgs, maxBytes, gu.deadline())
+		healthy, err := s.connectOnce(ctx, i, lane, h, maxMsgs, maxBytes, gu.deadline(), rv)
 		s.closeLane(lane)
 		if ended(ctx) {
 			return nil
+		}
+		if errors.Is(err, errRevoked) {
+			delays.reset() // its grant was shared out: open again, no failure
+			attempt, prev = 0, nil
+			continue
 		}
 		if healthy {
 			delays.reset()
@@ -87,29 +95,29 @@ func (s *Source) terminal(i int, err error) error {
 	return err
 }
 
-// grant returns the lane and the flow-control limits stream i's next
-// stream asks for: its share of the limits, or with a Budget what the
-// Budget grants, once it grants anything (a wait for room is no failure:
-// no backoff). ok is false when ctx ended first.
-func (s *Source) grant(ctx context.Context, i int) (lane int, maxMsgs, maxBytes int64, ok bool) {
+// grant returns the flow-control limits stream i's next stream asks for
+// on lane: its share of the limits, or with a Budget what the Budget
+// grants, once it grants anything (a wait for room is no failure: no
+// backoff); the Budgets may fire rv to revoke the grant. ok is false when
+// ctx ended first.
+func (s *Source) grant(ctx context.Context, i, lane int, rv *revocation) (maxMsgs, maxBytes int64, ok bool) {
 	maxMsgs, maxBytes = share(s.cfg.MaxOutstandingMessages, i, s.cfg.Streams), share(s.cfg.MaxOutstandingBytes, i, s.cfg.Streams)
-	lane = int(laneIDs.Add(1))
 	if len(s.flows) == 0 {
-		return lane, maxMsgs, maxBytes, ctx.Err() == nil
+		return maxMsgs, maxBytes, ctx.Err() == nil
 	}
-	maxMsgs, maxBytes, ok = s.openLane(ctx, lane, maxMsgs, maxBytes)
-	return lane, maxMsgs, maxBytes, ok
+	return s.openLane(ctx, lane, maxMsgs, maxBytes, rv)
 }
 
 // connectOnce opens one stream with the given flow-control limits, sends
 // its initial request, and receives until the stream fails or ctx is done.
 // healthy reports whether the stream delivered a message or stayed open
-// healthyAfter.
+// healthyAfter. A stream whose grant rv revoked ends with errRevoked,
+// however the server ended it.
 //
 // Opening is bounded by giveUp (zero: no bound), the moment the run of
 // failures reaches ReconnectTimeout: an endpoint that never answers
 // (gRPC's connect timeout is 20 s) ends the source on time.
-func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMsgs, maxBytes int64, giveUp time.Time) (healthy bool, err error) {
+func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMsgs, maxBytes int64, giveUp time.Time, rv *revocation) (healthy bool, err error) {
 	sctx, cancel := context.WithCancelCause(withRouting(ctx, "subscription", s.cfg.Subscription))
 	defer cancel(errStreamDone)
 	var bound *time.Timer
@@ -145,13 +153,16 @@ func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMs
 	kaDone := make(chan struct{})
 	go func() {
 		defer close(kaDone)
-		ka.run(sctx, stream, cancel)
+		ka.run(sctx, stream, cancel, rv.ch)
 	}()
 	delivered, err := s.receive(ctx, stream, ka, i, lane, h)
 	healthy = delivered || time.Since(opened) >= healthyAfter
 	cancel(errStreamDone)
 	<-kaDone
-	if errors.Is(context.Cause(sctx), errHeartbeatTimeout) {
+	switch {
+	case rv.fired():
+		err = errRevoked
+	case errors.Is(context.Cause(sctx), errHeartbeatTimeout):
 		err = status.Errorf(codes.DeadlineExceeded, "no response within %v after a heartbeat: %v", s.cfg.HeartbeatTimeout, errHeartbeatTimeout)
 	}
 	if !ended(ctx) {
