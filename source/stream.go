@@ -165,7 +165,7 @@ func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMs
 	case errors.Is(context.Cause(sctx), errHeartbeatTimeout):
 		err = status.Errorf(codes.DeadlineExceeded, "no response within %v after a heartbeat: %v", s.cfg.HeartbeatTimeout, errHeartbeatTimeout)
 	}
-	if !ended(ctx) {
+	if !ended(ctx) && err != errRevoked { // a revoke is no fault: no warning
 		s.emit(event.Event{Kind: event.Disconnect, Stream: i, Err: err})
 	}
 	return healthy, err
