@@ -8,7 +8,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/pubsubflow/pubsubflow/internal/testfix"
 	"github.com/pubsubflow/pubsubflow/operators"
 	"github.com/pubsubflow/pubsubflow/pipeline"
 	"github.com/pubsubflow/pubsubflow/pubsubtest"
@@ -27,7 +26,7 @@ type fairSub struct {
 // run starts the subscription's pipeline: EagerTrack and a FlowGate on fc
 // fused into the source, then a consumer of 2 workers taking 10 ms a
 // message.
-func (fs *fairSub) run(ctx context.Context, t *testing.T, f *testfix.Fixture, ext *Extender, fc *FlowControl) {
+func (fs *fairSub) run(ctx context.Context, t *testing.T, f *pubsubtest.Fixture, ext *Extender, fc *FlowControl) {
 	src, err := source.Subscribe(f.Subscriber, source.Config{Subscription: fs.name})
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +59,7 @@ func (fs *fairSub) waited() time.Duration {
 // fairSampler checks, every millisecond, that the shared budget holds in
 // the FlowControl's Stats and at the server: what both subscriptions have
 // outstanding, and what their open streams were granted, stay within it.
-func fairSampler(ctx context.Context, t *testing.T, f *testfix.Fixture, fc *FlowControl, limit int64, subs ...string) <-chan struct{} {
+func fairSampler(ctx context.Context, t *testing.T, f *pubsubtest.Fixture, fc *FlowControl, limit int64, subs ...string) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -109,7 +108,7 @@ func TestSharedFlowControlIsFair(t *testing.T) {
 
 func testSharedFair(t *testing.T, name string, startB func(a *fairSub) bool) {
 	const n, limit = 400, 50
-	f := testfix.New(t, pubsubtest.SubscriptionConfig{}, pubsubtest.WithBufconn())
+	f := pubsubtest.NewFixture(t, pubsubtest.SubscriptionConfig{}, pubsubtest.WithBufconn())
 	sub2, err := f.Server.CreateSubscription(context.Background(), pubsubtest.SubscriptionConfig{Name: "sub2", Topic: f.Topic})
 	if err != nil {
 		t.Fatal(err)
