@@ -154,17 +154,19 @@ func (fc *FlowControl) openLane(lane int, shareMsgs, shareBytes int64, revoke fu
 		return c.grantMsgs, c.grantBytes, true
 	}
 	_, self := fc.waiting[lane]
-	if others := len(fc.waiting) - b2i(self); others > 0 {
-		n := int64(len(fc.lanes) + others + 1)
-		shareMsgs, shareBytes = least(shareMsgs, fair(fc.maxMessages, n)), least(shareBytes, fair(fc.maxBytes, n))
+	others := len(fc.waiting) - b2i(self)
+	n := int64(len(fc.lanes) + others + 1)
+	fairMsgs, fairBytes := fair(fc.maxMessages, n), fair(fc.maxBytes, n)
+	if others > 0 {
+		shareMsgs, shareBytes = least(shareMsgs, fairMsgs), least(shareBytes, fairBytes)
 	}
 	var otherMsgs, otherBytes int64 // what other open lanes may still be sent
 	for _, c := range fc.lanes {
 		otherMsgs += unused(c.grantMsgs, c.msgs.Load(), fc.maxMessages)
 		otherBytes += unused(c.grantBytes, c.bytes.Load(), fc.maxBytes)
 	}
-	msgs, okM := grant(fc.maxMessages, shareMsgs, fc.serverHeld.Load()+otherMsgs)
-	bytes, okB := grant(fc.maxBytes, shareBytes, fc.serverHeldBytes.Load()+otherBytes)
+	msgs, okM := grant(fc.maxMessages, shareMsgs, fairMsgs, fc.serverHeld.Load()+otherMsgs)
+	bytes, okB := grant(fc.maxBytes, shareBytes, fairBytes, fc.serverHeldBytes.Load()+otherBytes)
 	if !okM || !okB {
 		fc.wait(lane)
 		return 0, 0, false
@@ -255,14 +257,16 @@ func unused(granted, held, limit int64) int64 {
 
 // grant is a new lane's grant in one dimension: the share (or the limit,
 // when the share is unlimited) cut to the room left, and whether at least
-// half the share is free. An unlimited dimension grants the share.
-func grant(limit, shareOf, used int64) (int64, bool) {
+// half the share, or of the fair share when that is less, is free (a lane
+// beside others that hold the rest is not kept waiting for half the
+// whole limit). An unlimited dimension grants the share.
+func grant(limit, shareOf, fairShare, used int64) (int64, bool) {
 	if limit <= 0 {
 		return shareOf, true
 	}
 	share := share(limit, shareOf)
 	room := limit - used
-	if room <= 0 || room < (share+1)/2 {
+	if room <= 0 || room < (min(share, fairShare)+1)/2 {
 		return 0, false
 	}
 	return min(share, room), true
