@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
@@ -18,7 +19,9 @@ type revokingBudget struct {
 	open   map[int]bool
 }
 
-func (b *revokingBudget) Receive(int, []*Message) {}
+func (b *revokingBudget) Receipt(message.Key) Receipt {
+	return Receipt{Receive: func(int, []*Message) {}, Budget: b}
+}
 
 func (b *revokingBudget) Open(lane int, _, _ int64, revoke func()) (int64, int64, bool) {
 	b.mu.Lock()
