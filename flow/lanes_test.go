@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -203,23 +204,9 @@ type laneStream struct {
 	open    bool
 }
 
-func (lm *laneModel) openLanes() []int {
-	lanes := make([]int, 0, len(lm.streams))
-	for l := range lm.streams {
-		lanes = append(lanes, l)
-	}
-	slices.Sort(lanes)
-	return lanes
-}
+func (lm *laneModel) openLanes() []int { return slices.Sorted(maps.Keys(lm.streams)) }
 
-func (lm *laneModel) waitingLanes() []int {
-	lanes := make([]int, 0, len(lm.waiting))
-	for l := range lm.waiting {
-		lanes = append(lanes, l)
-	}
-	slices.Sort(lanes)
-	return lanes
-}
+func (lm *laneModel) waitingLanes() []int { return slices.Sorted(maps.Keys(lm.waiting)) }
 
 // checkRevoked, after a refused open: every open lane granted more than
 // the fair share of the open and waiting lanes (rounded up) is revoked.
