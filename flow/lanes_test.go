@@ -241,7 +241,12 @@ func (lm *laneModel) check(t *rapid.T) {
 	}
 }
 
-func pick[T any](t *rapid.T, s []T, label string) (int, T) {
+// pick draws one element of s, or skips the action (for the reason none)
+// when s is empty: the action's precondition.
+func pick[T any](t *rapid.T, s []T, label, none string) (int, T) {
+	if len(s) == 0 {
+		t.Skip(none)
+	}
 	i := rapid.IntRange(0, len(s)-1).Draw(t, label)
 	return i, s[i]
 }
@@ -261,7 +266,7 @@ func TestLaneGrantsProperty(t *testing.T) {
 				share := rapid.Int64Range(0, limit+2).Draw(t, "share")
 				lane := lm.nextLane + 1
 				if waiting := lm.waitingLanes(); len(waiting) > 0 && rapid.Bool().Draw(t, "retry") {
-					_, lane = pick(t, waiting, "waiting lane")
+					_, lane = pick(t, waiting, "waiting lane", "none waiting")
 				} else {
 					lm.nextLane++
 				}
@@ -286,20 +291,12 @@ func TestLaneGrantsProperty(t *testing.T) {
 				lm.streams[lane] = &laneStream{lane: lane, grant: grant, open: true}
 			},
 			"give up": func(t *rapid.T) {
-				waiting := lm.waitingLanes()
-				if len(waiting) == 0 {
-					t.Skip("none waiting")
-				}
-				_, lane := pick(t, waiting, "lane")
+				_, lane := pick(t, lm.waitingLanes(), "lane", "none waiting")
 				lm.gate.Closed(lane)
 				delete(lm.waiting, lane)
 			},
 			"receive": func(t *rapid.T) {
-				lanes := lm.openLanes()
-				if len(lanes) == 0 {
-					t.Skip("no stream")
-				}
-				_, lane := pick(t, lanes, "lane")
+				_, lane := pick(t, lm.openLanes(), "lane", "no stream")
 				s := lm.streams[lane]
 				if s.notDone >= s.grant {
 					t.Skip("the server keeps to the grant")
@@ -316,10 +313,7 @@ func TestLaneGrantsProperty(t *testing.T) {
 				lm.live = append(lm.live, ms...)
 			},
 			"settle": func(t *rapid.T) {
-				if len(lm.live) == 0 {
-					t.Skip("none live")
-				}
-				i, m := pick(t, lm.live, "message")
+				i, m := pick(t, lm.live, "message", "none live")
 				o := rapid.SampledFrom([]uint32{message.Ack, message.Nack, message.NackAfter, message.NoOp, message.Expired}).Draw(t, "outcome")
 				if !message.Of(m).Settle(m, o, 0) {
 					t.Fatal("an unsettled message refused its outcome")
@@ -328,21 +322,14 @@ func TestLaneGrantsProperty(t *testing.T) {
 				lm.settled = append(lm.settled, m)
 			},
 			"done": func(t *rapid.T) {
-				if len(lm.settled) == 0 {
-					t.Skip("none settled")
-				}
-				i, m := pick(t, lm.settled, "message")
+				i, m := pick(t, lm.settled, "message", "none settled")
 				message.Of(m).Done(m)
 				lm.settled = slices.Delete(lm.settled, i, i+1)
 				lm.stream[m].notDone--
 				delete(lm.stream, m)
 			},
 			"close": func(t *rapid.T) {
-				lanes := lm.openLanes()
-				if len(lanes) == 0 {
-					t.Skip("no stream")
-				}
-				_, lane := pick(t, lanes, "lane")
+				_, lane := pick(t, lm.openLanes(), "lane", "no stream")
 				lm.gate.Closed(lane)
 				lm.streams[lane].open = false
 				delete(lm.streams, lane)
