@@ -10,15 +10,13 @@ import (
 	"github.com/pubsubflow/pubsubflow/source"
 )
 
-// book is the Subscriber's own receipt step, fused into its source after
-// EagerTrack and FlowGate: it holds every message from receipt to settle
-// for what only the Subscriber can tell (processing in Stats, the ack
-// latency metric, tracing), and it settles with the OnShutdown outcome
-// what a draining subscriber received but did not hand on.
+// book is the Subscriber's own receipt step, after EagerTrack and
+// FlowGate: it counts processing for Stats and the ack latency metric,
+// and settles with OnShutdown what a draining subscriber did not hand on.
 type book struct {
 	s *Subscriber
-	// onHandOff: a message counts as processing from the moment it leaves
-	// the source (a custom pipeline); else once a handler takes it (Run).
+	// onHandOff: a message counts as processing once it leaves the source
+	// (a custom pipeline); else once a handler takes it (Run).
 	onHandOff bool
 }
 
@@ -60,9 +58,7 @@ func (b *book) Settled(mi any, o uint32) {
 func (b *book) Done(any, time.Time) {}
 
 // handOff sees each batch as it leaves the source: while draining, the
-// messages get the OnShutdown outcome instead of going on; otherwise a
-// custom pipeline's messages count as processing from here (Run's count
-// once a handler takes them).
+// messages get the OnShutdown outcome instead of going on.
 func (b *book) handOff(_ context.Context, ms []*Message) []*Message {
 	if b.s.life.draining() {
 		b.unsent(ms)
@@ -76,8 +72,8 @@ func (b *book) handOff(_ context.Context, ms []*Message) []*Message {
 	return ms
 }
 
-// unsent settles what the source received but will not hand on: with the
-// OnShutdown outcome while draining (the source nacks the rest).
+// unsent settles what the source will not hand on with OnShutdown while
+// draining (the source nacks the rest).
 func (b *book) unsent(ms []*Message) {
 	s := b.s
 	if !s.life.draining() {
@@ -88,7 +84,6 @@ func (b *book) unsent(ms []*Message) {
 	}
 }
 
-// markHanded records that m left the subscriber's buffers for processing.
 func (b *book) markHanded(m *Message) {
 	if message.Of(m).MarkHandedOff(1) {
 		b.s.c.handed.Add(1)

@@ -18,89 +18,62 @@ import (
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// Source returns the subscriber's source: its source.Source with the
-// receipt steps fused in — EagerTrack on the subscriber's extender and
-// FlowGate on its budget — so every message is leased and counted where
-// its response is decoded, wherever it waits afterwards. The streams read
-// only while the budget has room; restart wraps only the streams, and the
-// leases, the budget and the held messages outlive it. Pair it with
-// Acknowledge (or settle each message yourself).
-//
-// The source hands on batches (a response's worth, or all that arrived
-// since the last hand-off) to stages that take them (ParallelMap,
-// Acknowledge), one message at a time to the others. A message counts as
-// processing (Stats) from the moment it leaves the source.
+// Source returns the subscriber's source: its source.Source with
+// EagerTrack (on the subscriber's extender) and FlowGate (on its budget)
+// fused in, so every message is leased and counted where its response is
+// decoded. Pair it with Acknowledge, or settle each message yourself.
 //
 // Every pipeline from Source, and every Run, shares the subscriber's one
-// budget: however many run at once, the server is never asked for more
-// than MaxOutstandingMessages. A pipeline started after Close began fails
-// with ErrClosed. The source ends when the subscriber shuts down (after
-// settling its queued messages with the OnShutdown outcome) or on a
-// terminal stream error, which the pipeline returns. A pipeline stopped by
-// its own context or a failing stage nacks what it was handed but did not
-// settle, so a later pipeline gets it again.
-func (s *Subscriber) Source() stage.Source[*Message] { return &subSource{s: s, kind: runCustom} }
+// budget. A message counts as processing (Stats) once it leaves the
+// source. A pipeline started after Close began fails with ErrClosed. The
+// source ends when the subscriber shuts down (after settling its queued
+// messages with the OnShutdown outcome) or on a terminal stream error,
+// which the pipeline returns. A pipeline stopped by its own context or a
+// failing stage nacks what it was handed but did not settle.
+func (s *Subscriber) Source() stage.Source[*Message] { return &subSource{s: s, src: s.src} }
 
-// runKind says how a run counts a message as processing: from the moment
-// it leaves the source (a custom pipeline), or only once a handler starts
-// on it (Run).
-type runKind int
-
-const (
-	runCustom runKind = iota
-	runHandlers
-)
-
-// subSource is one run of the subscriber's source.
+// subSource is one run of the subscriber's source (src: Source's, or
+// Run's, which counts processing only once a handler starts).
 type subSource struct {
-	s    *Subscriber
-	kind runKind
+	s   *Subscriber
+	src *source.Source
 }
 
 var _ stage.BatchSource[*Message] = (*subSource)(nil)
 
 func (ss *subSource) Run(g *stage.Group) <-chan *Message {
-	src, ok := ss.join(g)
-	if !ok {
-		out := make(chan *Message)
-		close(out)
-		return out
+	if !ss.join(g) {
+		return closedChan[*Message]()
 	}
-	return src.Run(g)
+	return ss.src.Run(g)
 }
 
-// RunBatches joins the run to the subscriber's lifecycle (a run started
-// after Close began fails with ErrClosed) and starts the source under g.
-// The run counts until its pipeline is over: shutdown drains by waiting
-// for the runs, up to the drain timeout.
 func (ss *subSource) RunBatches(g *stage.Group) <-chan []*Message {
-	src, ok := ss.join(g)
-	if !ok {
-		out := make(chan []*Message)
-		close(out)
-		return out
+	if !ss.join(g) {
+		return closedChan[[]*Message]()
 	}
-	return src.RunBatches(g)
+	return ss.src.RunBatches(g)
 }
 
-// join adds the run to the lifecycle until g is done, and returns the
-// source it runs; false (g failed with ErrClosed) once Close has begun.
-func (ss *subSource) join(g *stage.Group) (*source.Source, bool) {
-	s := ss.s
-	if !s.life.join() {
+// join counts the run until g is done (shutdown drains by waiting for the
+// runs), or fails g with ErrClosed once Close has begun.
+func (ss *subSource) join(g *stage.Group) bool {
+	if !ss.s.life.join() {
 		g.Fail(ErrClosed)
-		return nil, false
+		return false
 	}
-	g.OnDone(s.life.leave)
-	if ss.kind == runHandlers {
-		return s.runSrc, true
-	}
-	return s.src, true
+	g.OnDone(ss.s.life.leave)
+	return true
+}
+
+func closedChan[T any]() <-chan T {
+	c := make(chan T)
+	close(c)
+	return c
 }
 
 // Acknowledge returns the sink paired with Source: each message that
 // reaches it without an outcome gets the OnSuccess outcome (default ack).
-// Its settle path gives back its permit and lease and queues the RPC.
 func (s *Subscriber) Acknowledge() stage.Sink[*Message] { return sink.Acknowledge(s.policy) }
 
 // Handler processes one message. Returning nil applies OnSuccess (default
@@ -108,33 +81,24 @@ func (s *Subscriber) Acknowledge() stage.Sink[*Message] { return sink.Acknowledg
 // message itself. It must return when ctx is done.
 type Handler func(ctx context.Context, m *Message) error
 
-// Process returns the processing stage Run uses: parallelism fixed
-// workers calling handler; when the subscription orders by key (or
-// Ordering is set), one message per ordering key at a time, in order. What
-// StreamingPull's responses say decides over GetSubscription: once a
-// message arrives marked Ordered (with an ordering key), the stage lets
-// the handlers it started finish and runs the messages of each key one at
-// a time from then on. A panicking handler nacks its message and is
-// logged; the subscriber goes on.
+// Process returns the processing stage Run uses: parallelism workers
+// calling handler; when the subscription orders by key (or Ordering is
+// set), one message per ordering key at a time, in order. Once a message
+// arrives marked Ordered, the stage lets the handlers it started finish
+// and runs each key's messages one at a time from then on. A panicking
+// handler nacks its message and is logged.
 //
-// On a subscription not known to order by key, the stage does not
-// outlive Close in a pipeline of your own: once Close has given up on the
-// runs (past the drain timeout, when it cancels Run's pipelines), it stops
-// taking input and closes its output. Close nacks what it held; handlers
-// still running end with the pipeline's context.
+// On a subscription not known to order by key, the stage stops taking
+// input and closes its output once Close has given up on the runs (past
+// the drain timeout), so it does not outlive Close in a pipeline of your
+// own.
 func (s *Subscriber) Process(parallelism int, handler Handler) stage.Flow[*Message, *Message] {
 	return s.process(parallelism, handler, nil)
 }
 
-// unsettled keeps the messages a handler left without an outcome.
-func unsettled(m *Message) bool { return !m.Settled() }
-
-// process is Process; emit, if set, filters what the workers pass on. Run
-// passes on only unsettled messages: the Acknowledge sink has nothing to do
-// for the others. A message counts as processing from the moment a worker
-// takes it (if it did not already, leaving a custom pipeline's source);
-// while the subscriber drains, a worker gives the messages it takes the
-// OnShutdown outcome instead of handling them.
+// process is Process; emit, if set, filters what the workers pass on (Run
+// passes on only the unsettled messages). While the subscriber drains, a
+// worker settles what it takes with OnShutdown instead of handling it.
 func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Message) bool) stage.Flow[*Message, *Message] {
 	var hc handlerCtx
 	call := func(ctx context.Context, m *Message) (*Message, error) {
@@ -148,7 +112,7 @@ func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Messag
 			}
 			s.runBook.markHanded(m)
 		}
-		ctx = hc.of(ctx, s) // the worker's ctx: the same for every message
+		ctx = hc.of(ctx, s)
 		var span trace.Span
 		if s.tracing != nil {
 			ctx, span = s.tracing.startProcess(ctx, m)
@@ -167,7 +131,6 @@ func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Messag
 	if s.ordered {
 		return keyed
 	}
-	// Not told it orders by key: free until a response says it does.
 	free := operators.ParallelMap(parallelism, call, operators.Options[*Message, *Message]{Emit: emit})
 	return &switchFlow{free: free.(stage.BatchFlow[*Message, *Message]), keyed: keyed, abandoned: s.life.abandoned}
 }
@@ -184,37 +147,40 @@ func orderingKey(m *Message) string {
 func (s *Subscriber) safeHandle(ctx context.Context, h Handler, m *Message) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = &stage.PanicError{Value: p, Stack: debug.Stack()}
-			s.c.setErr(err)
-			s.cfg.Logger.Error("pubsubflow: handler panicked; message nacked",
-				"subscription", s.sub, "message_id", m.ID, "panic", p)
-			m.Nack()
+			err = s.recovered(p, m)
 		}
 	}()
 	return h(ctx, m)
+}
+
+// recovered turns a handler's panic into a *stage.PanicError, logged and
+// kept for Stats, after nacking the messages the handler was given.
+func (s *Subscriber) recovered(p any, ms ...*Message) error {
+	pe := &stage.PanicError{Value: p, Stack: debug.Stack()}
+	s.c.panicked.Store(pe)
+	s.cfg.Logger.Error("pubsubflow: handler panicked; its unsettled messages nacked",
+		"subscription", s.sub, "messages", len(ms), "message_id", ms[0].ID, "panic", p)
+	for _, m := range ms {
+		m.Nack()
+	}
+	return pe
 }
 
 // handlerKey marks a handler's ctx with its subscriber, so Shutdown
 // called with it knows not to wait for the handler that called it.
 type handlerKey struct{}
 
-func withHandler(ctx context.Context, s *Subscriber) context.Context {
-	return context.WithValue(ctx, handlerKey{}, s)
-}
-
-// handlerCtx keeps the last handler ctx made, so that the workers, which
-// pass the same ctx for every message, do not allocate one per message.
+// handlerCtx keeps the last handler ctx made: the workers pass the same
+// ctx for every message, and one allocation per message would show.
 type handlerCtx struct{ last atomic.Pointer[madeCtx] }
 
 type madeCtx struct{ parent, ctx context.Context }
 
-// of returns withHandler(parent, s), made once per parent. parent is a
-// worker's ctx (a pointer type, so comparable).
 func (h *handlerCtx) of(parent context.Context, s *Subscriber) context.Context {
 	if c := h.last.Load(); c != nil && c.parent == parent {
 		return c.ctx
 	}
-	c := &madeCtx{parent: parent, ctx: withHandler(parent, s)}
+	c := &madeCtx{parent: parent, ctx: context.WithValue(parent, handlerKey{}, s)}
 	h.last.Store(c)
 	return c.ctx
 }
@@ -223,33 +189,40 @@ func (h *handlerCtx) of(parent context.Context, s *Subscriber) context.Context {
 // handler until ctx is done or the subscriber is closed (both mean: stop
 // and drain, then return nil), or a terminal error (subscription deleted,
 // permission denied), which it returns. It returns only after every
-// goroutine it started has exited — except a handler that ignores its ctx:
-// once the drain timeout has passed and handlers' ctx was cancelled, Run
-// waits one more second, then returns a *StuckHandlersError counting the
-// handlers still running (their messages already nacked).
+// goroutine it started has exited, except handlers that ignore their
+// ctx: a second after the drain timeout, when their ctx was cancelled,
+// Run returns a *StuckHandlersError counting them (their messages nacked).
 //
 // Several Runs (and Source pipelines) may run at once on one subscriber;
 // they share its one budget.
 func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) error {
-	if parallelism < 1 {
-		return fmt.Errorf("pubsubflow: Run: parallelism %d, want ≥ 1", parallelism)
-	}
-	if handler == nil {
-		return errors.New("pubsubflow: Run: nil handler")
+	if err := checkRun("Run", parallelism, handler == nil); err != nil {
+		return err
 	}
 	return s.runPipeline(ctx, func(pctx context.Context) error {
-		src := &subSource{s: s, kind: runHandlers}
-		return pipeline.FromContext(pctx, stage.Source[*Message](src)).Via(s.process(parallelism, handler, unsettled)).To(s.Acknowledge())
+		src := stage.Source[*Message](&subSource{s: s, src: s.runSrc})
+		return pipeline.FromContext(pctx, src).Via(s.process(parallelism, handler, unsettled)).To(s.Acknowledge())
 	})
 }
 
-// runPipeline runs pipe (Run's pipeline, or RunBatches') until ctx is done
-// or the subscriber is closed (both mean: stop and drain, then return
-// nil), or until the pipeline ends with a terminal error, which it
-// returns. pipe's context is cancelled only once the drain timeout has
-// passed: cancelling ctx means stop-and-drain, not abandon.
+func unsettled(m *Message) bool { return !m.Settled() }
+
+func checkRun(name string, parallelism int, nilHandler bool) error {
+	if parallelism < 1 {
+		return fmt.Errorf("pubsubflow: %s: parallelism %d, want ≥ 1", name, parallelism)
+	}
+	if nilHandler {
+		return fmt.Errorf("pubsubflow: %s: nil handler", name)
+	}
+	return nil
+}
+
+// runPipeline runs pipe (Run's or RunBatches') until ctx is done or the
+// subscriber is closed (both: stop, drain, return nil), or until it ends
+// with a terminal error, which it returns. pipe's context is cancelled
+// only past the drain timeout: cancelling ctx means drain, not abandon.
 func (s *Subscriber) runPipeline(ctx context.Context, pipe func(pctx context.Context) error) error {
-	if s.life.closing() {
+	if s.life.draining() {
 		return ErrClosed
 	}
 	pctx, cancel := context.WithCancel(context.Background())
@@ -261,18 +234,14 @@ func (s *Subscriber) runPipeline(ctx context.Context, pipe func(pctx context.Con
 	go func() { done <- pipe(pctx) }()
 	select {
 	case err := <-done:
-		// A terminal error: the pipeline has ended, so nothing is in
-		// processing; nack what is still held without waiting.
-		closeErr := s.shutdown(context.Background(), false)
-		return runResult(err, closeErr)
+		// Nothing is processing once the pipeline has ended: no drain.
+		return runResult(err, s.shutdown(context.Background(), false))
 	case <-ctx.Done():
 	case <-s.life.closingCh:
 	}
 	closeErr := s.Close()
-	// Close has drained (up to the drain timeout), nacked what is left and
-	// cancelled the pipeline. A handler that ignores its ctx would keep
-	// the caller waiting for ever: after a short grace it returns and
-	// says so.
+	// Close has drained, nacked what is left and cancelled the pipeline;
+	// a handler that ignores its ctx gets a short grace, then is reported.
 	grace := time.NewTimer(stuckGrace)
 	defer grace.Stop()
 	select {
@@ -283,8 +252,7 @@ func (s *Subscriber) runPipeline(ctx context.Context, pipe func(pctx context.Con
 	}
 }
 
-// runResult is what Run returns once its pipeline has ended with err:
-// the pipeline's error unless it only reports the shutdown.
+// runResult is the pipeline's error unless it only reports the shutdown.
 func runResult(err, closeErr error) error {
 	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
 		return err
@@ -296,10 +264,9 @@ func runResult(err, closeErr error) error {
 // cancellation of its handlers' ctx, for handlers to return.
 const stuckGrace = time.Second
 
-// StuckHandlersError is what Run returns when handlers are still running
-// after the drain timeout and their ctx was cancelled (they ignore their
-// ctx). Their messages were already nacked; the handlers' goroutines are
-// left running, as Go cannot stop them.
+// StuckHandlersError is what Run returns when handlers ignore their ctx
+// and are still running after the drain timeout. Their messages were
+// nacked; Go cannot stop their goroutines.
 type StuckHandlersError struct {
 	Running int // handlers still running when Run returned
 }

@@ -3,31 +3,27 @@ package pubsubflow
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
 // shutdownSlack is how far past its deadline each of a shutdown's last
-// three waits (the runs' grace, the ack flush, the extender's in-flight
-// modacks) may run, so a flush started at the deadline still gets a
-// moment; the whole shutdown ends within 1 s of its deadline.
+// waits (the runs' grace, the ack flush, the extender's modacks) may run,
+// so a flush started at the deadline still gets a moment.
 const shutdownSlack = 300 * time.Millisecond
 
 // Close shuts the subscriber down gracefully (see Shutdown), bounded by the
-// drain timeout. A second Close is harmless and returns the first result.
-// Do not call Close from a handler: it would wait for that handler, up to
-// the drain timeout. Call Shutdown with the handler's ctx instead.
+// drain timeout. A second Close returns the first result. From a handler,
+// call Shutdown with the handler's ctx instead: Close would wait for it.
 func (s *Subscriber) Close() error { return s.Shutdown(context.Background()) }
 
-// Shutdown stops the streams so nothing new arrives; settles messages not
-// yet handed to processing with the OnShutdown outcome (default: nack after
-// 5 s); waits up to the drain timeout (or ctx) for the runs to finish what
-// they hold; nacks what is left; flushes the acks; stops lease extension;
-// and returns after every goroutine the subscriber started has exited. A
-// run started after Shutdown began fails with ErrClosed.
-//
-// Called from a handler with the handler's ctx, Shutdown starts the
-// shutdown and returns at once (nil): waiting would wait for the handler
-// itself.
+// Shutdown stops the streams; settles messages not yet processing with
+// the OnShutdown outcome (default: nack after 5 s); waits up to the drain
+// timeout (or ctx) for the runs to finish what they hold; nacks what is
+// left; flushes the acks; stops lease extension; and returns after every
+// goroutine the subscriber started has exited. A run started after
+// Shutdown began fails with ErrClosed. Called with a handler's ctx, it
+// starts the shutdown and returns nil at once.
 func (s *Subscriber) Shutdown(ctx context.Context) error {
 	if from, _ := ctx.Value(handlerKey{}).(*Subscriber); from == s {
 		go func() { _ = s.shutdown(context.WithoutCancel(ctx), true) }()
@@ -48,11 +44,13 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 			return ctx.Err()
 		}
 	}
-	// The drain is the source's (its DrainTimeout is ours): at its end it
-	// abandons the runs still going, cancelling their pipelines and
-	// nacking what they hold. ctx only ends it earlier.
+	// The drain is the source's (its DrainTimeout is ours); ctx only ends
+	// it earlier.
 	s.src.Stop()
-	end := shutdownEnd(ctx, s.cfg.DrainTimeout)
+	end := time.Now().Add(s.cfg.DrainTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(end) {
+		end = d
+	}
 	if drain {
 		select {
 		case <-idle:
@@ -60,17 +58,18 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 		case <-ctx.Done():
 		}
 	}
-	// The drain is over: cancel Run's pipelines (ctx may have ended it
-	// first), and give the runs a moment to end, so what their workers
-	// settle on the way out still reaches the acknowledger. The source's
-	// own goroutines have stopped with Stop; Close abandons any run it
-	// still has and nacks what is left.
+	// Cancel Run's pipelines and give the runs a moment to end, so what
+	// their workers settle on the way out still reaches the acknowledger.
 	s.life.abandon()
-	wait(idle, min(stuckGrace, time.Until(end)+shutdownSlack))
-
-	// The flush keeps the same deadline: what it cannot send by then
-	// fails, counted in AckFailures and logged, never reported as acked.
-	fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(end, time.Now()).Add(shutdownSlack))
+	grace := time.NewTimer(min(stuckGrace, time.Until(end)+shutdownSlack))
+	select {
+	case <-idle:
+	case <-grace.C:
+	}
+	grace.Stop()
+	// What the flush cannot send by the deadline fails, counted in
+	// AckFailures and logged, never reported as acked.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(time.Until(end), 0)+shutdownSlack)
 	defer cancel()
 	errs := []error{s.src.Close(fctx), s.ext.Close()}
 	if s.tracing != nil {
@@ -80,34 +79,6 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 	err := errors.Join(errs...)
 	s.life.finish(err)
 	return err
-}
-
-// shutdownEnd is when a shutdown starting now must be done: the drain
-// timeout from now, or ctx's deadline when that comes first.
-func shutdownEnd(ctx context.Context, drain time.Duration) time.Time {
-	end := time.Now().Add(drain)
-	if d, ok := ctx.Deadline(); ok && d.Before(end) {
-		return d
-	}
-	return end
-}
-
-// later returns the later of two times.
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-// wait returns once done is closed or d has passed.
-func wait(done <-chan struct{}, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
 }
 
 // closeParts releases what NewSubscriber made; safe on a partly built one
@@ -127,5 +98,90 @@ func (s *Subscriber) closeParts(failed bool) {
 	}
 	if s.conn != nil {
 		_ = s.conn.Close()
+	}
+}
+
+// lifecycle is a Subscriber's one state (open, draining, closed) and the
+// runs (Run calls, Source pipelines) that hold it open. A run joins only
+// while it is open, under the lock that starts the drain, so none starts
+// after Close began and none is missed by it.
+type lifecycle struct {
+	mu    sync.Mutex
+	state lifeState
+	runs  int
+	idle  chan struct{} // closed once the drain began and no run is left
+
+	closingCh chan struct{} // closed when the drain begins
+	// abandoned is done once the drain timeout has passed: the runs left
+	// are stopped, their pipelines' leftovers nacked.
+	abandoned context.Context
+	abandon   context.CancelFunc
+	done      chan struct{} // closed when shutdown has finished
+	err       error         // shutdown's result, written before done closes
+}
+
+type lifeState int
+
+const (
+	open lifeState = iota
+	draining
+	closed
+)
+
+func newLifecycle() *lifecycle {
+	l := &lifecycle{idle: make(chan struct{}), closingCh: make(chan struct{}), done: make(chan struct{})}
+	l.abandoned, l.abandon = context.WithCancel(context.Background())
+	return l
+}
+
+func (l *lifecycle) join() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != open {
+		return false
+	}
+	l.runs++
+	return true
+}
+
+func (l *lifecycle) leave() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.runs--
+	if l.runs == 0 && l.state == draining {
+		close(l.idle)
+	}
+}
+
+// begin starts the drain; first is false if it had begun already.
+func (l *lifecycle) begin() (idle <-chan struct{}, first bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != open {
+		return l.idle, false
+	}
+	l.state = draining
+	close(l.closingCh)
+	if l.runs == 0 {
+		close(l.idle)
+	}
+	return l.idle, true
+}
+
+func (l *lifecycle) finish(err error) {
+	l.mu.Lock()
+	l.state = closed
+	l.err = err
+	l.mu.Unlock()
+	close(l.done)
+}
+
+// draining reports whether the drain has begun: one channel poll, no lock.
+func (l *lifecycle) draining() bool {
+	select {
+	case <-l.closingCh:
+		return true
+	default:
+		return false
 	}
 }

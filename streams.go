@@ -19,46 +19,33 @@ import (
 )
 
 // DefaultStreamsHold is StreamsOptions.Hold's default: longer than the
-// windows and batch intervals a stream graph commonly holds messages in
-// (seconds, up to a minute), so a working graph's messages are not settled
-// under it; and short next to the lease's MaxExtension (an hour), so a
-// message a graph dropped holds its flow permit for a minute, not until
-// its lease ends or the subscriber shuts down.
+// windows a stream graph commonly holds messages in, and short next to
+// MaxExtension, so a dropped message does not hold its permit for long.
 const DefaultStreamsHold = time.Minute
 
-// streamsWarnEvery is how often, at most, Streams logs the messages it
-// settled for a sub-graph (the Warn carries the count since the last).
+// streamsWarnEvery is how often, at most, Streams logs what it settled.
 const streamsWarnEvery = time.Minute
 
-// StreamsOptions configure Streams. The zero value is the production
-// default: a message that goes into the sub-graph and has not come out a
-// minute later is nacked (redelivered: never lost), counted in
-// Stats.StreamsLost, and logged.
+// StreamsOptions configure Streams. The zero value nacks a message that
+// went into the sub-graph and has not come out a minute later, counts it
+// in Stats.StreamsLost, and logs it.
 type StreamsOptions struct {
 	// Name names the sub-graph in the log (default: the file and line of
 	// the Streams call).
 	Name string
-	// Hold is the longest a message may stay inside the sub-graph without
-	// coming out (default DefaultStreamsHold): then it is settled with
-	// Lost. Messages that went in close together are settled together, so
-	// each is settled between 7/8 Hold and Hold after it went in. Set it
-	// above the longest a window or batch of the graph holds a message; a
-	// graph that holds nothing on purpose (a Filter, Maps) does best with a
-	// few seconds, since what it drops holds the flow budget until then.
+	// Hold is the longest a message may stay inside without coming out
+	// (default DefaultStreamsHold); each is settled between 7/8 Hold and
+	// Hold after it went in. Set it above the longest a window of the
+	// graph holds a message.
 	Hold time.Duration
-	// Lost is the outcome of such a message (zero: Nack, because the
-	// library cannot tell a message the graph dropped on purpose from one
-	// a window held too long, and a nack loses neither). Ack when the
-	// graph drops what it does not want (a go-streams Filter): the message
-	// was processed, the server forgets it. Nack, or NackAfter, when a
-	// message the graph did not let out must be tried again; a graph that
-	// drops it every time then gets it back every Hold, for ever (bound
-	// that with a dead-letter topic). NoOp lets its deadline pass.
+	// Lost is the outcome of such a message (zero: Nack, which loses
+	// nothing). Ack when the graph drops what it does not want (a
+	// go-streams Filter); NoOp lets its deadline pass.
 	Lost Outcome
 	// NackDelay is the delay of a NackAfter Lost, 0–600 s.
 	NackDelay time.Duration
-	// Logger receives the Warns (nil: the Logger of the messages'
-	// Subscriber if it has one, else slog.Default()).
+	// Logger receives the Warns (nil: the messages' Subscriber's Logger,
+	// else slog.Default()).
 	Logger *slog.Logger
 }
 
@@ -79,24 +66,17 @@ func (o StreamsOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Streams embeds a go-streams sub-graph (fan-out, filters, windows…)
-// between a Subscriber's stages, for *Message elements; build is as in
-// pipeline.Streams. Its outlet must emit *Message (flatten a window's or
-// a batch's slices with a go-streams Flatten); another type ends the
-// pipeline at once with a *pipeline.TypeError, the other stages stop and
-// what was handed out is nacked.
+// Streams embeds a go-streams sub-graph between a Subscriber's stages, for
+// *Message elements; build is as in pipeline.Streams. Its outlet must
+// emit *Message; another type ends the pipeline at once with a
+// *pipeline.TypeError.
 //
-// A message that goes in and does not come out — a go-streams Filter
-// dropped it, a window holds it — is never held silently: Hold after it
-// went in it is settled with the Lost outcome (see StreamsOptions),
-// counted in the Subscriber's Stats.StreamsLost, and logged: one Warn
-// naming the sub-graph with the count, at most once a minute. A sub-graph
-// that holds half the Subscriber's MaxOutstandingMessages or more, at
-// every check (each Hold/2) for longer than Hold, gets a Warn too: it
-// holds the budget, and the subscriber receives little else. When the
-// sub-graph closes (the pipeline ends), what is still inside is nacked.
-// To drop messages on purpose, pubsubflow.Filter settles them at once.
-// Invalid options end the pipeline with the error of Validate.
+// A message that goes in and does not come out is settled Hold after it
+// went in with the Lost outcome, counted in Stats.StreamsLost, and logged
+// (at most once a minute per sub-graph). A sub-graph that holds half the
+// MaxOutstandingMessages or more for longer than Hold is warned of too.
+// When the sub-graph closes, what is still inside is nacked. Invalid
+// options end the pipeline with the error of Validate.
 func Streams(build func(g *stage.Group, in streams.Source) streams.Outlet, opt StreamsOptions) stage.Flow[*Message, *Message] {
 	if err := opt.Validate(); err != nil {
 		return failing(err)
@@ -126,9 +106,7 @@ func Streams(build func(g *stage.Group, in streams.Source) streams.Outlet, opt S
 func failing(err error) stage.Flow[*Message, *Message] {
 	return stage.FlowFunc[*Message, *Message](func(g *stage.Group, _ <-chan *Message) <-chan *Message {
 		g.Fail(err)
-		out := make(chan *Message)
-		close(out)
-		return out
+		return closedChan[*Message]()
 	})
 }
 
@@ -137,17 +115,15 @@ func failing(err error) stage.Flow[*Message, *Message] {
 type graphWatch struct {
 	opt StreamsOptions
 
-	mu        sync.Mutex
-	unlogged  int       // settled since the last Warn
-	lastWarn  time.Time // zero: none yet
-	crowdFrom time.Time // first check that found the graph crowded; zero: not crowded
-	crowdSaid bool      // this crowding was logged
-	// owner and subscription of the messages last settled, for the Warn.
+	mu           sync.Mutex
+	unlogged     int       // settled since the last Warn
+	lastWarn     time.Time // zero: none yet
+	crowdFrom    time.Time // first check that found the graph crowded; zero: not crowded
+	crowdSaid    bool      // this crowding was logged
 	owner        *Subscriber
 	subscription string
 }
 
-// late settles the messages that have been inside for Hold.
 func (w *graphWatch) late(ms []*Message) {
 	n := 0
 	for _, m := range ms {
@@ -166,9 +142,8 @@ func (w *graphWatch) late(ms []*Message) {
 	w.flush()
 }
 
-// flush logs the messages settled since the last Warn, unless a Warn
-// went out less than streamsWarnEvery ago (the count then waits for a
-// later sweep or check).
+// flush logs the messages settled since the last Warn, unless that Warn
+// is less than streamsWarnEvery old.
 func (w *graphWatch) flush() {
 	w.mu.Lock()
 	now := time.Now()
@@ -184,8 +159,7 @@ func (w *graphWatch) flush() {
 }
 
 // watch logs, once per spell, a graph that has held half the budget or
-// more at every check for longer than Hold, and the settled messages a
-// Warn has not counted yet.
+// more at every check for longer than Hold, and any count flush held back.
 func (w *graphWatch) watch(inside int, oldest *Message) {
 	var owner *Subscriber
 	if oldest != nil {
@@ -205,15 +179,13 @@ func (w *graphWatch) watch(inside int, oldest *Message) {
 		w.crowdFrom = now
 	}
 	say := crowded && !w.crowdSaid && now.Sub(w.crowdFrom) > w.opt.Hold
-	if say {
-		w.crowdSaid = true
-	}
+	w.crowdSaid = w.crowdSaid || say
 	w.mu.Unlock()
 	if say {
 		w.logger(owner).Warn("pubsubflow: a go-streams sub-graph has held half the flow budget or more for longer than its Hold; the subscriber receives little else",
 			"graph", w.opt.Name, "inside", inside, "max_outstanding_messages", limit, "hold", w.opt.Hold, "subscription", oldest.Subscription)
 	}
-	w.flush() // a count held back by the rate limit
+	w.flush()
 }
 
 func (w *graphWatch) logger(owner *Subscriber) *slog.Logger {
@@ -226,9 +198,8 @@ func (w *graphWatch) logger(owner *Subscriber) *slog.Logger {
 	return slog.Default()
 }
 
-// owners maps a Subscriber's settle path (the one all its messages are
-// bound to) to the Subscriber, so that Streams, which any pipeline may
-// use, counts and logs what it settles in that Subscriber's name.
+// owners maps a Subscriber's settle path to the Subscriber, so that
+// Streams, which any pipeline may use, counts and logs in its name.
 var owners sync.Map
 
 // ownership is a Subscriber's entry in owners.
@@ -240,16 +211,13 @@ type ownership struct {
 // own records s as the owner of m's settle path (on its first message).
 func (s *Subscriber) own(m *Message) {
 	s.owned.once.Do(func() {
-		p := message.Of(m).Path
-		if p == nil {
-			return
+		if p := message.Of(m).Path; p != nil {
+			s.owned.path.Store(&p)
+			owners.Store(p, s)
 		}
-		s.owned.path.Store(&p)
-		owners.Store(p, s)
 	})
 }
 
-// disown removes s from owners when it closes.
 func (s *Subscriber) disown() {
 	if p := s.owned.path.Load(); p != nil {
 		owners.Delete(*p)
@@ -258,29 +226,22 @@ func (s *Subscriber) disown() {
 
 // ownerOf is the Subscriber m came from, or nil (a hand-built chain).
 func ownerOf(m *Message) *Subscriber {
-	p := message.Of(m).Path
-	if p == nil {
-		return nil
-	}
-	if s, ok := owners.Load(p); ok {
-		return s.(*Subscriber)
+	if p := message.Of(m).Path; p != nil {
+		if s, ok := owners.Load(p); ok {
+			return s.(*Subscriber)
+		}
 	}
 	return nil
 }
 
-// Filter is the message filter: it passes on the messages keep reports
-// true for and settles every other one at once with drop, which says what
-// the drop means and must be one of:
+// Filter passes on the messages keep reports true for and settles every
+// other one at once with drop, one of:
 //
 //   - Ack: processed, not wanted; the server forgets the message.
-//   - Nack: try again. The server redelivers it at once, and if keep
-//     refuses it again it is nacked again: a message keep always refuses
-//     goes round as fast as the stream carries it, for ever (a nack loop).
-//     Nack only what keep may accept later, and bound it with a
-//     dead-letter topic (max delivery attempts) on the subscription; to
-//     try again later, use pipeline.Filter with m.NackAfter(d).
-//   - NoOp: send nothing; the server redelivers the message when its
-//     deadline passes.
+//   - Nack: try again, at once. A message keep always refuses goes round
+//     for ever: bound it with a dead-letter topic, or use pipeline.Filter
+//     with m.NackAfter(d) to try again later.
+//   - NoOp: send nothing; the server redelivers it when its deadline passes.
 //
 // Any other drop ends the pipeline with an error, at once.
 func Filter(keep func(*Message) bool, drop Outcome) stage.Flow[*Message, *Message] {

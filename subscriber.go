@@ -27,11 +27,10 @@ var ErrClosed = source.ErrClosed
 //	source.Subscribe ─ receipt steps on decode: EagerTrack, FlowGate
 //	    ══batches══▶ [your stages, or Run's workers] ─▶ sink.Acknowledge
 //
-// It owns the lease extender, the flow budget and the source (with the
-// settle path and acknowledger of its messages), which outlive every
-// stream restart and are shared by every run. Source and Acknowledge are
-// the two ends for custom topologies; Run is the whole thing with a
-// handler. Close (or Shutdown) drains and stops it.
+// Its extender, budget and source outlive every stream restart and are
+// shared by every run. Source and Acknowledge are the two ends for custom
+// topologies; Run is the whole thing with a handler. Close (or Shutdown)
+// drains and stops it.
 type Subscriber struct {
 	cfg    SubscriberConfig
 	sub    string
@@ -42,29 +41,26 @@ type Subscriber struct {
 	runSrc  *source.Source // the same, for Run (processing counts in handlers)
 	runBook *book
 	ext     *flow.Extender
-	fc      *flow.FlowControl // the budget, counted by its FlowGate
+	fc      *flow.FlowControl
 	policy  sink.Policy
 	tel     *telemetry
 	tracing *subTracer // nil unless TracerProvider is set
 	c       counters
 	ordered bool       // GetSubscription (or cfg.Ordering) said it orders by key
-	told    *toldProps // what GetSubscription said; nil when it was not asked or could not answer
-	owned   ownership  // the entry that lets Streams find the subscriber
+	told    *toldProps // what GetSubscription said; nil if not asked or not answered
+	owned   ownership
 
 	life *lifecycle
 }
 
 // NewSubscriber validates cfg, connects, and prepares a subscriber for
-// subscription (projects/P/subscriptions/S). Nothing is received until Run
-// or a pipeline from Source runs. Unless cfg.Ordering is set it asks the
-// server whether the subscription orders by key, within ctx: if that fails
-// (a cancelled context, an unreachable or unknown subscription) so does
-// NewSubscriber, rather than process ordered messages out of order; only
-// a missing permission (PERMISSION_DENIED) or a server without the method
-// (UNIMPLEMENTED) falls back to cfg.Ordering, with a warning in the log.
-// What StreamingPull's responses then say of ordering and exactly-once
-// decides over that answer (see Process), and a contradiction is warned
-// once per property. A failed NewSubscriber leaves nothing running.
+// subscription (projects/P/subscriptions/S); nothing is received until
+// Run or a pipeline from Source runs. Unless cfg.Ordering is set it asks
+// the server, within ctx, whether the subscription orders by key: if
+// that fails so does NewSubscriber, rather than process ordered messages
+// out of order; only PERMISSION_DENIED or UNIMPLEMENTED fall back to
+// cfg.Ordering, with a warning. A failed NewSubscriber leaves nothing
+// running.
 func NewSubscriber(ctx context.Context, subscription string, cfg SubscriberConfig) (*Subscriber, error) {
 	if ctx == nil {
 		return nil, errors.New("pubsubflow: NewSubscriber: nil context")
@@ -80,16 +76,11 @@ func NewSubscriber(ctx context.Context, subscription string, cfg SubscriberConfi
 	if err := s.connect(ctx); err != nil {
 		return nil, err
 	}
-	// Before build starts any goroutine, so a failure leaves none.
-	if !cfg.Ordering {
-		ordered, err := s.detectOrdering(ctx)
-		if err != nil {
-			s.closeParts(true)
-			return nil, err
-		}
-		s.ordered = ordered
+	err := s.detectOrdering(ctx) // before build starts any goroutine
+	if err == nil {
+		err = s.build()
 	}
-	if err := s.build(); err != nil {
+	if err != nil {
 		s.closeParts(true)
 		return nil, err
 	}
@@ -143,46 +134,38 @@ func (s *Subscriber) build() error {
 	return nil
 }
 
-// detectOrdering asks the server whether the subscription orders by key.
-// Only PERMISSION_DENIED and UNIMPLEMENTED are not errors: without the
-// permission (or the method) the answer cannot be had, and cfg.Ordering
-// decides.
-func (s *Subscriber) detectOrdering(ctx context.Context) (bool, error) {
+// detectOrdering asks the server whether the subscription orders by key,
+// unless cfg.Ordering says so. Without the permission (or the method)
+// the answer cannot be had, and cfg.Ordering decides.
+func (s *Subscriber) detectOrdering(ctx context.Context) error {
+	if s.cfg.Ordering {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	got, err := s.client.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: s.sub})
 	switch status.Code(err) {
 	case codes.OK:
 		s.told = &toldProps{ordered: got.GetEnableMessageOrdering(), exactlyOnce: got.GetEnableExactlyOnceDelivery()}
-		return got.GetEnableMessageOrdering(), nil
+		s.ordered = got.GetEnableMessageOrdering()
+		return nil
 	case codes.Unimplemented:
-		if notPubSub(err) {
-			return false, fmt.Errorf("pubsubflow: %s answered with HTTP, not Pub/Sub's gRPC API (a proxy, or a wrong port?): %w", s.endpoint(), err)
+		// gRPC maps an HTTP answer that is not gRPC at all (a 404 page) to
+		// UNIMPLEMENTED.
+		if strings.Contains(status.Convert(err).Message(), "unexpected HTTP status code") {
+			endpoint := "the endpoint of SubscriberConfig.Conn/Client"
+			if s.conn != nil {
+				endpoint = "endpoint " + s.conn.Target()
+			}
+			return fmt.Errorf("pubsubflow: %s answered with HTTP, not Pub/Sub's gRPC API (a proxy, or a wrong port?): %w", endpoint, err)
 		}
 		fallthrough
 	case codes.PermissionDenied:
 		s.cfg.Logger.Warn("pubsubflow: cannot tell whether the subscription orders by key; set SubscriberConfig.Ordering if it does",
 			"subscription", s.sub, "err", err)
-		return false, nil
+		return nil
 	}
-	return false, fmt.Errorf("pubsubflow: asking whether %s orders by key (set SubscriberConfig.Ordering to skip): %w", s.sub, err)
-}
-
-// notPubSub reports whether err is gRPC's report of an HTTP answer that is
-// not gRPC at all (a 404 page, say), which it maps to UNIMPLEMENTED.
-func notPubSub(err error) bool {
-	return strings.Contains(status.Convert(err).Message(), "unexpected HTTP status code")
-}
-
-// endpoint names where the subscriber connects, for errors.
-func (s *Subscriber) endpoint() string {
-	switch {
-	case s.cfg.Client != nil, s.cfg.Conn != nil:
-		return "the endpoint of SubscriberConfig.Conn/Client"
-	case s.conn != nil:
-		return "endpoint " + s.conn.Target()
-	}
-	return "the endpoint"
+	return fmt.Errorf("pubsubflow: asking whether %s orders by key (set SubscriberConfig.Ordering to skip): %w", s.sub, err)
 }
 
 // ClientID is the id sent on every stream of this subscriber.
@@ -195,8 +178,8 @@ func (s *Subscriber) Stats() Stats {
 	fc := s.fc
 	processing := s.c.handed.Load() - s.c.settledHanded.Load()
 	last := ss.LastError
-	if err := s.c.err(); err != nil {
-		last = err
+	if p := s.c.panicked.Load(); p != nil {
+		last = p
 	}
 	return Stats{
 		Outstanding:      fc.Outstanding(),
@@ -224,3 +207,19 @@ func (s *Subscriber) Stats() Stats {
 		LastError:        last,
 	}
 }
+
+// Message is one received message (source.Message): handlers settle it
+// with Ack, Nack, NackAfter or NoOp (the first outcome wins), or leave it
+// to the outcome policy.
+type Message = source.Message
+
+// Outcome is what happens to a received message (source.Outcome).
+type Outcome = source.Outcome
+
+// The outcomes a policy may choose.
+const (
+	Ack       = source.Ack
+	Nack      = source.Nack
+	NackAfter = source.NackAfter
+	NoOp      = source.NoOp
+)

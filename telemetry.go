@@ -9,14 +9,31 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 )
 
-// telemetry reports a Subscriber's Stats as OpenTelemetry metrics: the
-// totals as observable counters and the state as gauges, read from one
-// Stats snapshot per collection, plus the receipt→ack latency histogram.
-// Without a MeterProvider it costs nothing.
+// telemetry reports a Subscriber's Stats as OpenTelemetry metrics, read
+// from one Stats snapshot per collection, plus the receipt→ack latency
+// histogram. Without a MeterProvider it costs nothing.
 type telemetry struct {
 	attrs      metric.MeasurementOption
 	ackLatency metric.Float64Histogram // nil without a MeterProvider
 	reg        metric.Registration
+}
+
+// instruments are the observed metrics, each named
+// pubsubflow.subscriber.<name>: the totals as counters, the state as gauges.
+var instruments = []struct {
+	name, desc string
+	gauge      bool
+	value      func(Stats) int64
+}{
+	{"received", "messages received", false, func(s Stats) int64 { return int64(s.Received) }},
+	{"acked", "messages acked", false, func(s Stats) int64 { return int64(s.Acked) }},
+	{"nacked", "messages nacked", false, func(s Stats) int64 { return int64(s.Nacked) }},
+	{"extended", "lease extensions the server accepted", false, func(s Stats) int64 { return int64(s.Extended) }},
+	{"expired", "messages whose lease ended without a confirmed extension", false, func(s Stats) int64 { return int64(s.Expired) }},
+	{"reconnects", "stream reconnects", false, func(s Stats) int64 { return int64(s.Reconnects) }},
+	{"outstanding", "messages holding a flow-control permit", true, func(s Stats) int64 { return s.Outstanding }},
+	{"buffered", "received, not yet processing", true, func(s Stats) int64 { return s.Buffered }},
+	{"processing", "handed to processing, not settled", true, func(s Stats) int64 { return s.Processing }},
 }
 
 func newTelemetry(sub string, mp metric.MeterProvider, stats func() Stats) (*telemetry, error) {
@@ -25,34 +42,18 @@ func newTelemetry(sub string, mp metric.MeterProvider, stats func() Stats) (*tel
 		mp = noop.NewMeterProvider()
 	}
 	m := mp.Meter("github.com/pubsubflow/pubsubflow")
+	obs := make([]metric.Observable, len(instruments))
 	var err error
-	counter := func(name, desc string) metric.Int64ObservableCounter {
-		if err != nil {
-			return nil
+	for i, in := range instruments {
+		name, desc := "pubsubflow.subscriber."+in.name, metric.WithDescription(in.desc)
+		if in.gauge {
+			obs[i], err = m.Int64ObservableGauge(name, desc)
+		} else {
+			obs[i], err = m.Int64ObservableCounter(name, desc)
 		}
-		var c metric.Int64ObservableCounter
-		c, err = m.Int64ObservableCounter(name, metric.WithDescription(desc))
-		return c
-	}
-	gauge := func(name, desc string) metric.Int64ObservableGauge {
 		if err != nil {
-			return nil
+			return nil, err
 		}
-		var g metric.Int64ObservableGauge
-		g, err = m.Int64ObservableGauge(name, metric.WithDescription(desc))
-		return g
-	}
-	received := counter("pubsubflow.subscriber.received", "messages received")
-	acked := counter("pubsubflow.subscriber.acked", "messages acked")
-	nacked := counter("pubsubflow.subscriber.nacked", "messages nacked")
-	extended := counter("pubsubflow.subscriber.extended", "lease extensions the server accepted")
-	expired := counter("pubsubflow.subscriber.expired", "messages whose lease ended without a confirmed extension")
-	reconnects := counter("pubsubflow.subscriber.reconnects", "stream reconnects")
-	outstanding := gauge("pubsubflow.subscriber.outstanding", "messages holding a flow-control permit")
-	buffered := gauge("pubsubflow.subscriber.buffered", "received, not yet processing")
-	processing := gauge("pubsubflow.subscriber.processing", "handed to processing, not settled")
-	if err != nil {
-		return nil, err
 	}
 	if _, real := mp.(noop.MeterProvider); !real {
 		t.ackLatency, err = m.Float64Histogram("pubsubflow.subscriber.ack_latency",
@@ -63,17 +64,11 @@ func newTelemetry(sub string, mp metric.MeterProvider, stats func() Stats) (*tel
 	}
 	t.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := stats()
-		o.ObserveInt64(received, int64(s.Received), t.attrs)
-		o.ObserveInt64(acked, int64(s.Acked), t.attrs)
-		o.ObserveInt64(nacked, int64(s.Nacked), t.attrs)
-		o.ObserveInt64(extended, int64(s.Extended), t.attrs)
-		o.ObserveInt64(expired, int64(s.Expired), t.attrs)
-		o.ObserveInt64(reconnects, int64(s.Reconnects), t.attrs)
-		o.ObserveInt64(outstanding, s.Outstanding, t.attrs)
-		o.ObserveInt64(buffered, s.Buffered, t.attrs)
-		o.ObserveInt64(processing, s.Processing, t.attrs)
+		for i, in := range instruments {
+			o.ObserveInt64(obs[i].(metric.Int64Observable), in.value(s), t.attrs)
+		}
 		return nil
-	}, received, acked, nacked, extended, expired, reconnects, outstanding, buffered, processing)
+	}, obs...)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +81,6 @@ func (t *telemetry) close() {
 	}
 }
 
-// observeAck records a message's receipt→ack latency.
 func (t *telemetry) observeAck(d time.Duration) {
 	if t.ackLatency != nil {
 		t.ackLatency.Record(context.Background(), d.Seconds(), t.attrs)

@@ -3,6 +3,8 @@ package pubsubflow
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
@@ -14,10 +16,9 @@ import (
 )
 
 // MessageCarrier carries the W3C trace context in a Pub/Sub message's
-// attributes under the "googclient_" prefix Google's clients use
-// ("googclient_traceparent", …), so a trace crosses between them and
-// pubsubflow in both directions. Use it with propagation.TraceContext to
-// read the publisher's context from a message yourself.
+// attributes under the "googclient_" prefix Google's clients use, so a
+// trace crosses between them and pubsubflow. Use it with
+// propagation.TraceContext to read a message's publisher context.
 type MessageCarrier map[string]string
 
 // Get returns the value of key, read from its "googclient_" attribute.
@@ -29,13 +30,11 @@ func (c MessageCarrier) Set(key, value string) { carrier.Carrier(c).Set(key, val
 // Keys lists the keys carried.
 func (c MessageCarrier) Keys() []string { return carrier.Carrier(c).Keys() }
 
-// subTracer is the Subscriber's part of tracing: the "<subscription>
-// process" span around a handler, a child of the message's subscribe span
-// (which its source keeps), carried by the handler's ctx. The Subscriber
-// holds nil when SubscriberConfig.TracerProvider is unset.
+// subTracer makes the "<subscription> process" span around a handler, a
+// child of the message's subscribe span (which its source keeps).
 type subTracer struct {
 	tracing.Names
-	process string // the process span's name
+	process string
 
 	mu      sync.Mutex
 	running map[*Message]struct{} // process spans not ended
@@ -48,10 +47,9 @@ func newSubTracer(tp trace.TracerProvider, subscription string) *subTracer {
 
 var errAbandoned = errors.New("pubsubflow: subscriber closed while the handler still ran (past the drain timeout)")
 
-// startProcess starts the process span of m around its handler. A
-// message whose subscribe span does not record (not sampled) gets none:
-// its handler's ctx carries the subscribe span's context, so the trace
-// context still flows, and nothing else is done for it.
+// startProcess starts m's process span. A message whose subscribe span
+// is not sampled gets none, but its handler's ctx still carries the
+// subscribe span's context.
 func (t *subTracer) startProcess(ctx context.Context, m *Message) (context.Context, trace.Span) {
 	mt := message.Of(m).Trace
 	if mt == nil {
@@ -71,7 +69,6 @@ func (t *subTracer) startProcess(ctx context.Context, m *Message) (context.Conte
 	return ctx, span
 }
 
-// endProcess ends m's process span when its handler returned err.
 func (t *subTracer) endProcess(m *Message, span trace.Span, err error) {
 	if span == nil || message.Of(m).Trace.Process.Swap(nil) == nil {
 		return // not traced, or Close ended it
@@ -91,14 +88,10 @@ func (t *subTracer) endProcess(m *Message, span trace.Span, err error) {
 	span.End()
 }
 
-// close ends the process spans of handlers abandoned past the drain
-// timeout.
+// close ends the spans of handlers abandoned past the drain timeout.
 func (t *subTracer) close() {
 	t.mu.Lock()
-	running := make([]*Message, 0, len(t.running))
-	for m := range t.running {
-		running = append(running, m)
-	}
+	running := slices.Collect(maps.Keys(t.running))
 	clear(t.running)
 	t.mu.Unlock()
 	for _, m := range running {
