@@ -12,61 +12,43 @@ import (
 	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
-// loop is the extender's one scheduling goroutine: it flushes receipt
-// modacks shortly after track queued them, and on every tick extends the
-// leases that are due and drops those lapsed or past the maximum
-// extension. It never waits for an RPC: modacks are queued with their
-// subscription's sender.
+// loop flushes receipt modacks shortly after track queued them, and
+// ticks. It never waits for an RPC.
 func (e *Extender) loop() {
 	defer close(e.loopDone)
-	d := e.nextTick()
-	tick := time.NewTimer(d)
-	tickAt := time.Now().Add(d)
+	var tickAt time.Time
+	tick := time.NewTimer(time.Hour)
 	defer tick.Stop()
-	// pullTick brings the next tick forward when the deadline has dropped
-	// since it was scheduled: a lease granted the new, shorter deadline must
-	// be extended before it lapses, not at the old deadline's pace.
-	pullTick := func() {
-		if d := e.nextTick(); time.Now().Add(d).Before(tickAt) {
-			tick.Reset(d)
-			tickAt = time.Now().Add(d)
-		}
+	reset := func(d time.Duration) {
+		tick.Reset(d)
+		tickAt = time.Now().Add(d)
 	}
-	flush := time.NewTimer(time.Hour)
-	flush.Stop()
-	defer flush.Stop()
-	armed := false
+	reset(jittered(e.policy.interval()))
+	var flush <-chan time.Time // nil unless a receipt flush is due
 	for {
 		select {
 		case <-e.quit:
 			return
 		case <-e.wake:
-			if e.pendingLen() >= ackids.MaxIDs {
-				e.flushReceipts()
-				pullTick()
-			} else if !armed {
-				flush.Reset(receiptFlushDelay)
-				armed = true
+			if e.pendingLen() < ackids.MaxIDs {
+				if flush == nil {
+					flush = time.After(receiptFlushDelay)
+				}
+				continue
 			}
-		case <-flush.C:
-			armed = false
-			e.flushReceipts()
-			pullTick()
+		case <-flush:
+			flush = nil
 		case <-tick.C:
-			d := e.tick()
-			tick.Reset(d)
-			tickAt = time.Now().Add(d)
+			reset(e.tick())
+			continue
+		}
+		e.flushReceipts()
+		// A deadline that dropped since the tick was scheduled brings it
+		// forward: a lease granted the shorter one must not lapse.
+		if d := jittered(e.policy.interval()); time.Now().Add(d).Before(tickAt) {
+			reset(d)
 		}
 	}
-}
-
-// nextTick is the jittered delay to the next tick under the current
-// deadline.
-func (e *Extender) nextTick() time.Duration {
-	e.mu.Lock()
-	iv := e.policy.interval()
-	e.mu.Unlock()
-	return jittered(iv)
 }
 
 func jittered(d time.Duration) time.Duration {
@@ -77,133 +59,82 @@ func jittered(d time.Duration) time.Duration {
 func (e *Extender) pendingLen() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n := 0
-	for _, s := range e.pending {
-		n += len(s)
-	}
-	return n
+	return e.npending
 }
 
-// flushReceipts sends the queued receipt modacks, grouped by subscription
-// and deadline.
-func (e *Extender) flushReceipts() {
-	e.mu.Lock()
-	d := e.policy.deadline()
-	n := 0
-	for _, s := range e.pending {
-		n += len(s)
+// deadlineFor is d for a message, at least 60 s if exactly-once.
+func deadlineFor(eo bool, d time.Duration) time.Duration {
+	if eo {
+		d = max(d, exactlyOnceMinDeadline)
 	}
-	b := batcher{size: n}
+	return min(ceilSeconds(d), maxDeadline)
+}
+
+// flushReceipts sends the queued receipt modacks of the leases not
+// released since.
+func (e *Extender) flushReceipts() {
+	d := e.policy.deadline()
+	e.mu.Lock()
+	b := batcher{}
 	for _, s := range e.pending {
 		for i := range s {
-			// Skip leases released since track queued them.
 			if l := &s[i]; l.e != nil && !l.gone.Load() && l.state == stateReceipt {
-				b.add(l, e.deadlineFor(l, d))
+				b.add(l, deadlineFor(l.eo, d))
 			}
 		}
 	}
 	clear(e.pending)
-	e.pending = e.pending[:0]
+	e.pending, e.npending = e.pending[:0], 0
 	e.mu.Unlock()
-	e.dispatch(b.jobs(true))
+	e.dispatch(b, true)
 }
 
 // tick extends the leases that would expire before the next tick plus the
-// margin, drops the ones past the maximum extension, and returns the delay
-// to the next tick.
-//
-// It scans every lease under the mutex (and drops the batches whose
-// leases are all gone). That is O(leases) per tick, and ticks come every
-// quarter deadline (≥ 2.5 s by default): see BenchmarkTickScan for the
-// cost (about 0.2 ms for 10,000 leases on one core of a 2-core AMD EPYC
-// VM).
+// margin, drops the ones lapsed or past the maximum extension, and
+// returns the delay to the next tick. Its scan is O(leases) under the
+// mutex (BenchmarkTickScan).
 func (e *Extender) tick() time.Duration {
 	now := time.Now()
+	nowNs, d, next := now.UnixNano(), e.policy.deadline(), jittered(e.policy.interval())
+	horizon := nowNs + int64(next+min(e.cfg.Margin, d/2))
+	maxExt := int64(e.cfg.MaxExtension)
+	b := batcher{}
+	var lapsed, expired []*lease
+	firstLapse := int64(math.MaxInt64)
 	e.mu.Lock()
-	d := e.policy.deadline()
-	next := jittered(e.policy.interval())
-	ts := tickScan{
-		nowNs:      now.UnixNano(),
-		maxExt:     int64(e.cfg.MaxExtension),
-		d:          d,
-		firstLapse: math.MaxInt64,
-	}
-	ts.horizon = ts.nowNs + int64(next+e.margin(d))
-	e.scanLocked(&ts)
+	e.sweepLocked(nowNs, func(l *lease) {
+		if l.state == stateDropping {
+			return
+		}
+		st := message.Of(l.m)
+		lapse := st.LapseAt().UnixNano()
+		switch {
+		case nowNs >= lapse: // no confirmed extension: the server may give it out again
+			l.state = stateDropping
+			lapsed = append(lapsed, l)
+			return
+		case maxExt > 0 && nowNs-l.received >= maxExt:
+			l.state = stateDropping
+			expired = append(expired, l)
+			return
+		case l.state == stateIdle && st.DeadlineNanos() < horizon:
+			l.state = stateBusy
+			b.add(l, deadlineFor(l.eo, d))
+		}
+		firstLapse = min(firstLapse, lapse) // however its extension fares
+	})
 	e.mu.Unlock()
-	e.expire(ts.lapsed, errLapsed)
-	e.expire(ts.expired, errMaxExtension)
-	e.dispatch(ts.b.jobs(false))
-	e.report()
-	e.pruneSenders()
-	// The horizon assumed the next tick at now+next; dispatching must not
-	// push it later, nor past the first lease that would lapse.
+	e.expire(lapsed, errLapsed)
+	e.expire(expired, errMaxExtension)
+	e.dispatch(b, false)
+	e.closeSenders(func(k senderKey) bool { return k.src != nil && k.src.Closed() }, 0)
+	// Dispatching must not push the next tick past the horizon, nor past
+	// the first lease that would lapse.
 	wait := next - time.Since(now)
-	if ts.firstLapse != math.MaxInt64 {
-		wait = min(wait, time.Duration(ts.firstLapse-time.Now().UnixNano()))
+	if firstLapse != math.MaxInt64 {
+		wait = min(wait, time.Duration(firstLapse-time.Now().UnixNano()))
 	}
 	return max(wait, time.Millisecond)
-}
-
-// tickScan is one tick's pass over the lease table: the clock and limits
-// it judges by, and what it found to extend, to drop and when the first
-// kept lease lapses.
-type tickScan struct {
-	nowNs   int64         // the tick's time
-	horizon int64         // extend what expires before this
-	maxExt  int64         // MaxExtension in ns; 0 means none
-	d       time.Duration // the deadline extensions ask for
-
-	b               batcher // the extensions, by subscription and deadline
-	expired, lapsed []*lease
-	firstLapse      int64 // math.MaxInt64 when no lease is kept
-}
-
-// scanLocked decides every live lease's fate for the tick (lapsed, past
-// the maximum extension, due for extension, or left) into ts, and drops
-// the slabs whose leases are all gone. e.mu must be held.
-func (e *Extender) scanLocked(ts *tickScan) {
-	kept := e.slabs[:0]
-	for _, s := range e.slabs {
-		live := false
-		for i := range s {
-			l := &s[i]
-			if l.e == nil || l.gone.Load() {
-				continue
-			}
-			live = true
-			if l.state == stateDropping {
-				continue
-			}
-			if ts.nowNs >= l.lapse {
-				// Its deadline passed without a confirmed extension (failed
-				// modacks, a stalled client, a paused process): the server
-				// may have given it out again.
-				l.state = stateDropping
-				ts.lapsed = append(ts.lapsed, l)
-				continue
-			}
-			if ts.maxExt > 0 && ts.nowNs-l.received >= ts.maxExt {
-				l.state = stateDropping
-				ts.expired = append(ts.expired, l)
-				continue
-			}
-			if l.state == stateIdle && l.expiry < ts.horizon {
-				l.state = stateBusy
-				ts.b.add(l, e.deadlineFor(l, ts.d))
-			}
-			// The next tick comes no later than this lease would lapse,
-			// however its extension fares.
-			ts.firstLapse = min(ts.firstLapse, l.lapse)
-		}
-		if live {
-			kept = append(kept, s)
-		}
-	}
-	clear(e.slabs[len(kept):])
-	e.slabs = kept
-	e.trimAt = max(2*len(kept), 16)
-	e.trimmed = ts.nowNs
 }
 
 // Why leases are dropped (the Err of their event.Expired).
@@ -212,22 +143,17 @@ var (
 	errMaxExtension = errors.New("flow: past the maximum extension; the server redelivers")
 )
 
-// expire settles leases the extender dropped as Expired, outside the mutex
-// since the settle path ends the lease, and reports why (err).
+// expire drops leases marked stateDropping and reports why.
 func (e *Extender) expire(ls []*lease, err error) {
-	if len(ls) == 0 {
-		return
+	if len(ls) > 0 {
+		e.drop(ls)
+		e.emit(event.Event{Kind: event.Expired, Count: len(ls), Err: err})
 	}
-	e.drop(ls)
-	e.emit(event.Event{Kind: event.Expired, Count: len(ls), Err: err})
 }
 
-// drop settles leases marked stateDropping as message.Expired and then
-// removes them. The order matters: the message is settled before its
-// exactly-once confirmation channel closes and before Confirmed stops
-// returning it, so a stage waiting to hand it on sees it settled and skips
-// it rather than handing it on unconfirmed. The settle path usually
-// releases the lease itself; removing it here covers unbound messages.
+// drop settles leases marked stateDropping as Expired, outside the mutex
+// (the settle path ends the lease), then removes them: settled first, so
+// a stage waiting for the confirmation sees it settled and skips it.
 func (e *Extender) drop(ls []*lease) {
 	for _, l := range ls {
 		message.Of(l.m).Settle(l.m, message.Expired, 0)
@@ -235,75 +161,43 @@ func (e *Extender) drop(ls []*lease) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, l := range ls {
-		e.removeLocked(l)
+		l.gone.Store(true)
+		l.state = stateDropped
+		l.endConfirm()
 	}
 }
 
-// batcher groups leases into requests by source, subscription and
-// deadline.
-// There are few groups (nearly always one: one subscription, one
-// deadline), so they are found by a linear search from the last one used;
-// the first group's slices are sized once.
-type batcher struct {
-	size  int // leases expected in all (a capacity hint)
-	last  *group
-	order []*group
+// senderKey names a sender: its messages' source's acknowledger (nil:
+// built by hand) and subscription.
+type senderKey struct {
+	src *ack.Acknowledger
+	sub string
 }
 
 type groupKey struct {
-	src  *ack.Acknowledger // the messages' source's: modacks go out on its client
-	sub  string
+	senderKey
 	secs int32
+	eo   bool
 }
 
+// group is one sender's modacks of one deadline: ids[i] is the ack id
+// of leases[i] (a *lease).
 type group struct {
-	key    groupKey
-	leases []ack.Tag // *lease
+	groupKey
 	ids    []string
+	leases []ack.Tag
 }
 
-func (b *batcher) add(l *lease, d time.Duration) {
-	gk := groupKey{src: message.Of(l.m).Acks, sub: l.m.Subscription, secs: int32(d / time.Second)}
-	g := b.last
-	if g == nil || g.key != gk {
-		g = nil
-		for _, o := range b.order {
-			if o.key == gk {
-				g = o
-				break
-			}
-		}
-		if g == nil {
-			g = &group{key: gk}
-			if len(b.order) == 0 && b.size > 0 {
-				g.leases = make([]ack.Tag, 0, b.size)
-				g.ids = make([]string, 0, b.size)
-			}
-			b.order = append(b.order, g)
-		}
-		b.last = g
+// batcher groups leases by sender and deadline: nearly always one group.
+type batcher map[groupKey]*group
+
+func (b batcher) add(l *lease, d time.Duration) {
+	k := groupKey{senderKey{message.Of(l.m).Acks, l.m.Subscription}, int32(d / time.Second), l.eo}
+	g := b[k]
+	if g == nil {
+		g = &group{groupKey: k}
+		b[k] = g
 	}
 	g.leases = append(g.leases, l)
 	g.ids = append(g.ids, l.m.AckID)
-}
-
-// jobs splits every group at 1000 ack ids and 512 KiB encoded.
-func (b *batcher) jobs(receipt bool) []job {
-	var out []job
-	for _, g := range b.order {
-		gk := g.key
-		off := 0
-		ackids.Split(g.ids, 0, 0, func(chunk []string) {
-			out = append(out, job{
-				src:     gk.src,
-				sub:     gk.sub,
-				secs:    gk.secs,
-				ids:     chunk,
-				leases:  g.leases[off : off+len(chunk)],
-				receipt: receipt,
-			})
-			off += len(chunk)
-		})
-	}
-	return out
 }

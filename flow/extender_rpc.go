@@ -7,36 +7,20 @@ import (
 	"sync"
 	"time"
 
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pubsubflow/pubsubflow/internal/ack"
+	"github.com/pubsubflow/pubsubflow/internal/ackids"
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/message"
+	"github.com/pubsubflow/pubsubflow/internal/tracing"
 )
 
-// job is one group of modacks: ids[i] is the ack id of leases[i], each
-// lease as the ack.Tag its sender tells its fate (the slices go to the
-// sender as they are).
-type job struct {
-	src     *ack.Acknowledger // the messages' source's (nil: built by hand)
-	sub     string
-	secs    int32
-	ids     []string
-	leases  []ack.Tag // *lease
-	receipt bool      // the receipt modack (else an extension)
-}
-
-// senderKey names a sender: the source whose messages it extends (its
-// acknowledger), and the subscription for messages that no source
-// received (src nil).
-type senderKey struct {
-	src *ack.Acknowledger
-	sub string
-}
-
-// senderLocked is the acknowledger that sends the modacks of k's messages
-// (nil after Close): through their source's client, so each message is
-// extended on the connection, server and subscription it came from; a
-// message built by hand, through the Extender's own client. A closed
-// source has none (its messages are settled). Called with mu held.
+// senderLocked is the acknowledger that sends the modacks of k's
+// messages on their source's client, so each is extended on the server it
+// came from (built by hand: on the Extender's); nil after Close or once
+// the source is closed (its messages are settled).
 func (e *Extender) senderLocked(k senderKey) *ack.Acknowledger {
 	if e.closed || k.src != nil && k.src.Closed() {
 		return nil
@@ -49,16 +33,19 @@ func (e *Extender) senderLocked(k senderKey) *ack.Acknowledger {
 		client = k.src.Client()
 	}
 	sd := &sender{e: e, sub: k.sub}
-	a, err := ack.New(client, k.sub, ack.Config{
-		MaxInFlight:   e.cfg.MaxInFlight,
-		RetryDeadline: e.cfg.RetryDeadline,
+	cfg := ack.Config{
+		MaxInFlight:   maxInFlight,
+		RetryDeadline: retryDeadline,
 		RPCTimeout:    attemptTimeout,
 		Confirmed:     sd.accepted,
-		Tracer:        e.ackTracer(),
 		Events:        sd.event,
-		Logger:        e.log,
-	})
-	if err != nil { // the config was validated: cannot happen
+		Logger:        e.cfg.Logger,
+	}
+	if tp := e.cfg.TracerProvider; tp != nil {
+		cfg.Tracer = &modackTracer{e: e, names: tracing.For(tp, k.sub)}
+	}
+	a, err := ack.New(client, k.sub, cfg)
+	if err != nil { // a valid config, a client and a subscription: cannot happen
 		panic(fmt.Sprintf("flow: acknowledger for %s: %v", k.sub, err))
 	}
 	sd.a = a
@@ -66,39 +53,36 @@ func (e *Extender) senderLocked(k senderKey) *ack.Acknowledger {
 	return a
 }
 
-// pruneSenders closes and forgets the senders of sources that were
-// closed (the tick calls it): a closed source has settled every message
-// it held, so nothing of theirs is left to extend, and an Extender that
-// outlives many sources keeps only the senders of live ones. What such a
-// sender still has queued or in flight is abandoned at once.
-func (e *Extender) pruneSenders() {
-	var gone []*sender
+// closeSenders closes and forgets the senders for which gone is true,
+// giving what they have queued or in flight up to timeout. Each tick
+// drops those of closed sources (their messages are settled), so an
+// Extender that outlives many sources keeps only the live ones'.
+func (e *Extender) closeSenders(gone func(senderKey) bool, timeout time.Duration) {
+	var closing []*sender
 	e.mu.Lock()
 	for k, sd := range e.senders {
-		if k.src != nil && k.src.Closed() {
-			gone = append(gone, sd)
+		if gone(k) {
+			closing = append(closing, sd)
 			delete(e.senders, k)
 		}
 	}
 	e.mu.Unlock()
-	if len(gone) == 0 {
+	if len(closing) == 0 {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	for _, sd := range gone {
-		_ = sd.a.Close(ctx)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, sd := range closing {
+		_ = sd.a.Close(ctx) // what could not be sent is of no use any more
 	}
 }
 
-// failingRequests is how many modack requests in a row, at the least,
-// must fail for good (over at least the stream ack deadline) before the
-// Extender stops: a refusal or two is the server's word on those ack ids,
-// not on the source.
+// failingRequests is how many modack requests in a row must fail for
+// good before the Extender stops: a refusal or two is the server's word
+// on those ack ids, not on the source.
 const failingRequests = 5
 
-// sender is one source's sender of modacks, with its run of requests
-// that failed for good.
+// sender is one source's sender of modacks.
 type sender struct {
 	e   *Extender
 	a   *ack.Acknowledger
@@ -109,8 +93,8 @@ type sender struct {
 	since   time.Time // when the first of them failed
 }
 
-// accepted is the sender's Confirmed hook: a request the server accepted
-// whole ends the run of failures.
+// accepted is the sender's Confirmed hook: a request accepted whole ends
+// the run of failures.
 func (s *sender) accepted(tags []ack.Tag, _ time.Time) {
 	s.mu.Lock()
 	s.failing = 0
@@ -118,12 +102,10 @@ func (s *sender) accepted(tags []ack.Tag, _ time.Time) {
 	s.e.succeeded(tags)
 }
 
-// event sees the sender's events: retries are reported as the
-// extender's; a request that failed for good as a whole (a status that
-// is not retried, not a per-ack-id reason) extends the run of failures,
-// and a run of failingRequests over at least the stream ack deadline
-// stops the Extender: every lease of the source has lapsed meanwhile, and
-// its redeliveries would lapse too.
+// event reports retries as the extender's, and counts the run of whole
+// requests failed for good: one of failingRequests over at least the
+// stream ack deadline stops the Extender, since every lease of the source
+// lapsed meanwhile and its redeliveries would too.
 func (s *sender) event(ev event.Event) {
 	if ev.Kind == event.Retry { // failures are the extender's to report
 		s.e.emit(ev)
@@ -145,25 +127,32 @@ func (s *sender) event(ev event.Event) {
 	}
 }
 
-// dispatch queues the jobs' modacks with their senders. It never waits: a
-// tick is never held up by RPCs in flight or retrying.
-func (e *Extender) dispatch(jobs []job) {
+// dispatch queues the batch's modacks with their senders, in requests of
+// at most 1000 ack ids and 512 KiB. A group with no sender leaves its
+// leases to the next tick.
+func (e *Extender) dispatch(b batcher, receipt bool) {
 	now := time.Now().UnixNano()
-	for _, j := range jobs {
+	for _, g := range b {
 		e.mu.Lock()
-		a := e.senderLocked(senderKey{j.src, j.sub})
-		for _, t := range j.leases {
+		a := e.senderLocked(g.senderKey)
+		for _, t := range g.leases {
 			l := t.(*lease)
-			l.asked, l.secs, l.receipt = now, j.secs, j.receipt
+			l.asked, l.secs, l.receipt = now, g.secs, receipt
+			if a == nil && !l.gone.Load() && l.state != stateDropping {
+				l.state = stateIdle
+			}
 		}
 		e.mu.Unlock()
 		if a == nil {
-			e.abandon(j)
 			continue
 		}
-		// An exactly-once lease is confirmed per ack id, and its receipt
-		// modack is sent at once: a message waits for it.
-		a.ModackTags(j.ids, j.secs, j.leases[0].(*lease).eo(), j.leases)
+		off := 0
+		ackids.Split(g.ids, 0, 0, func(ids []string) {
+			// An exactly-once lease is confirmed per ack id, and its
+			// receipt modack goes at once: a message waits for it.
+			a.ModackTags(ids, g.secs, g.eo, g.leases[off:off+len(ids)])
+			off += len(ids)
+		})
 	}
 }
 
@@ -176,10 +165,10 @@ func (l *lease) AckDone(err error) {
 	l.e.failed(l, err)
 }
 
-// succeeded records accepted modacks: a new expiry from the time each was
-// asked, and for a receipt modack the confirmation exactly-once messages
-// wait for. A lease that had lapsed when its modack was asked stays lapsed:
-// the server answers OK to a modack of an ack id it has given out again.
+// succeeded records accepted modacks: the new deadline, from the time
+// each was asked, and a receipt's confirmation. A lease that had lapsed
+// when asked is dropped: the server answers OK to a modack of an ack id
+// it has given out again.
 func (e *Extender) succeeded(tags []ack.Tag) {
 	var lapsed []*lease
 	extended := map[groupKey]int{}
@@ -189,37 +178,33 @@ func (e *Extender) succeeded(tags []ack.Tag) {
 		if !ok || l.gone.Load() || l.state == stateDropping {
 			continue // released or being dropped meanwhile
 		}
-		if l.asked >= l.lapse {
+		st, asked := message.Of(l.m), time.Unix(0, l.asked)
+		if st.Lapsed(asked) {
 			l.state = stateDropping
 			lapsed = append(lapsed, l)
 			continue
 		}
 		length := time.Duration(l.secs) * time.Second
-		expiry := l.asked + int64(length)
-		l.expiry, l.lapse = expiry, expiry-int64(message.Margin(length))
-		message.Of(l.m).SetDeadline(time.Unix(0, expiry), length)
+		st.SetDeadline(asked.Add(length), length)
 		l.state = stateIdle
 		if l.receipt {
 			l.endConfirm()
 		} else {
-			extended[groupKey{src: message.Of(l.m).Acks, sub: l.m.Subscription, secs: l.secs}]++
+			extended[groupKey{senderKey: senderKey{st.Acks, l.m.Subscription}, secs: l.secs}]++
 		}
 	}
 	e.mu.Unlock()
 	e.expire(lapsed, errLapsed)
-	for gk, n := range extended {
-		e.emit(event.Event{Kind: event.Extend, Subscription: gk.sub, Count: n, Deadline: time.Duration(gk.secs) * time.Second})
+	for k, n := range extended {
+		e.emit(event.Event{Kind: event.Extend, Subscription: k.sub, Count: n, Deadline: time.Duration(k.secs) * time.Second})
 	}
 }
 
-// failed handles a modack that will not be retried (the sender retried
-// transient failures within RetryDeadline). A lease that cannot be kept is
-// dropped and its message settled as Expired: an exactly-once receipt
-// modack that failed in any way (the message must not be handed on
-// unconfirmed), and an exactly-once ack id the server refused for good.
-// Any other lease goes back to idle, so the next tick tries again (it
-// lapses at its deadline if none succeeds). A receipt modack's failure is
-// an event of its own; failed extensions are logged once per tick.
+// failed handles a modack that will not be retried (the sender logged
+// it). An exactly-once lease is dropped if it was the receipt (the message
+// must not be handed on unconfirmed) or the server refused its ack id for
+// good; any other goes back to idle for the next tick, and lapses if none
+// succeeds.
 func (e *Extender) failed(l *lease, err error) {
 	var ie *ack.IDError
 	perID := errors.As(err, &ie) && ie.Reason != ""
@@ -228,64 +213,71 @@ func (e *Extender) failed(l *lease, err error) {
 		e.mu.Unlock()
 		return
 	}
-	// Read under the lock: once idle, the lease may be asked again (and
-	// its fields rewritten) by the next tick.
-	receipt := l.receipt
-	drop := l.eo() && (receipt || perID)
+	// Read under the lock: once idle, the next tick may ask again.
+	receipt, sub := l.receipt, l.m.Subscription
+	drop := l.eo && (receipt || perID)
+	l.state = stateIdle
 	if drop {
 		l.state = stateDropping
-	} else {
-		l.state = stateIdle
 	}
 	e.mu.Unlock()
 	if receipt {
 		if drop {
 			e.drop([]*lease{l})
 		}
-		e.emit(event.Event{Kind: event.ReceiptModackFail, Subscription: l.m.Subscription, Count: 1, Err: err})
-		return
-	}
-	e.failures.add(err)
-	if drop {
+		e.emit(event.Event{Kind: event.ReceiptModackFail, Subscription: sub, Count: 1, Err: err})
+	} else if drop {
 		e.expire([]*lease{l}, err)
 	}
 }
 
-// failures counts lease extensions that failed between two reports.
-type failures struct {
-	mu         sync.Mutex
-	extensions int
-	last       error
+// modackTracer traces a sender's attempts: a "modack" span linked both
+// ways to the messages' subscribe spans, which get "modack end" and, on
+// success, "receipt modack" or "lease extended" events.
+type modackTracer struct {
+	e     *Extender
+	names tracing.Names // of the sender's subscription
 }
 
-func (f *failures) add(err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.extensions++
-	f.last = err
-}
-
-// report logs the extensions that failed since the last report (the loop
-// calls it every tick), so a failing subscription logs once a tick, not
-// once a lease.
-func (e *Extender) report() {
-	f := &e.failures
-	f.mu.Lock()
-	extensions, last := f.extensions, f.last
-	f.extensions, f.last = 0, nil
-	f.mu.Unlock()
-	if extensions > 0 {
-		e.log.Warn("flow: extensions failed; the next tick retries, or the leases lapse", "count", extensions, "err", last)
-	}
-}
-
-// abandon returns a job's leases to idle without having extended them.
-func (e *Extender) abandon(j job) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, t := range j.leases {
-		if l := t.(*lease); !l.gone.Load() && l.state != stateDropping {
-			l.state = stateIdle
+// StartRPC traces one modack attempt (ack.Tracer).
+func (t *modackTracer) StartRPC(_ string, secs int32, _ []string, tags []ack.Tag) func(ack.Attempt) {
+	var spans []trace.Span // nil unless a message is sampled
+	receipt := false
+	t.e.mu.Lock() // the sweep may forget a gone lease's message
+	for i, tag := range tags {
+		l, ok := tag.(*lease)
+		if !ok {
+			continue
 		}
+		receipt = l.receipt
+		if l.m == nil {
+			continue
+		}
+		if mt := message.Of(l.m).Trace; mt != nil && mt.Recording {
+			if spans == nil {
+				spans = make([]trace.Span, len(tags))
+			}
+			spans[i] = mt.Subscribe
+		}
+	}
+	t.e.mu.Unlock()
+	span := t.names.RPCSpan("modack", secs, spans, len(tags), tracing.AttrReceiptModack.Bool(receipt))
+	return func(at ack.Attempt) {
+		name, deadline := "lease extended", trace.WithAttributes(semconv.MessagingGCPPubsubMessageAckDeadline(int(secs)))
+		if receipt {
+			name = "receipt modack"
+		}
+		for _, s := range spans {
+			if s != nil {
+				s.AddEvent("modack end")
+				if at.Err == nil {
+					s.AddEvent(name, deadline)
+				}
+			}
+		}
+		if at.Err != nil {
+			tracing.Fail(span, at.Err)
+		}
+		span.End()
 	}
 }

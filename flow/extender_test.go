@@ -2,10 +2,12 @@ package flow
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+	"weak"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
@@ -20,8 +22,6 @@ func TestConfigValidate(t *testing.T) {
 		"stream deadline too long":  {StreamAckDeadline: 601 * time.Second},
 		"negative margin":           {Margin: -1},
 		"negative max extension":    {MaxExtension: -time.Minute},
-		"negative in flight":        {MaxInFlight: -1},
-		"negative retry deadline":   {RetryDeadline: -1},
 		"negative close timeout":    {CloseTimeout: -1},
 		"fixed interval zero":       {Strategy: Fixed(0, 10*time.Second)},
 		"fixed interval ≥ deadline": {Strategy: Fixed(10*time.Second, 10*time.Second)},
@@ -350,4 +350,48 @@ func TestTransientErrorsRetried(t *testing.T) {
 			t.Fatalf("acked %d, want 5", st.Acked)
 		}
 	})
+}
+
+// TestHeldMessageKeepsOnlyItself: a held message keeps its batch's lease
+// slab alive, but not the other messages of its batch once they are
+// settled, and nothing once it is settled too: memory stays bounded by
+// what is held, however many responses it came from (issue 36).
+func TestHeldMessageKeepsOnlyItself(t *testing.T) {
+	e := newExt(t, &capture{}, ExtenderConfig{})
+	var held []*source.Message
+	var settled []weak.Pointer[source.Message]
+	for range 100 {
+		ms := handMade(testSub, 10, 8, false)
+		e.track(ms)
+		held = append(held, ms[0])
+		for _, m := range ms[1:] {
+			m.Data = make([]byte, 1<<10)
+			m.Nack()
+			settled = append(settled, weak.Make(m))
+		}
+	}
+	if n := e.leaseCount(); n != len(held) { // leaseCount sweeps the slabs
+		t.Fatalf("%d leases, want %d", n, len(held))
+	}
+	runtime.GC()
+	for i, w := range settled {
+		if w.Value() != nil {
+			t.Fatalf("settled message %d is still reachable while another of its batch is held", i)
+		}
+	}
+	settled = settled[:0]
+	for _, m := range held {
+		m.Nack()
+		settled = append(settled, weak.Make(m))
+	}
+	held = nil
+	if n := e.leaseCount(); n != 0 {
+		t.Fatalf("%d leases after every message was settled", n)
+	}
+	runtime.GC()
+	for i, w := range settled {
+		if w.Value() != nil {
+			t.Fatalf("held message %d is still reachable after it was settled", i)
+		}
+	}
 }

@@ -27,7 +27,7 @@ func TestPercentileMatchesSort(t *testing.T) {
 	for trial := range 200 {
 		n := 1 + r.IntN(3000)
 		lat := make([]time.Duration, n)
-		p := Adaptive(AdaptiveConfig{Min: time.Second}).newPolicy(time.Minute).(*adaptivePolicy)
+		p := newPolicy(Adaptive(AdaptiveConfig{Min: time.Second}), time.Minute)
 		for i := range lat {
 			lat[i] = time.Duration(r.Int64N(int64(590 * time.Second)))
 			p.record(lat[i])

@@ -4,46 +4,34 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// defaultTrackBuffer is the buffer bound of a standalone EagerTrack when
-// maxBuffer is 0: 1000 messages, the Pub/Sub clients' default outstanding
-// messages.
-const defaultTrackBuffer = 1000
-
 // errNilExtender fails a pipeline built with EagerTrack(nil, …).
 var errNilExtender = errors.New("flow: EagerTrack needs an Extender")
 
-// Tracker is the eager lease-tracking stage: it takes a lease with its
-// Extender for every message the moment it arrives, so the lease is
-// extended from then on, whatever downstream does; the message's settle
-// path ends the lease. A one-in-one-out step that tracked only when
-// downstream pulled would leave every message waiting behind a slow stage
-// untracked, and the server would redeliver it.
+// Tracker is the eager lease-tracking stage: it leases every message with
+// its Extender the moment it arrives, whatever downstream does (a
+// message waiting unleased behind a slow stage would be redelivered).
 //
-// Written right after source.Subscribe in a pipeline, it is fused into
-// the source (it is a source.Step): it then runs where each response is
-// decoded, and no message waits anywhere, not even in the source, before
-// it is leased. Anywhere else it runs as an eager stage with a bounded
-// buffer (MaxBuffer): it receives whenever the buffer has room, leases at
-// once, and emits in order on downstream demand. A message that reaches it
-// long after it was decoded (LateAfter) means a buffer sits before it, where
-// messages wait unleased: it says so once, at Warn, naming the fix.
+// Right after source.Subscribe it is fused into the source (a
+// source.Step) and leases where each response is decoded. Anywhere else it
+// is an eager stage with a bounded buffer (MaxBuffer) that leases on
+// receipt and emits in order; a message reaching it later than LateAfter
+// after its receipt means a buffer before it, and it warns once.
 //
-// When its Extender can no longer keep the leases (closed, or modacks
-// failing for good), the pipeline ends with ErrExtenderClosed or
-// ErrModacksFailing: fused, at once (Failed); as a stage, at the next
-// message it receives.
-//
-// On an exactly-once subscription a message is handed on only after its
-// receipt modack was confirmed (Ready). A message settled while buffered
-// (its lease expired, say) is skipped.
+// When its Extender can no longer keep the leases, the pipeline ends with
+// ErrExtenderClosed or ErrModacksFailing (fused at once, else at the next
+// message). An exactly-once message is handed on only once its receipt
+// modack is confirmed; one settled while buffered is skipped.
 type Tracker struct {
-	// MaxBuffer bounds the messages a standalone tracker holds (0: 1000).
+	// MaxBuffer bounds the messages a standalone tracker holds (0: 1000,
+	// the Pub/Sub clients' default outstanding messages).
 	MaxBuffer int
 	// Logger receives the one warning about a buffer before the stage
 	// (nil: slog.Default()).
@@ -67,13 +55,9 @@ var (
 )
 
 // Receipt is the tracker's part when fused into a source (source.Step):
-// it leases every message of a batch at once; on an exactly-once
-// subscription a message is handed on once its receipt modack is
-// confirmed; the streams take the extender's deadline as their stream ack
-// deadline; and once the Extender can no longer keep the leases (it was
-// closed, or its modacks fail for good) every run of the source ends with
-// why (ErrExtenderClosed, ErrModacksFailing) rather than hand on messages
-// nobody extends. A tracker without an Extender fails at once.
+// it leases each batch, holds exactly-once messages until confirmed, sets
+// the streams' ack deadline, and ends the source's runs once the Extender
+// stops. A tracker without an Extender fails at once.
 func (t *Tracker) Receipt(message.Key) source.Receipt {
 	if t.ext == nil {
 		return source.Receipt{Receive: func(int, []*source.Message) {}, Failed: closedChan, Err: func() error { return errNilExtender }}
@@ -83,12 +67,12 @@ func (t *Tracker) Receipt(message.Key) source.Receipt {
 		Receive:     func(_ int, ms []*source.Message) { ext.track(ms) },
 		Ready:       ext.confirmed,
 		AckDeadline: ext.currentDeadline,
-		Failed:      func() <-chan struct{} { return ext.stopped },
+		Failed:      ext.stopped.Done,
 		Err:         ext.stoppedErr,
 	}
 }
 
-// closedChan returns a closed channel: a failure that holds from the start.
+// closedChan is a failure that holds from the start.
 func closedChan() <-chan struct{} {
 	ch := make(chan struct{})
 	close(ch)
@@ -105,7 +89,7 @@ func (t *Tracker) Run(g *stage.Group, in <-chan *source.Message) <-chan *source.
 		return out
 	}
 	e := &stage.Eager[*source.Message]{
-		Bound: cmpOr(t.MaxBuffer, defaultTrackBuffer),
+		Bound: cmpOr(t.MaxBuffer, 1000),
 		OnReceive: func(_ context.Context, m *source.Message) error {
 			if err := t.ext.stoppedErr(); err != nil {
 				return err // the message is dropped: OnDrop nacks it
@@ -126,4 +110,27 @@ func cmpOr(v, d int) int {
 		return v
 	}
 	return d
+}
+
+// LateAfter is how long after its receipt a message may reach a standalone
+// EagerTrack or FlowGate before the stage warns that a buffer sits before
+// it: messages waiting there were not leased (or counted) on receipt.
+const LateAfter = time.Second
+
+// lateWarning says once per stage that messages reach it late.
+type lateWarning struct{ once sync.Once }
+
+func (w *lateWarning) check(log *slog.Logger, m *source.Message, stage, fix string) {
+	if m.ReceiveTime.IsZero() {
+		return
+	}
+	if waited := time.Since(m.ReceiveTime); waited >= LateAfter {
+		w.once.Do(func() {
+			if log == nil {
+				log = slog.Default()
+			}
+			log.Warn("pubsubflow: "+stage+" sits behind a buffer: messages reach it long after receipt, and were not covered while they waited",
+				"stage", stage, "waited", waited, "message_id", m.ID, "fix", fix)
+		})
+	}
 }
