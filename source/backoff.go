@@ -14,15 +14,10 @@ const (
 	defaultBackoffMax = 60 * time.Second
 )
 
-// delays is one stream's sequence of reconnect delays: exponential, with
-// half jitter. Delay k is drawn uniformly from [cap/2, cap], cap being
-// Initial·Multiplier^k up to Max, and is at least Initial. Half jitter,
-// not gax-go's full jitter (0, cap]: full jitter lets any delay be as
-// short as Initial, so a stream that fails again and again may reopen
-// every Initial however long it has failed; half jitter keeps the delays
-// growing (at least cap/2) and still spreads clients retrying together
-// over half the cap. Each stream keeps its own, reset only after a healthy
-// stream (see healthyAfter).
+// delays is one stream's reconnect delays, with half jitter (see
+// Config.Backoff): gax-go's full jitter would let a stream that fails
+// again and again reopen every Initial; half jitter keeps the delays
+// growing and still spreads clients retrying together.
 type delays struct {
 	initial, most time.Duration
 	mult          float64

@@ -3,7 +3,6 @@ package source
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 )
 
@@ -15,31 +14,14 @@ var laneIDs atomic.Int64
 // failure, the stream opens again at once.
 var errRevoked = errors.New("pubsubflow/source: flow-control grant revoked")
 
-// revocation is one stream's revoke signal, which its Budgets may fire.
-type revocation struct {
-	once sync.Once
-	ch   chan struct{} // closed when fired
-}
-
-func newRevocation() *revocation { return &revocation{ch: make(chan struct{})} }
-
-func (r *revocation) fire() { r.once.Do(func() { close(r.ch) }) }
-
-func (r *revocation) fired() bool {
-	select {
-	case <-r.ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// openLane waits until every Budget grants a new stream on lane room, or
-// ctx is done (ok false). The stream asks the server for the least of the
-// grants, and every budget is told so: each holds its bound at the server.
-func (s *Source) openLane(ctx context.Context, lane int, shareMsgs, shareBytes int64, rv *revocation) (maxMsgs, maxBytes int64, ok bool) {
-	for {
-		maxMsgs, maxBytes, wake := s.tryOpen(lane, shareMsgs, shareBytes, rv)
+// grant returns the flow-control limits stream i's next stream asks for on
+// lane: its share of the limits, or, with Budgets, the least they grant
+// once every one grants room (a wait for room is no failure). Each Budget
+// may call revoke. ok is false when ctx ended first.
+func (s *Source) grant(ctx context.Context, i, lane int, revoke func()) (maxMsgs, maxBytes int64, ok bool) {
+	msgs, bytes := share(s.cfg.MaxOutstandingMessages, i, s.cfg.Streams), share(s.cfg.MaxOutstandingBytes, i, s.cfg.Streams)
+	for len(s.flows) > 0 {
+		maxMsgs, maxBytes, wake := s.tryOpen(lane, msgs, bytes, revoke)
 		if wake == nil {
 			return maxMsgs, maxBytes, true
 		}
@@ -47,15 +29,17 @@ func (s *Source) openLane(ctx context.Context, lane int, shareMsgs, shareBytes i
 			return 0, 0, false
 		}
 	}
+	return msgs, bytes, ctx.Err() == nil
 }
 
 // tryOpen asks each Budget in turn for the grant the ones before left;
 // when one refuses, those that granted are told the lane closed, and wake
-// is the refusing one's Wake.
-func (s *Source) tryOpen(lane int, msgs, bytes int64, rv *revocation) (maxMsgs, maxBytes int64, wake <-chan struct{}) {
+// is the refusing one's Wake. Every budget is told the least grant, so
+// each holds its bound at the server.
+func (s *Source) tryOpen(lane int, msgs, bytes int64, revoke func()) (maxMsgs, maxBytes int64, wake <-chan struct{}) {
 	for i, b := range s.flows {
 		w := b.Wake()
-		m, by, ok := b.Open(lane, msgs, bytes, rv.fire)
+		m, by, ok := b.Open(lane, msgs, bytes, revoke)
 		if !ok {
 			for _, o := range s.flows[:i] {
 				o.Closed(lane)
@@ -66,7 +50,7 @@ func (s *Source) tryOpen(lane int, msgs, bytes int64, rv *revocation) (maxMsgs, 
 	}
 	if len(s.flows) > 1 {
 		for _, b := range s.flows {
-			b.Open(lane, msgs, bytes, rv.fire) // lowers a grant above the least
+			b.Open(lane, msgs, bytes, revoke) // lowers a grant above the least
 		}
 	}
 	return msgs, bytes, nil
@@ -88,9 +72,18 @@ func (s *Source) closeLane(lane int) {
 	}
 }
 
-// waitBudgets waits until every Budget lets the stream on lane read on;
+// waitRoom waits until the stream on lane may read another response: every
+// Budget has room, or without one the previous responses were handed on.
 // false when ctx is done first.
-func (s *Source) waitBudgets(ctx context.Context, lane int) bool {
+func (s *Source) waitRoom(ctx context.Context, lane int, h *handoff) bool {
+	if len(s.flows) == 0 {
+		for ch := h.drained(); ch != nil; ch = h.drained() {
+			if !waitOn(ctx, ch, -1) {
+				return false
+			}
+		}
+		return true
+	}
 	for i := 0; i < len(s.flows); {
 		b := s.flows[i]
 		wake := b.Wake()

@@ -435,8 +435,8 @@ func TestSubscriptionPropertiesReachMessages(t *testing.T) {
 			m.PublishTime.IsZero() || m.ReceiveTime.IsZero() || m.Size() == 0 || string(m.Data[:2]) != "m0" {
 			t.Fatalf("message = %+v", m)
 		}
-		if eo, ord := src.properties(); !eo || !ord {
-			t.Fatalf("Properties = %v, %v", eo, ord)
+		if p := src.props.Load(); !p.GetExactlyOnceDeliveryEnabled() || !p.GetMessageOrderingEnabled() {
+			t.Fatalf("subscription properties = %v", p)
 		}
 		g.Cancel()
 		_ = g.Wait()

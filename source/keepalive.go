@@ -17,207 +17,145 @@ var errHeartbeatTimeout = errors.New("pubsubflow/source: heartbeat not answered"
 
 // keepalive sends one stream's heartbeats and runs its watchdog. It is the
 // stream's only sender after the initial request (gRPC allows one sender
-// and one receiver at a time), so it also half-closes the stream.
+// at a time), so it also half-closes the stream.
 //
 // The watchdog counts only time the receiver spends waiting in Recv: while
-// the receiver is handing messages to a stalled consumer, an answer may be
-// sitting unread in the transport, and the stream is not dead.
-//
-// The watchdog arms only once the server has shown that it answers
-// heartbeats: an empty response after a heartbeat, on this stream or on an
-// earlier one of the same Source. Real Pub/Sub answers them; Google's
-// emulator never does, and neither would a path through a device that drops
-// idle HTTP/2 traffic. Until then a quiet stream is healthy, not dead —
-// killing it would only reconnect, log, and lose nothing but the stream.
+// the receiver hands messages to a stalled consumer, an answer may sit
+// unread in the transport. It arms only once the server has answered a
+// heartbeat on this or an earlier stream of the Source: Google's emulator
+// never does, and there a quiet stream is healthy.
 type keepalive struct {
-	s        *Source
-	stream   int
-	start    time.Time // base of the monotonic offsets below
-	interval time.Duration
-	timeout  time.Duration
+	s      *Source
+	stream int
+	start  time.Time // base of the monotonic offsets below
 
 	// Written by the receiver.
 	responses atomic.Uint64 // responses received so far
-	inRecv    atomic.Int64  // offset+1 since start when the receiver entered Recv; 0 while it is not in Recv
-	pending   atomic.Bool   // a watched heartbeat waits for an answer: the receiver pokes wake
-	wake      chan struct{} // cap 1
+	inRecv    atomic.Int64  // offset+1 since start when the receiver entered Recv; 0 outside Recv
 
-	// Written by the sender: a heartbeat went out on this stream, so an
-	// empty response from now on is its answer.
+	// Written by the sender: hbSent once a heartbeat went out, so an empty
+	// response from then on is its answer; floor is the lowest stream ack
+	// deadline announced on the stream (seconds).
 	hbSent atomic.Bool
-	// initial is the stream ack deadline the initial request announced;
-	// floor is the lowest announced on the stream since (seconds).
-	initial int32
-	floor   atomic.Int32
+	floor  atomic.Int32
+
+	// The sender's own.
+	hb, dog *time.Timer   // the next heartbeat; the watched one's timeout
+	sent    int32         // the stream ack deadline the server last heard
+	pending bool          // a watched heartbeat waits for an answer
+	hbAt    time.Duration // when it went out
+	seen    uint64        // responses when it went out
 }
 
 // newKeepalive watches stream i, opened with stream ack deadline initial.
 func newKeepalive(s *Source, i int, initial int32) *keepalive {
-	k := &keepalive{
-		s:        s,
-		stream:   i,
-		initial:  initial,
-		start:    time.Now(),
-		interval: s.cfg.HeartbeatInterval,
-		timeout:  s.cfg.HeartbeatTimeout,
-		wake:     make(chan struct{}, 1),
-	}
+	k := &keepalive{s: s, stream: i, start: time.Now(), sent: initial}
 	k.floor.Store(initial)
 	return k
 }
 
 // deadline is the ack deadline a message received on the stream now is
-// sure to have on the server: the lowest the stream announced. The server
-// may not have applied a later, longer one yet, and a client that assumed
-// it would hold messages the server has given out again.
+// sure to have on the server: the lowest the stream announced, since the
+// server may not have applied a later, longer one yet.
 func (k *keepalive) deadline() time.Duration { return time.Duration(k.floor.Load()) * time.Second }
 
 func (k *keepalive) now() time.Duration { return time.Since(k.start) }
 
 // recvStart and recvEnd bracket the receiver's Recv calls.
-func (k *keepalive) recvStart() {
-	k.inRecv.Store(int64(k.now()) + 1)
-	k.poke()
-}
+func (k *keepalive) recvStart() { k.inRecv.Store(int64(k.now()) + 1) }
 
-// recvEnd takes the response Recv returned (nil with an error). An empty
-// response after a heartbeat is the server answering it, which arms the
-// watchdog for every later heartbeat of the Source. Responses that carry
-// messages prove the stream alive but not that heartbeats are answered, so
-// they must not arm it: on a server that never answers, a busy stream that
-// goes quiet would be killed.
+// recvEnd takes the response Recv returned (nil with an error). Only an
+// empty response after a heartbeat arms the watchdog: one with messages
+// does not prove heartbeats are answered.
 func (k *keepalive) recvEnd(resp *pubsubpb.StreamingPullResponse) {
 	k.inRecv.Store(0)
 	if resp != nil && len(resp.GetReceivedMessages()) == 0 && k.hbSent.Load() && !k.s.hbAnswered.Load() {
 		k.s.hbAnswered.Store(true)
 	}
 	k.responses.Add(1) // an error counts too: the stream is ending anyway
-	k.poke()
-}
-
-// poke wakes the watchdog, but only while it waits for an answer, so a
-// busy stream costs no wake-ups between heartbeats.
-func (k *keepalive) poke() {
-	if !k.pending.Load() {
-		return
-	}
-	select {
-	case k.wake <- struct{}{}:
-	default:
-	}
 }
 
 // run sends a heartbeat every interval (and at once when the stream ack
 // deadline changes) until ctx is done or a send fails, and kills the stream
-// through kill when an answer is overdue from a server known to answer.
-// Once revoke is closed it half-closes the stream, which the server then
-// ends after what it has sent, and kills it if it has not within
-// revokeGrace.
-func (k *keepalive) run(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, kill context.CancelCauseFunc, revoke <-chan struct{}) {
-	r := &kaRun{k: k, stream: stream, hb: time.NewTimer(k.interval), dog: time.NewTimer(k.timeout)}
-	r.dog.Stop()
-	defer r.hb.Stop()
-	defer r.dog.Stop()
-	r.sent = k.initial
+// when an answer is overdue. Once revoked is closed it half-closes the
+// stream and kills it if the server has not ended it within revokeGrace.
+func (k *keepalive) run(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, kill context.CancelCauseFunc, revoked <-chan struct{}) {
+	k.hb, k.dog = time.NewTimer(k.s.cfg.HeartbeatInterval), time.NewTimer(k.s.cfg.HeartbeatTimeout)
+	k.dog.Stop()
+	defer k.hb.Stop()
+	defer k.dog.Stop()
 	changed := k.s.deadlineChanged()
 	for {
 		select {
 		case <-ctx.Done():
 			_ = stream.CloseSend()
 			return
-		case <-revoke:
+		case <-revoked:
 			_ = stream.CloseSend()
-			if !wait(ctx, revokeGrace) {
-				return
+			if waitOn(ctx, nil, revokeGrace) {
+				kill(errRevoked)
 			}
-			kill(errRevoked)
 			return
-		case <-r.hb.C:
-			if !r.heartbeat() {
+		case <-k.hb.C:
+			if !k.heartbeat(stream) {
 				return
 			}
 		case <-changed:
 			changed = k.s.deadlineChanged()
-			if k.s.deadline.Load() != r.sent && !r.heartbeat() {
+			if k.s.deadline.Load() != k.sent && !k.heartbeat(stream) {
 				return
 			}
-		case <-k.wake:
-		case <-r.dogC:
-			r.dogC = nil
-		}
-		if r.expired() {
-			k.s.cfg.Logger.Debug("pubsubflow: heartbeat not answered; restarting stream", "subscription", k.s.cfg.Subscription, "stream", k.stream, "timeout", k.timeout)
-			kill(errHeartbeatTimeout)
-			return
+		case <-k.dog.C:
+			if k.overdue() {
+				k.s.log.Debug("pubsubflow: heartbeat not answered; restarting stream", "subscription", k.s.cfg.Subscription, "stream", k.stream, "timeout", k.s.cfg.HeartbeatTimeout)
+				kill(errHeartbeatTimeout)
+				return
+			}
 		}
 	}
 }
 
-// kaRun is one stream's keepalive state while run runs.
-type kaRun struct {
-	k      *keepalive
-	stream pubsubpb.Subscriber_StreamingPullClient
-	hb     *time.Timer // the next heartbeat
-	dog    *time.Timer // the unanswered heartbeat's timeout
-	dogC   <-chan time.Time
-	sent   int32         // the stream ack deadline the server last heard
-	hbAt   time.Duration // when the oldest unanswered heartbeat went out
-	seen   uint64        // responses when it went out
-}
-
 // heartbeat sends one, with the deadline if it changed; false when the
 // stream is gone (Recv reports why).
-func (r *kaRun) heartbeat() bool {
-	k := r.k
-	// Before Send: an answer may arrive before Send returns, and any
-	// response after this point proves the stream alive.
+func (k *keepalive) heartbeat(stream pubsubpb.Subscriber_StreamingPullClient) bool {
+	// Before Send: an answer may arrive before Send returns.
 	k.hbSent.Store(true)
-	if !k.pending.Load() && k.s.hbAnswered.Load() {
-		r.hbAt, r.seen = k.now(), k.responses.Load()
-		k.pending.Store(true)
+	if k.pending && k.responses.Load() != k.seen {
+		k.pending = false // answered
+	}
+	if !k.pending && k.s.hbAnswered.Load() {
+		k.pending, k.hbAt, k.seen = true, k.now(), k.responses.Load()
+		k.dog.Reset(k.s.cfg.HeartbeatTimeout)
 	}
 	cur := k.s.deadline.Load()
 	if cur < k.floor.Load() {
 		k.floor.Store(cur) // before Send: the server may apply it at once
 	}
-	if err := r.stream.Send(heartbeatRequest(cur, r.sent)); err != nil {
+	if err := stream.Send(heartbeatRequest(cur, k.sent)); err != nil {
 		return false
 	}
-	r.sent = cur
+	k.sent = cur
 	k.s.emit(event.Event{Kind: event.Heartbeat, Stream: k.stream, Deadline: time.Duration(cur) * time.Second})
-	r.hb.Reset(k.interval)
+	k.hb.Reset(k.s.cfg.HeartbeatInterval)
 	return true
 }
 
-// expired reports whether the unanswered heartbeat's timeout has passed
-// while the stream waited in Recv; otherwise it arms the watchdog for
-// what is left, or stops it when nothing is pending or Recv is not
-// waiting (handing on messages stops the clock until Recv resumes).
-func (r *kaRun) expired() bool {
-	k := r.k
-	if !k.pending.Load() {
+// overdue reports, when the watchdog fires, whether the watched
+// heartbeat's timeout has passed while the stream waited in Recv; if not,
+// it re-arms the watchdog for what is left (time outside Recv, handing on
+// messages, does not count).
+func (k *keepalive) overdue() bool {
+	if !k.pending || k.responses.Load() != k.seen {
+		k.pending = false
 		return false
 	}
-	if k.responses.Load() != r.seen {
-		k.pending.Store(false)
-		r.stopDog()
-		return false
+	left := k.s.cfg.HeartbeatTimeout
+	if in := k.inRecv.Load(); in != 0 {
+		left = max(k.hbAt, time.Duration(in-1)) + k.s.cfg.HeartbeatTimeout - k.now()
+		if left <= 0 {
+			return true
+		}
 	}
-	in := k.inRecv.Load()
-	if in == 0 {
-		r.stopDog()
-		return false
-	}
-	left := max(r.hbAt, time.Duration(in-1)) + k.timeout - k.now()
-	if left <= 0 {
-		return true
-	}
-	r.dog.Reset(left)
-	r.dogC = r.dog.C
+	k.dog.Reset(left)
 	return false
-}
-
-func (r *kaRun) stopDog() {
-	r.dog.Stop()
-	r.dogC = nil
 }

@@ -23,25 +23,20 @@ var malformedNames = map[malformed]string{
 }
 
 // screen is one stream's state for refuseMalformed: the kinds already
-// logged on it, and the ack ids without a message of the response being
-// screened (kept and cleared, not made anew for every response).
+// logged on it, and scratch for the ack ids without a message.
 type screen struct {
 	warned  malformed
 	missing []string
 }
 
-// heldShards is how many locks the held ack ids are spread over, so that
-// the streams claiming and the handlers settling rarely meet on one.
+// heldShards spreads the held ack ids over locks, so that the streams
+// claiming and the handlers settling rarely meet on one.
 const heldShards = 32
 
-// heldIDs is the set of ack ids of the messages a source holds: one is
-// claimed as its response is screened and released when its message is
-// settled (path.Settle), whatever settles it. So a copy that comes while
-// another with its ack id is held — in the same response, another
-// response or another stream — is known at a hash and a probe, and
-// the set holds no more ids than the source holds messages, which the
-// flow budget bounds. An ack id names one delivery; acking either copy
-// would settle both, so the later copy is refused (see refuseMalformed).
+// heldIDs is the set of ack ids of the messages a source holds: claimed as
+// a response is screened, released when the message is settled. An ack id
+// names one delivery, so a second copy while one is held is refused:
+// acking either would settle both.
 type heldIDs struct {
 	seed   maphash.Seed
 	shards [heldShards]heldShard
@@ -49,7 +44,7 @@ type heldIDs struct {
 
 type heldShard struct {
 	mu  sync.Mutex
-	ids hashSet  // the ids' hashes (see claim)
+	ids hashSet  // the ids' hashes
 	_   [24]byte // one cache line each
 }
 
@@ -58,10 +53,8 @@ func newHeldIDs() *heldIDs {
 }
 
 // claim records id as held, reporting false if it already was. Only the
-// id's 64-bit hash is kept (8 bytes, no string kept alive): a new id whose
-// hash a held one has (at 10⁴ held, about once in
-// 10¹⁵ messages) is refused as a copy, and only delayed by it: unsettled,
-// the server delivers it again after its deadline.
+// 64-bit hash is kept: a new id colliding with a held one (about once in
+// 10¹⁵ messages at 10⁴ held) is refused as a copy, and only delayed by it.
 func (h *heldIDs) claim(id string) bool {
 	k, sh := h.of(id)
 	sh.mu.Lock()
@@ -84,15 +77,12 @@ func (h *heldIDs) of(id string) (uint64, *heldShard) {
 	return k, &h.shards[k%heldShards]
 }
 
-// refuseMalformed drops the elements of a response that a handler must
-// never see, before any bookkeeping: an empty ack id (nothing could settle
-// it), an ack id the source already holds, from this response or an
-// earlier one on any stream (settling one copy would settle both; neither
-// acked nor nacked: the held copy's settling answers for it), and an ack
-// id without a message (nacked, so the server delivers it again, whole).
-// Valid messages go on, their ack ids claimed as held. Each kind is
-// counted (Stats) and logged once per stream (sc.warned). The common case,
-// nothing wrong, costs one pass and a claim per message.
+// refuseMalformed drops the elements of a response a handler must never
+// see: an empty ack id, an ack id the source already holds (neither acked
+// nor nacked: the held copy answers for it), and an ack id without a
+// message (nacked, so the server delivers it again, whole). Valid messages
+// go on, their ack ids claimed. Each kind is counted and logged once per
+// stream. Nothing wrong costs one pass and a claim per message.
 func (s *Source) refuseMalformed(stream int, rms []*pubsubpb.ReceivedMessage, sc *screen) []*pubsubpb.ReceivedMessage {
 	var bad malformed
 	keep := rms[:0:0]
@@ -113,8 +103,8 @@ func (s *Source) refuseMalformed(stream int, rms []*pubsubpb.ReceivedMessage, sc
 	if bad == 0 {
 		return rms
 	}
-	// The ids nacked were claimed, so that a copy later in the response
-	// was refused; nothing holds them now.
+	// The ids nacked were claimed, so that a later copy was refused;
+	// nothing holds them now.
 	for _, id := range sc.missing {
 		s.heldIDs.release(id)
 	}
@@ -129,8 +119,7 @@ func (s *Source) refuseMalformed(stream int, rms []*pubsubpb.ReceivedMessage, sc
 	return keep
 }
 
-// refused counts the element rm refused as kind, and nacks one without a
-// message.
+// refused counts rm, refused as kind, and nacks one without a message.
 func (s *Source) refused(kind malformed, rm *pubsubpb.ReceivedMessage, sc *screen) {
 	switch kind {
 	case emptyAckID:
@@ -144,8 +133,8 @@ func (s *Source) refused(kind malformed, rm *pubsubpb.ReceivedMessage, sc *scree
 	}
 }
 
-// check says what is wrong with rm, if anything; when nothing, or only its
-// message is missing, its ack id is claimed as held.
+// check says what is wrong with rm; unless its ack id is empty or already
+// held, the id is claimed.
 func (s *Source) check(rm *pubsubpb.ReceivedMessage) malformed {
 	id := rm.GetAckId()
 	if id == "" {

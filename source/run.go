@@ -20,9 +20,8 @@ type run struct {
 
 func (s *Source) newRun() *run { return &run{s: s, id: s.runs.Add(1)} }
 
-// runBatches starts r's streams and pump under g. When the run's pipeline
-// is over (g is done) it settles what it handed on and its pipeline left
-// unsettled.
+// runBatches starts r's streams and pump under g; once g is done it
+// nacks what the run handed on and its pipeline left unsettled.
 func (s *Source) runBatches(g *stage.Group, r *run) <-chan []*Message {
 	out := make(chan []*Message)
 	if s.stopped() {
@@ -30,7 +29,6 @@ func (s *Source) runBatches(g *stage.Group, r *run) <-chan []*Message {
 		close(out)
 		return out
 	}
-	// The streams stop with the pipeline, or when the source stops.
 	sctx, cancel := context.WithCancel(g.Context())
 	unhook := context.AfterFunc(s.stopCtx, cancel)
 	h := newHandoff()
@@ -82,10 +80,8 @@ func watchStep(ctx context.Context, st Receipt) error {
 }
 
 // stranded nacks what the run handed on and its pipeline left unsettled
-// (dropped by one of its stages, or in flight when it was cancelled), so
-// the server redelivers it at once rather than when its lease runs out. A
-// stage still working on such a message finds its outcome taken:
-// cancelling a pipeline abandons its work. It returns how many it nacked.
+// (dropped, or in flight when it was cancelled), so the server redelivers
+// it at once; it returns how many it nacked.
 func (r *run) stranded() (n int) {
 	r.s.held.each(func(m *Message) {
 		if m.st.Owner() == r.id {
@@ -113,10 +109,9 @@ func (r *run) unsent(ms []*Message) {
 	}
 }
 
-// receipt decodes a response's messages and makes them the source's:
-// each is bound to the settle path and recorded as held, and the steps
-// run on them, on the stream's goroutine, before any of them is queued.
-// deadline is the stream's ack deadline the server is sure to apply.
+// receipt decodes a response's messages, records them as held and runs
+// the steps on them, before any of them is queued. deadline is the stream
+// ack deadline the server is sure to apply.
 func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage, deadline time.Duration) []*Message {
 	now := time.Now()
 	ms := decodeResponse(rms, s.cfg.Subscription, s.props.Load(), now, deadline, &s.path, s.clock)
@@ -141,8 +136,6 @@ func (s *Source) receipt(lane int, rms []*pubsubpb.ReceivedMessage, deadline tim
 	for _, st := range s.steps {
 		st.Receive(lane, ms)
 	}
-	// What the steps attached joins each message's hold list now, before
-	// the batch leaves this goroutine.
 	for _, m := range ms {
 		m.st.EndReceipt(m)
 	}
@@ -164,17 +157,91 @@ func (s *Source) leaseDeadline() time.Duration {
 }
 
 // Stop ends the streams of every run, now and to come: each run hands on
-// nothing more, nacks what it had received but not handed on (after a
-// fused step's Unsent has seen it) and closes its output, so a pipeline
-// downstream finishes what it holds and ends. That drain lasts at most
-// Config.DrainTimeout: then each run still going is abandoned, its
-// pipeline cancelled and what it was handed and left unsettled nacked
-// (Drained is closed then). Stop returns at once, so a stage may call it.
-// Stop is for a graceful end (a Subscriber drains with it); Close after
-// the pipelines have ended.
+// nothing more, nacks what it received but did not hand on (after the
+// steps' Unsent) and closes its output, so its pipeline finishes what it
+// holds. After Config.DrainTimeout each run still going is abandoned: its
+// pipeline is cancelled and what it left unsettled nacked (Drained is
+// closed then). Stop returns at once, so a stage may call it.
 func (s *Source) Stop() {
 	s.stopFn()
 	s.drain.start(s.cfg.DrainTimeout)
 }
 
 func (c *core) stopped() bool { return c.stopCtx.Err() != nil }
+
+// drain is the graceful end Stop begins: once it is over (DrainTimeout
+// later, or at Close), every run still going is abandoned.
+type drain struct {
+	// mu is held while the runs are abandoned, so that whoever ends the
+	// drain returns only once their nacks are queued.
+	mu    sync.Mutex
+	runs  map[*run]*stage.Group // the runs going, with their pipelines
+	over  bool
+	timer *time.Timer
+	done  chan struct{} // closed once over
+}
+
+func newDrain() *drain {
+	return &drain{runs: make(map[*run]*stage.Group), done: make(chan struct{})}
+}
+
+// start ends the drain after timeout; a drain started or over already is
+// left as it is.
+func (d *drain) start(timeout time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer == nil && !d.over {
+		d.timer = time.AfterFunc(timeout, d.end)
+	}
+}
+
+// join counts r, running under g, until leave; a run that joins once the
+// drain is over is abandoned at once.
+func (d *drain) join(r *run, g *stage.Group) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.over {
+		r.abandon(g)
+		return
+	}
+	d.runs[r] = g
+}
+
+func (d *drain) leave(r *run) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.runs, r)
+}
+
+// end abandons the runs still going (once).
+func (d *drain) end() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.over {
+		return
+	}
+	d.over = true
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	for r, g := range d.runs {
+		r.abandon(g)
+	}
+	clear(d.runs)
+	close(d.done)
+}
+
+// abandon cancels r's pipeline, so its stages take nothing more, and then
+// nacks what it left unsettled.
+func (r *run) abandon(g *stage.Group) {
+	g.Cancel()
+	if n := r.stranded(); n > 0 {
+		r.s.log.Warn("pubsubflow/source: a run outlived the drain (DrainTimeout after Stop, or Close); what it held unsettled was nacked",
+			"subscription", r.s.cfg.Subscription, "drain_timeout", r.s.cfg.DrainTimeout, "nacked", n)
+	}
+}
+
+// Drained returns a channel closed once the drain Stop began is over (its
+// DrainTimeout has passed, or Close was called) and every run still going
+// then was abandoned.
+func (s *Source) Drained() <-chan struct{} { return s.drain.done }

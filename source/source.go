@@ -21,14 +21,9 @@ import (
 // Source is a StreamingPull source of one subscription: a stage.Source of
 // *Message. Subscribe makes one; each Run opens Config.Streams streams.
 // It owns what outlives every stream restart: the client id, the settle
-// path of the messages it received (with the acknowledger that sends their
-// acks and nacks), and the messages it still holds. Close it once its
-// pipelines have ended.
-//
-// A stage that does its bookkeeping on receipt (a Step: flow.EagerTrack,
-// flow.FlowGate) written right after the source in a pipeline is fused
-// into it (Fuse): it then runs where each response is decoded, before any
-// message waits anywhere.
+// path with its acknowledger, and the messages it still holds. A Step
+// written right after it in a pipeline is fused into it (Fuse). Close it
+// once its pipelines have ended.
 type Source struct {
 	*core
 	steps []Receipt // the receipt steps' hooks, in order
@@ -47,7 +42,7 @@ type core struct {
 	clock    *message.Clock // bound to every message, for its deadline checks
 	c        counters
 	held     registry
-	heldIDs  *heldIDs // the ack ids of what held holds, for refuseMalformed
+	heldIDs  *heldIDs // the ack ids of what held holds
 	later    later
 	drain    *drain         // the graceful end Stop begins
 	expiries broadcast.Wake // broadcast when a message expires (Expired), for the hand-offs
@@ -59,7 +54,7 @@ type core struct {
 
 	props atomic.Pointer[pubsubpb.StreamingPullResponse_SubscriptionProperties]
 
-	hbAnswered atomic.Bool // the server has answered a heartbeat: watchdogs arm (keepalive.go)
+	hbAnswered atomic.Bool // the server has answered a heartbeat: watchdogs arm
 
 	stopCtx context.Context // done once Stop or Close was called
 	stopFn  context.CancelFunc
@@ -75,10 +70,9 @@ var (
 )
 
 // Subscribe validates cfg and returns a Source that reads the subscription
-// through client when it runs. It opens no stream yet; it starts the
-// acknowledger, which Close stops. client is typically
-// pubsubpb.NewSubscriberClient(conn) for a connection from pubsubflow.Dial or
-// a caller's own; tests may pass any implementation.
+// through client (typically pubsubpb.NewSubscriberClient on a connection
+// from pubsubflow.Dial) when it runs. It opens no stream yet; it starts
+// the acknowledger, which Close stops.
 func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 	if client == nil {
 		return nil, errors.New("pubsubflow/source: nil SubscriberClient")
@@ -89,8 +83,7 @@ func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 	cfg = cfg.withDefaults()
 	c := &core{client: client, cfg: cfg, clientID: cfg.ClientID, log: cfg.Logger, deadlineCh: make(chan struct{})}
 	if c.clientID == "" {
-		// Drawn once per Subscribe: every stream and every reconnect uses
-		// it, so the server sees one subscriber.
+		// Every stream and reconnect uses it: the server sees one subscriber.
 		c.clientID = "pubsubflow-" + rand.Text()
 	}
 	c.deadline.Store(seconds(cfg.StreamAckDeadline))
@@ -99,12 +92,7 @@ func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 	c.clock = message.NewClock()
 	c.heldIDs = newHeldIDs()
 	c.drain = newDrain()
-	s := &Source{core: c}
-	acfg := ack.Config{
-		Events:    c.emit,
-		Logger:    cfg.Logger,
-		Confirmed: c.confirmed,
-	}
+	acfg := ack.Config{Events: c.emit, Logger: cfg.Logger, Confirmed: c.confirmed}
 	if cfg.TracerProvider != nil {
 		c.trace = newTracer(cfg.TracerProvider, cfg.Subscription)
 		acfg.Tracer = c.trace
@@ -115,14 +103,13 @@ func Subscribe(client pubsubpb.SubscriberClient, cfg Config) (*Source, error) {
 		return nil, err
 	}
 	c.acks = acks
-	return s, nil
+	return &Source{core: c}, nil
 }
 
 // Fuse returns a copy of s that runs f as one of its receipt steps, if f
-// is a Step (Pipeline.Via calls it for the flow right after a source). The
-// copy shares everything else with s: client id, settle path, held
-// messages. ok is false, and s unchanged, for any other flow. A step with
-// a Sequence hook fuses too: the copy's output runs through it.
+// is a Step (Pipeline.Via calls it for the flow right after a source); ok
+// is false for any other flow. A step with a Sequence hook fuses too: the
+// copy's output runs through it.
 func (s *Source) Fuse(f stage.Flow[*Message, *Message]) (stage.Source[*Message], bool) {
 	step, ok := f.(Step)
 	if !ok {
@@ -169,9 +156,7 @@ func (s *Source) StreamAckDeadline() time.Duration {
 }
 
 // setStreamAckDeadline changes the stream ack deadline (clamped to
-// 10–600 s, rounded up to whole seconds). Open streams announce it at
-// once in a request that carries nothing else (the API allows
-// stream_ack_deadline_seconds on any request); new streams start with it.
+// 10–600 s). Open streams announce it at once, new ones start with it.
 func (s *Source) setStreamAckDeadline(d time.Duration) {
 	sec := seconds(min(max(d, MinStreamAckDeadline), MaxStreamAckDeadline))
 	s.deadlineMu.Lock()
@@ -189,19 +174,9 @@ func (c *core) deadlineChanged() <-chan struct{} {
 	return c.deadlineCh
 }
 
-// properties reports the subscription's properties as the server last sent
-// them (false, false before the first response).
-func (s *Source) properties() (exactlyOnce, ordered bool) {
-	p := s.props.Load()
-	return p.GetExactlyOnceDeliveryEnabled(), p.GetMessageOrderingEnabled()
-}
-
 // Run starts the streams under g and returns the merged output, one
-// element per received message (RunBatches without the batches).
-//
-// A message waiting here for downstream to take it is re-checked when
-// its deadline would lapse, as RunBatches does for a batch: a lapsed copy
-// is expired, not handed on.
+// element per received message (RunBatches without the batches). A
+// message that lapses while it waits here is expired, not handed on.
 func (s *Source) Run(g *stage.Group) <-chan *Message {
 	r := s.newRun()
 	in := s.runBatches(g, r)
@@ -221,9 +196,8 @@ func (s *Source) Run(g *stage.Group) <-chan *Message {
 			}
 			for i, m := range b {
 				if !s.sendOne(ctx, out, m, &t) {
-					// Nacked only once the streams have stopped (in
-					// closes then), as the pump does: a stream still open
-					// could be given a nacked message again, never read.
+					// Nacked only once the streams have stopped: an open
+					// one could be given a nacked message again.
 					rest := b[i:]
 					for b := range in {
 						rest = append(rest, b...)
@@ -238,13 +212,9 @@ func (s *Source) Run(g *stage.Group) <-chan *Message {
 }
 
 // sendOne hands m on unless it lapses or expires first (it is then
-// settled Expired); false when ctx is done or the source stops first. The timer is set for the
-// lapse m has when the wait starts; an extension confirmed meanwhile moves
-// the lapse on, so when the timer fires the lapse is read again and m is
-// expired only if it has come. An extension can also bring the deadline
-// forward (a modack shorter than the stream's deadline), and the Extender
-// then expires m before the lapse the timer was set for: an expiry
-// anywhere wakes the wait, so m is not handed on settled.
+// settled Expired); false when ctx is done or the source stops first. An
+// extension may move the lapse on (it is read again when the timer fires)
+// or bring the deadline forward (an expiry anywhere wakes the wait).
 func (s *Source) sendOne(ctx context.Context, out chan<- *Message, m *Message, t **time.Timer) bool {
 	for {
 		expired := s.expiries.Wait()
@@ -269,8 +239,6 @@ func (s *Source) sendOne(ctx context.Context, out chan<- *Message, m *Message, t
 		case out <- m:
 			return true
 		case <-lapse:
-			// The lapse as read when the timer was set has come; an
-			// extension confirmed since may have moved it on: read again.
 		case <-expired:
 		case <-ctx.Done():
 			return false
@@ -283,21 +251,18 @@ func (s *Source) sendOne(ctx context.Context, out chan<- *Message, m *Message, t
 // RunBatches starts the streams under g and returns the merged output in
 // batches (a response's worth, or all that arrived since the last
 // hand-off). The channel is closed once every stream has stopped: when g
-// is cancelled or after a terminal failure, which fails g with an error
-// naming the subscription. When the run ends, the messages it received
-// and never handed on, and those it handed on that are still unsettled
-// (a stage dropped them, or the pipeline stopped), are nacked, so the
-// server redelivers them at once.
+// is cancelled, or after a terminal failure, which fails g. When the run
+// ends, what it received and did not hand on, and what it handed on that
+// is still unsettled, is nacked, so the server redelivers it at once.
 func (s *Source) RunBatches(g *stage.Group) <-chan []*Message {
 	return s.runBatches(g, s.newRun())
 }
 
 // Close nacks every message the source received that is still unsettled,
 // then flushes and stops the acknowledger (within ctx), and returns once
-// every goroutine the source started has exited. Close it after its
-// pipelines have ended: a run still going is abandoned, as when the drain
-// is over (see Stop). Acks and nacks made after Close fail (an
-// exactly-once Result says so). A second Close returns the first result.
+// every goroutine the source started has exited. A run still going is
+// abandoned (see Stop); acks and nacks made after Close fail. A second
+// Close returns the first result.
 func (s *Source) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		s.stopFn()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -28,11 +29,9 @@ var errOpenTimedOut = errors.New("no answer before ReconnectTimeout ran out")
 // runStream is stream i's restart loop. It wraps only the gRPC stream:
 // each pass opens one stream, receives until it fails, and then either
 // waits a backoff delay and opens the next, or ends the source. Only a
-// healthy stream (see healthyAfter) resets the backoff and restarts the
-// ReconnectTimeout count: a server that accepts each stream and drops it
-// at once gets reconnects ever further apart, and then the
-// *UnreachableError. It returns nil when ctx is done (a shutdown is not a
-// failure).
+// healthy stream (see healthyAfter) resets the backoff and the
+// ReconnectTimeout count. It returns nil when ctx is done (a shutdown is
+// not a failure).
 func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
 	delays := newDelays(s.cfg.Backoff)
 	gu := newGiveUp(s.cfg.ReconnectTimeout)
@@ -42,25 +41,23 @@ func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
 	defer s.closeLane(lane) // a lane still waiting to open waits no more
 	for {
 		waitStart := time.Now()
-		rv := newRevocation()
-		maxMsgs, maxBytes, ok := s.grant(ctx, i, lane, rv)
+		revoked := make(chan struct{})
+		maxMsgs, maxBytes, ok := s.grant(ctx, i, lane, sync.OnceFunc(func() { close(revoked) }))
 		if !ok {
 			return nil
 		}
 		gu.waited(time.Since(waitStart)) // waiting for room is not failing
-		healthy, err := s.connectOnce(ctx, i, lane, h, maxMsgs, maxBytes, gu.deadline(), rv)
+		healthy, err := s.connectOnce(ctx, i, lane, h, maxMsgs, maxBytes, gu.deadline(), revoked)
 		s.closeLane(lane)
 		if ended(ctx) {
 			return nil
 		}
-		if errors.Is(err, errRevoked) {
-			delays.reset() // its grant was shared out: open again, no failure
-			attempt, prev = 0, nil
-			continue
-		}
-		if healthy {
+		if healthy || err == errRevoked {
 			delays.reset()
 			attempt, prev = 0, nil
+		}
+		if err == errRevoked {
+			continue // its grant was shared out: open again, no failure
 		}
 		attempt++
 		if !s.cfg.Classify(failure(err, attempt, prev)) {
@@ -75,7 +72,7 @@ func (s *Source) runStream(ctx context.Context, i int, h *handoff) error {
 			d = min(d, max(time.Until(end), 0)) // the last attempt is due at the deadline
 		}
 		s.emit(event.Event{Kind: event.Reconnect, Stream: i, Delay: d, Err: err})
-		if !wait(ctx, d) {
+		if !waitOn(ctx, nil, d) {
 			return nil
 		}
 	}
@@ -95,51 +92,15 @@ func (s *Source) terminal(i int, err error) error {
 	return err
 }
 
-// grant returns the flow-control limits stream i's next stream asks for
-// on lane: its share of the limits, or with a Budget what the Budget
-// grants, once it grants anything (a wait for room is no failure: no
-// backoff); the Budgets may fire rv to revoke the grant. ok is false when
-// ctx ended first.
-func (s *Source) grant(ctx context.Context, i, lane int, rv *revocation) (maxMsgs, maxBytes int64, ok bool) {
-	maxMsgs, maxBytes = share(s.cfg.MaxOutstandingMessages, i, s.cfg.Streams), share(s.cfg.MaxOutstandingBytes, i, s.cfg.Streams)
-	if len(s.flows) == 0 {
-		return maxMsgs, maxBytes, ctx.Err() == nil
-	}
-	return s.openLane(ctx, lane, maxMsgs, maxBytes, rv)
-}
-
-// connectOnce opens one stream with the given flow-control limits, sends
-// its initial request, and receives until the stream fails or ctx is done.
-// healthy reports whether the stream delivered a message or stayed open
-// healthyAfter. A stream whose grant rv revoked ends with errRevoked,
-// however the server ended it.
-//
-// Opening is bounded by giveUp (zero: no bound), the moment the run of
-// failures reaches ReconnectTimeout: an endpoint that never answers
-// (gRPC's connect timeout is 20 s) ends the source on time.
-func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMsgs, maxBytes int64, giveUp time.Time, rv *revocation) (healthy bool, err error) {
+// connectOnce opens one stream with the given flow-control limits and
+// receives until it fails or ctx is done. healthy reports whether the
+// stream delivered a message or stayed open healthyAfter. A stream whose
+// grant was revoked ends with errRevoked, however the server ended it.
+func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMsgs, maxBytes int64, giveUp time.Time, revoked <-chan struct{}) (healthy bool, err error) {
 	sctx, cancel := context.WithCancelCause(withRouting(ctx, "subscription", s.cfg.Subscription))
 	defer cancel(errStreamDone)
-	var bound *time.Timer
-	if !giveUp.IsZero() {
-		// An attempt that starts at the deadline (the last one) gets a
-		// moment to open.
-		bound = time.AfterFunc(max(time.Until(giveUp), lastOpenGrace), func() { cancel(errOpenTimedOut) })
-	}
-	stream, err := s.client.StreamingPull(sctx)
 	req := s.initialRequest(maxMsgs, maxBytes)
-	if err == nil {
-		err = stream.Send(req)
-		if errors.Is(err, io.EOF) {
-			// Send reports only that the stream is gone; Recv has the status.
-			_, err = stream.Recv()
-			err = serverOrigin(stream, err)
-		}
-	}
-	if bound != nil && !bound.Stop() {
-		// The timer fired (or is about to cancel): the stream is gone.
-		err = status.Errorf(codes.DeadlineExceeded, "opening the stream: %v", errOpenTimedOut)
-	}
+	stream, err := s.open(sctx, cancel, req, giveUp)
 	if err != nil {
 		if !ended(ctx) {
 			s.emit(event.Event{Kind: event.ConnectFailed, Stream: i, Err: err})
@@ -148,19 +109,18 @@ func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMs
 	}
 	s.emit(event.Event{Kind: event.Connect, Stream: i})
 	opened := time.Now()
-
 	ka := newKeepalive(s, i, req.StreamAckDeadlineSeconds)
 	kaDone := make(chan struct{})
 	go func() {
 		defer close(kaDone)
-		ka.run(sctx, stream, cancel, rv.ch)
+		ka.run(sctx, stream, cancel, revoked)
 	}()
 	delivered, err := s.receive(ctx, stream, ka, i, lane, h)
 	healthy = delivered || time.Since(opened) >= healthyAfter
 	cancel(errStreamDone)
 	<-kaDone
 	switch {
-	case rv.fired():
+	case isClosed(revoked):
 		err = errRevoked
 	case errors.Is(context.Cause(sctx), errHeartbeatTimeout):
 		err = status.Errorf(codes.DeadlineExceeded, "no response within %v after a heartbeat: %v", s.cfg.HeartbeatTimeout, errHeartbeatTimeout)
@@ -171,18 +131,38 @@ func (s *Source) connectOnce(ctx context.Context, i, lane int, h *handoff, maxMs
 	return healthy, err
 }
 
-// receive reads responses until the stream fails. Before each Recv it
-// waits for room — the Budget's, or without one for the previous
-// responses to be handed on — so a spent budget stops the reads, which
-// stops the HTTP/2 window and then the server. A response's messages are
-// decoded and go through the receipt steps together, on this goroutine,
-// before any of them is queued: no message waits anywhere unleased or
-// uncounted. The watchdog does not count the time spent waiting for room.
-// delivered reports whether a response carried a message that passed the
-// screening; empty responses (heartbeat answers, confirmations) do not
-// make a stream healthy.
+// open opens a stream and sends req on it. Opening is bounded by giveUp
+// (zero: no bound), when the run of failures reaches ReconnectTimeout, so
+// an endpoint that never answers (gRPC's connect timeout is 20 s) ends the
+// source on time.
+func (s *Source) open(ctx context.Context, cancel context.CancelCauseFunc, req *pubsubpb.StreamingPullRequest, giveUp time.Time) (pubsubpb.Subscriber_StreamingPullClient, error) {
+	var bound *time.Timer
+	if !giveUp.IsZero() {
+		// The last attempt, due at the deadline, gets a moment to open.
+		bound = time.AfterFunc(max(time.Until(giveUp), lastOpenGrace), func() { cancel(errOpenTimedOut) })
+	}
+	stream, err := s.client.StreamingPull(ctx)
+	if err == nil {
+		err = stream.Send(req)
+		if errors.Is(err, io.EOF) {
+			// Send reports only that the stream is gone; Recv has the status.
+			_, err = stream.Recv()
+			err = serverOrigin(stream, err)
+		}
+	}
+	if bound != nil && !bound.Stop() {
+		err = status.Errorf(codes.DeadlineExceeded, "opening the stream: %v", errOpenTimedOut)
+	}
+	return stream, err
+}
+
+// receive reads responses until the stream fails, each only once there is
+// room (waitRoom), so a spent budget stops the reads and then the server.
+// A response's messages go through the screening and the receipt steps on
+// this goroutine, before any of them is queued. delivered reports whether
+// a response carried a message that passed the screening.
 func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_StreamingPullClient, ka *keepalive, i, lane int, h *handoff) (delivered bool, err error) {
-	var sc screen // kinds already logged on this stream, and its screening scratch
+	var sc screen
 	for {
 		if !s.waitRoom(ctx, lane, h) {
 			return delivered, ctx.Err()
@@ -196,8 +176,7 @@ func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_Streami
 		if p := resp.GetSubscriptionProperties(); p != nil {
 			s.props.Store(p)
 		}
-		rms := resp.GetReceivedMessages()
-		rms = s.refuseMalformed(i, rms, &sc)
+		rms := s.refuseMalformed(i, resp.GetReceivedMessages(), &sc)
 		if len(rms) == 0 {
 			continue // a heartbeat answer or a confirmation
 		}
@@ -208,58 +187,40 @@ func (s *Source) receive(ctx context.Context, stream pubsubpb.Subscriber_Streami
 	}
 }
 
-// waitRoom waits until this stream may read another response; false when
-// ctx is done first.
-func (s *Source) waitRoom(ctx context.Context, lane int, h *handoff) bool {
-	for {
-		if len(s.flows) > 0 {
-			return s.waitBudgets(ctx, lane)
-		}
-		ch := h.drained()
-		if ch == nil {
-			return true
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return false
-		}
-	}
-}
-
-// waitOn waits for ch, at most d; false when ctx is done first.
+// waitOn waits for ch (nil: never), at most d (negative: no bound); false
+// when ctx is done first.
 func waitOn(ctx context.Context, ch <-chan struct{}, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
+	var timeout <-chan time.Time
+	if d >= 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
 	select {
 	case <-ch:
-	case <-t.C:
+	case <-timeout:
 	case <-ctx.Done():
 		return false
 	}
 	return true
 }
 
-// ended reports whether ctx is done or its deadline has passed: gRPC
-// fails a call at the deadline by the clock, which may be just before
-// ctx's own timer marks it done, and the run's own end is not a stream
-// failure (no ConnectFailed, no Reconnect).
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// ended reports whether ctx is done or its deadline has passed: gRPC fails
+// a call at the deadline by the clock, maybe just before ctx is marked
+// done, and the run's own end is not a stream failure.
 func ended(ctx context.Context) bool {
 	if ctx.Err() != nil {
 		return true
 	}
 	dl, ok := ctx.Deadline()
 	return ok && !time.Now().Before(dl)
-}
-
-// wait waits d or until ctx is done; it reports whether d passed.
-func wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
