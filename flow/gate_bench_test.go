@@ -38,28 +38,12 @@ func BenchmarkGate(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
-// BenchmarkFlowControlAcquireRelease is one message's permit taken
-// (standalone admission, attached to the message) and returned by
-// settling it; a message settles once, so each iteration has its own.
-func BenchmarkFlowControlAcquireRelease(b *testing.B) {
-	fc := NewFlowControl(1000, 100<<20)
-	msgs := make([]source.Message, b.N)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range msgs {
-		m := &msgs[i]
-		message.Of(m).Size = 200
-		fc.acquireOne(m)
-		m.Ack()
-	}
-}
-
 // BenchmarkFlowControlReceive is the receipt step on a response of 100
 // messages, then each message settled.
 func BenchmarkFlowControlReceive(b *testing.B) {
 	fc := NewFlowControl(Unlimited, Unlimited)
 	const lane = 1
-	fc.openLane(lane, 0, 0, nil)
+	laneBudget{fc}.Open(lane, 0, 0, nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		b.StopTimer()

@@ -65,7 +65,8 @@ func TestKeyedGateSharesTheBudget(t *testing.T) {
 				for _, m := range ms {
 					permitted := false
 					message.Of(m).Holders(func(h message.Holder) bool {
-						_, permitted = h.(*keyedPermit)
+						p, ok := h.(*permit)
+						permitted = ok && p.key != nil
 						return !permitted
 					})
 					switch {

@@ -21,7 +21,7 @@ func openAll(fc *FlowControl, n int, msgs, bytes int64) (lanes []int, grants []i
 	for lane := 1; lane <= n; lane++ {
 		wg.Go(func() {
 			<-start
-			m, _, ok := fc.openLane(lane, msgs, bytes, nil)
+			m, _, ok := laneBudget{fc}.Open(lane, msgs, bytes, nil)
 			mu.Lock()
 			defer mu.Unlock()
 			if !ok {
@@ -54,17 +54,17 @@ func TestOpenLaneConcurrent(t *testing.T) {
 	if sum != 640 {
 		t.Fatalf("grants sum to %d, want the budget 640", sum)
 	}
-	if _, _, ok := fc.openLane(65, 10, 0, nil); ok {
+	if _, _, ok := (laneBudget{fc}).Open(65, 10, 0, nil); ok {
 		t.Fatal("a 65th stream was granted room the others may still be sent")
 	}
 	wake := fc.Wake()
-	fc.closeLane(lanes[17])
+	laneBudget{fc}.Closed(lanes[17])
 	select {
 	case <-wake:
 	default:
 		t.Fatal("CloseLane woke nobody")
 	}
-	if m, _, ok := fc.openLane(65, 10, 0, nil); !ok || m != 10 {
+	if m, _, ok := (laneBudget{fc}).Open(65, 10, 0, nil); !ok || m != 10 {
 		t.Fatalf("after a close: grant %d ok %v; want 10", m, ok)
 	}
 
@@ -85,13 +85,13 @@ func TestOpenLaneConcurrent(t *testing.T) {
 // it no longer claims goes to the next stream.
 func TestOpenLaneAgainLowers(t *testing.T) {
 	fc := NewFlowControl(100, Unlimited)
-	if m, _, ok := fc.openLane(1, 0, 0, nil); !ok || m != 100 {
+	if m, _, ok := (laneBudget{fc}).Open(1, 0, 0, nil); !ok || m != 100 {
 		t.Fatalf("first stream: grant %d ok %v; want 100", m, ok)
 	}
-	if m, _, ok := fc.openLane(1, 20, 0, nil); !ok || m != 20 {
+	if m, _, ok := (laneBudget{fc}).Open(1, 20, 0, nil); !ok || m != 20 {
 		t.Fatalf("asked again with 20: grant %d ok %v; want 20", m, ok)
 	}
-	if m, _, ok := fc.openLane(2, 0, 0, nil); !ok || m != 80 {
+	if m, _, ok := (laneBudget{fc}).Open(2, 0, 0, nil); !ok || m != 80 {
 		t.Fatalf("second stream: grant %d ok %v; want the 80 the first no longer claims", m, ok)
 	}
 }
@@ -351,7 +351,7 @@ func TestOverGrantCountsOnlyUnsettled(t *testing.T) {
 	fc := NewFlowControl(10, Unlimited)
 	var p heldPath
 	const lane = 1
-	grant, _, ok := fc.openLane(lane, 2, 0, nil)
+	grant, _, ok := laneBudget{fc}.Open(lane, 2, 0, nil)
 	if !ok || grant != 2 {
 		t.Fatalf("grant %d ok %v; want 2", grant, ok)
 	}
