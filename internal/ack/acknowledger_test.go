@@ -286,7 +286,7 @@ func TestExactlyOncePerAckID(t *testing.T) {
 			switch id {
 			case "p":
 				var ie *IDError
-				if !errors.As(err, &ie) || !ie.InvalidAckID() || !errors.Is(err, ErrPermanent) {
+				if !errors.As(err, &ie) || ie.Reason != ReasonInvalidAckID || !errors.Is(err, ErrPermanent) {
 					t.Fatalf("%s: %v, want a permanent invalid-ack-id error", id, err)
 				}
 			default:
@@ -302,7 +302,6 @@ func TestExactlyOncePerAckID(t *testing.T) {
 	})
 }
 
-// budgetStub is a flow budget that is at its limit while atLimit is set.
 // TestCloseGivesUp: Close bounded by its context aborts the RPCs in flight
 // and settles every result with ErrClosed; nothing is left running.
 func TestCloseGivesUp(t *testing.T) {
@@ -347,7 +346,7 @@ func TestCloseFlushes(t *testing.T) {
 	})
 }
 
-func TestConfigValidate(t *testing.T) {
+func TestNewValidatesConfig(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  Config
 		want string
@@ -358,9 +357,12 @@ func TestConfigValidate(t *testing.T) {
 		{Config{RetryDeadline: -time.Second}, "RetryDeadline"},
 		{Config{RPCTimeout: -time.Second}, "RPCTimeout"},
 	} {
-		err := tc.cfg.Validate()
+		a, err := New(&stubClient{}, testSub, tc.cfg)
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
-			t.Errorf("Validate(%+v) = %v, want mention of %q", tc.cfg, err, tc.want)
+			t.Errorf("New(%+v) = %v, want mention of %q", tc.cfg, err, tc.want)
+		}
+		if a != nil {
+			closeAck(t, a)
 		}
 	}
 	if _, err := New(nil, testSub, Config{}); err == nil {
@@ -425,8 +427,8 @@ func TestConcurrentUse(t *testing.T) {
 			<-done
 		}
 		closeAck(t, a)
-		if st := a.Stats(); st != (Stats{}) {
-			t.Fatalf("after Close: %+v", st)
+		if !a.isIdle() {
+			t.Fatal("after Close: ack ids still pending, in flight or retrying")
 		}
 		if len(confirmed) != workers*per {
 			t.Fatalf("confirmed %d distinct ack ids, want %d", len(confirmed), workers*per)

@@ -1,30 +1,118 @@
 package ack
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	gax "github.com/googleapis/gax-go/v2"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/internal/ackids"
 	"github.com/pubsubflow/pubsubflow/internal/event"
 	"github.com/pubsubflow/pubsubflow/internal/retry"
 )
 
+// kind is the RPC an ack id goes out with; each has its own in-flight
+// bound, so slow acks never hold back deadline extensions.
+type kind uint8
+
+const (
+	kindAck kind = iota
+	kindModack
+	numKinds
+)
+
+// batchKey identifies ack ids that can share a request.
+type batchKey struct {
+	kind    kind
+	seconds int32 // ModifyAckDeadline seconds
+	nack    bool  // reported as nacks (event.Nack)
+	eo      bool  // exactly-once: per-id failures, long retries
+}
+
+// op names a request's RPC as the official clients name its span.
+func (k batchKey) op() string {
+	if k.kind == kindAck {
+		return "ack"
+	}
+	if k.nack {
+		return "nack"
+	}
+	return "modack"
+}
+
+// bestEffort reports whether a failure of these ids loses nothing worth
+// waiting for once Close has begun: a nack nobody waits on, whose message
+// the server redelivers at its deadline anyway.
+func (k batchKey) bestEffort() bool { return k.nack && !k.eo }
+
+// budget is the encoded bytes of ack ids one request may carry: what
+// ackids.Split allows (it keeps 1 KiB for the other fields).
+const budget = ackids.MaxBytes - 1024
+
+// batch accumulates ack ids for one key. ids is only ever appended to or
+// cut from the front, and requests keep cap-limited prefixes of it, so
+// later appends never touch an id slice a request is sending.
+type batch struct {
+	key   batchKey
+	ids   []string
+	tags  []Tag // parallel to ids (nil entries: nobody listens)
+	bytes int   // encoded size of ids
+	flush bool  // send everything, partial chunks included
+	hint  int   // capacity for the next arrays (the last request's size)
+}
+
+func (b *batch) add(id string, t Tag) {
+	if b.ids == nil {
+		b.ids = make([]string, 0, min(max(b.hint, 16), ackids.MaxIDs))
+		b.tags = make([]Tag, 0, cap(b.ids))
+	}
+	b.ids = append(b.ids, id)
+	b.tags = append(b.tags, t)
+	b.bytes += ackids.EncodedSize(id)
+}
+
+// addAll appends many ids at once. An empty batch adopts the slices,
+// capped at their length, so that a later add copies them rather than
+// write past their end into an array the caller may have cut them from.
+func (b *batch) addAll(ids []string, tags []Tag) {
+	if len(b.ids) == 0 {
+		b.ids, b.tags = ids[:len(ids):len(ids)], tags[:len(tags):len(tags)]
+	} else {
+		b.ids, b.tags = append(b.ids, ids...), append(b.tags, tags...)
+	}
+	for _, id := range ids {
+		b.bytes += ackids.EncodedSize(id)
+	}
+}
+
+// full reports whether a whole request's worth is waiting.
+func (b *batch) full() bool { return len(b.ids) >= ackids.MaxIDs || b.bytes > budget }
+
+// reset empties the batch; capHint sizes the next arrays, made when the
+// next id comes (the arrays of sent ids belong to their requests now).
+func (b *batch) reset(capHint int) {
+	b.ids, b.tags, b.hint = nil, nil, capHint
+	b.bytes = 0
+	b.flush = false
+}
+
 // request is one RPC's worth of ack ids, through its retries.
 type request struct {
-	key     batchKey
-	ids     []string
-	tags    []Tag     // parallel to ids
-	start   time.Time // first attempt: the retry deadline counts from here
-	attempt int
-	bo      *gax.Backoff  // retry pauses, from the first retry on
-	due     time.Time     // next attempt, while waiting to be retried
-	err     error         // last failure
-	trace   func(Attempt) // ends the attempt's span when Config.Tracer is set
+	key   batchKey
+	ids   []string
+	tags  []Tag         // parallel to ids
+	start time.Time     // first attempt: the retry deadline counts from here
+	bo    *gax.Backoff  // retry pauses, from the first retry on
+	due   time.Time     // next attempt, while waiting to be retried
+	err   error         // last failure
+	trace func(Attempt) // ends the attempt's span when Config.Tracer is set
 }
 
 // dispatchLocked starts every RPC that is due and has a free slot: retries
@@ -35,7 +123,14 @@ func (a *Acknowledger) dispatchLocked() {
 		return
 	}
 	if len(a.retries) > 0 {
-		a.dispatchRetriesLocked(time.Now())
+		now := time.Now()
+		a.retries = slices.DeleteFunc(a.retries, func(r *request) bool {
+			due := !r.due.After(now) && a.inflight[r.key.kind] < a.cfg.MaxInFlight
+			if due {
+				a.startLocked(r)
+			}
+			return due
+		})
 	}
 	for _, b := range a.order {
 		if len(b.ids) > 0 {
@@ -44,22 +139,9 @@ func (a *Acknowledger) dispatchLocked() {
 	}
 }
 
-func (a *Acknowledger) dispatchRetriesLocked(now time.Time) {
-	kept := a.retries[:0]
-	for _, r := range a.retries {
-		if !r.due.After(now) && a.inflight[r.key.kind] < a.cfg.MaxInFlight {
-			a.startLocked(r)
-			continue
-		}
-		kept = append(kept, r)
-	}
-	clear(a.retries[len(kept):])
-	a.retries = kept
-}
-
 // dispatchBatchLocked cuts requests from the front of b with ackids.Split
 // while slots are free. A partial last chunk stays unless the batch is
-// being flushed or its kind is idle.
+// being flushed or its kind may send now.
 func (a *Acknowledger) dispatchBatchLocked(b *batch) {
 	k := b.key.kind
 	if a.inflight[k] >= a.cfg.MaxInFlight {
@@ -71,33 +153,24 @@ func (a *Acknowledger) dispatchBatchLocked(b *batch) {
 	}
 	sent, sentBytes, stopped := 0, 0, false
 	ackids.Split(b.ids, 0, 0, func(chunk []string) {
-		if stopped || a.inflight[k] >= a.cfg.MaxInFlight {
+		n := len(chunk)
+		partial := !all && sent+n == len(b.ids) && n < ackids.MaxIDs
+		if stopped || partial || a.inflight[k] >= a.cfg.MaxInFlight {
 			stopped = true
 			return
 		}
-		if !all && sent+len(chunk) == len(b.ids) && len(chunk) < ackids.MaxIDs {
-			stopped = true // a partial last chunk waits behind the RPC in flight
-			return
-		}
-		r := &request{key: b.key, ids: chunk[:len(chunk):len(chunk)], start: time.Now()}
-		r.tags = b.tags[sent : sent+len(chunk) : sent+len(chunk)]
 		for _, id := range chunk {
 			sentBytes += ackids.EncodedSize(id)
 		}
-		sent += len(chunk)
-		a.startLocked(r)
+		a.startLocked(&request{key: b.key, ids: chunk[:n:n], tags: b.tags[sent : sent+n : sent+n], start: time.Now()})
+		sent += n
 	})
-	if sent == 0 {
-		return
-	}
 	a.pending -= sent
 	if sent == len(b.ids) {
 		b.reset(sent)
 		return
 	}
-	b.ids = b.ids[sent:]
-	b.tags = b.tags[sent:]
-	b.bytes -= sentBytes
+	b.ids, b.tags, b.bytes = b.ids[sent:], b.tags[sent:], b.bytes-sentBytes
 }
 
 func (a *Acknowledger) startLocked(r *request) {
@@ -120,322 +193,202 @@ func (a *Acknowledger) run(r *request) {
 			return
 		}
 	}
-	r.attempt++
 	if a.cfg.Tracer != nil {
 		r.trace = a.cfg.Tracer.StartRPC(r.key.op(), r.key.seconds, r.ids, r.tags)
 	}
 	a.complete(r, a.call(r))
 }
 
-// bestEffortAfterClose reports whether ids of key are no longer retried
-// because Close has begun: a nack nobody waits on (not exactly-once) that
-// fails loses nothing — the server redelivers the message at its deadline
-// — so Close does not wait out its backoff.
-func (a *Acknowledger) bestEffortAfterClose(key batchKey) bool {
-	if !key.nack || key.eo {
-		return false
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.closed
-}
-
 // dropLapsed leaves out of r the acks whose message has lapsed (Lapser):
-// their tags hear ErrLapsed, and the server never sees them.
+// their tags hear ErrLapsed, and the server never sees them. r's arrays
+// are its own, so they are compacted in place.
 func (a *Acknowledger) dropLapsed(r *request) {
 	now := time.Now()
-	lapsed := func(t Tag) bool {
-		l, ok := t.(Lapser)
-		return ok && l.Lapsed(now)
-	}
-	if !slices.ContainsFunc(r.tags, lapsed) {
-		return // the common case: nothing lapsed, nothing copied
-	}
-	var ids []string
-	var tags []Tag
-	var gone []int
+	n := 0
 	for i, t := range r.tags {
-		if lapsed(t) {
-			gone = append(gone, i)
+		if l, ok := t.(Lapser); ok && l.Lapsed(now) {
+			t.AckDone(&IDError{AckID: r.ids[i], Kind: ErrLapsed})
 			continue
 		}
-		ids, tags = append(ids, r.ids[i]), append(tags, t)
+		r.ids[n], r.tags[n] = r.ids[i], t
+		n++
 	}
-	for _, i := range gone {
-		r.tags[i].AckDone(&IDError{AckID: r.ids[i], Kind: ErrLapsed})
-	}
-	r.ids, r.tags = ids, tags
-	a.mu.Lock()
-	a.unacked -= int64(len(gone))
-	a.mu.Unlock()
+	r.ids, r.tags = r.ids[:n], r.tags[:n]
 }
 
 func (a *Acknowledger) call(r *request) error {
 	ctx, cancel := context.WithTimeout(a.ctx, a.cfg.RPCTimeout)
 	defer cancel()
-	var err error
 	if r.key.kind == kindAck {
-		_, err = a.client.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: a.sub, AckIds: r.ids})
-		if err != nil {
-			err = fmt.Errorf("ack: Acknowledge %d ack ids: %w", len(r.ids), err)
+		if _, err := a.client.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: a.sub, AckIds: r.ids}); err != nil {
+			return fmt.Errorf("ack: Acknowledge %d ack ids: %w", len(r.ids), err)
 		}
-	} else {
-		_, err = a.client.ModifyAckDeadline(ctx, &pubsubpb.ModifyAckDeadlineRequest{Subscription: a.sub, AckIds: r.ids, AckDeadlineSeconds: r.key.seconds})
-		if err != nil {
-			err = fmt.Errorf("ack: ModifyAckDeadline(%ds) %d ack ids: %w", r.key.seconds, len(r.ids), err)
-		}
+		return nil
 	}
-	return err
+	req := &pubsubpb.ModifyAckDeadlineRequest{Subscription: a.sub, AckIds: r.ids, AckDeadlineSeconds: r.key.seconds}
+	if _, err := a.client.ModifyAckDeadline(ctx, req); err != nil {
+		return fmt.Errorf("ack: ModifyAckDeadline(%ds) %d ack ids: %w", r.key.seconds, len(r.ids), err)
+	}
+	return nil
 }
 
-// outcome sorts a request's ack ids after an attempt.
+// outcome sorts a request's ack ids, by index, after a failed attempt.
 type outcome struct {
-	ok     int      // confirmed
-	failed []int    // indexes failed for good
-	reason []string // their per-id reasons ("" when the RPC's)
-	retry  []int    // indexes to retry
+	ok, failed, retry []int
+	reasons           map[string]string // per ack id (nil: the failure is the RPC's)
 }
 
-func (a *Acknowledger) classify(r *request, err error) outcome {
-	if err == nil {
-		return outcome{ok: len(r.ids)}
-	}
-	var o outcome
-	if reasons := ackids.FailureReasons(err); reasons != nil {
-		for i, id := range r.ids {
-			switch reason, has := reasons[id]; {
-			case !has:
-				o.ok++ // the server applied the ids it did not list
-			case ackids.Transient(reason):
-				o.retry = append(o.retry, i)
-			default:
-				o.failed = append(o.failed, i)
-				o.reason = append(o.reason, reason)
+const transientPrefix, permanentPrefix = "TRANSIENT_FAILURE_", "PERMANENT_FAILURE_"
+
+// classify sorts ids after an attempt that failed with err. An
+// exactly-once failure maps ack ids to TRANSIENT_FAILURE_* and
+// PERMANENT_FAILURE_* reasons in an errdetails.ErrorInfo's metadata (ids
+// it does not list were applied); without such entries, whatever other
+// ErrorInfo err carries (AIP-193 attaches one to most errors), the
+// failure is the whole RPC's and its status decides for all.
+func classify(ids []string, err error) (o outcome) {
+	st, _ := status.FromError(err)
+	for _, d := range st.Details() {
+		info, _ := d.(*errdetails.ErrorInfo)
+		for id, reason := range info.GetMetadata() {
+			if strings.HasPrefix(reason, transientPrefix) || strings.HasPrefix(reason, permanentPrefix) {
+				if o.reasons == nil {
+					o.reasons = map[string]string{}
+				}
+				o.reasons[id] = reason
 			}
 		}
-		return o
 	}
-	idx := make([]int, len(r.ids))
-	for i := range idx {
-		idx[i] = i
-	}
-	if retry.Transient(err) {
-		o.retry = idx
-	} else {
-		o.failed = idx
-		o.reason = make([]string, len(idx))
+	retryAll := o.reasons == nil && retry.Transient(err)
+	for i, id := range ids {
+		reason, has := o.reasons[id]
+		switch {
+		case retryAll || strings.HasPrefix(reason, transientPrefix):
+			o.retry = append(o.retry, i)
+		case o.reasons == nil || has:
+			o.failed = append(o.failed, i)
+		default:
+			o.ok = append(o.ok, i)
+		}
 	}
 	return o
 }
 
-// complete settles an attempt: confirmed ids resolve, permanent failures
-// fail, transient ones wait for their backoff unless the retry deadline
-// has passed or the acknowledger was closed.
+// complete settles an attempt, traces it, and gives back its slot, with
+// the ids to retry queued (after Close gave up, those fail instead).
 func (a *Acknowledger) complete(r *request, err error) {
 	a.mu.Lock()
-	aborted := a.aborted
+	aborted, closed := a.aborted, a.closed
 	a.mu.Unlock()
-
-	var s settlement
+	var o outcome
+	var again *request
 	if err != nil && aborted {
-		a.failAll(r, ErrClosed, err)
+		o.failed = a.fail(r, nil, nil, ErrClosed, err)
 	} else {
-		s = a.settle(r, err, time.Now())
+		o, again = a.settle(r, err, closed)
 	}
 	if r.trace != nil {
-		r.trace(traceAttempt(len(r.ids), err, err != nil && aborted, s.exhausted, s.o))
+		r.trace(Attempt{Err: err, Failed: o.failed, Retry: o.retry})
 	}
-
 	a.mu.Lock()
-	if s.again != nil && a.aborted {
-		defer a.failAll(s.again, ErrClosed, err) // after the unlock below
-		s.again = nil
-	}
-	a.endAttemptLocked(r, s.again)
-	a.mu.Unlock()
-
-	for _, e := range s.evs {
-		a.events.Emit(e)
-	}
-	// Flush and Close return only once the outcome is reported: a caller
-	// that flushed finds the outcome told and the events seen.
-	a.mu.Lock()
-	a.reporting--
-	a.noteIdleLocked()
-	a.mu.Unlock()
-}
-
-// settlement is what settle decided for an attempt, for complete to act
-// on once the acknowledger's counts are updated.
-type settlement struct {
-	o         outcome
-	evs       []event.Event // to emit
-	again     *request      // the ids to retry after their backoff (nil: none)
-	exhausted bool          // the retries ran out (for the trace)
-}
-
-// settle sorts an attempt that was not aborted: it resolves the ids the
-// server accepted, fails the permanent failures, and leaves the transient
-// ones to retryLater.
-func (a *Acknowledger) settle(r *request, err error, now time.Time) settlement {
-	s := settlement{o: a.classify(r, err)}
-	a.resolveOK(r, s.o, err == nil, now)
-	if s.o.ok > 0 {
-		switch {
-		case r.key.kind == kindAck:
-			s.evs = append(s.evs, event.Event{Kind: event.Ack, Subscription: a.sub, Count: s.o.ok})
-		case r.key.nack:
-			s.evs = append(s.evs, event.Event{Kind: event.Nack, Subscription: a.sub, Count: s.o.ok})
+	lost := again
+	if !a.aborted {
+		lost = nil
+		if again != nil {
+			a.retries = append(a.retries, again)
 		}
-	}
-	if n := len(s.o.failed); n > 0 {
-		first := a.failIndexes(r, s.o.failed, s.o.reason, ErrPermanent, err)
-		s.evs = append(s.evs, event.Event{Kind: event.AckFailed, Subscription: a.sub, Count: n, Err: first})
-		a.log.Warn("pubsubflow: ack ids failed for good", "subscription", a.sub, "count", n, "err", first)
-	}
-	if len(s.o.retry) > 0 {
-		a.retryLater(r, err, now, &s)
-	}
-	return s
-}
-
-// retryLater sets s.again to the transient failures of r, due after
-// their backoff, unless that pause would pass the retry deadline or they
-// are best-effort nacks after Close: then they fail with
-// ErrRetryExhausted, so no id is retried past its deadline.
-func (a *Acknowledger) retryLater(r *request, err error, now time.Time, s *settlement) {
-	again := r.subset(s.o.retry)
-	again.err = err
-	again.bo = r.pauses()
-	delay := again.bo.Pause()
-	n := len(again.ids)
-	if now.Add(delay).After(r.start.Add(a.cfg.retryDeadline(r.key.eo))) || a.bestEffortAfterClose(r.key) {
-		first := a.failIndexes(again, nil, nil, ErrRetryExhausted, err)
-		s.evs = append(s.evs, event.Event{Kind: event.AckFailed, Subscription: a.sub, Count: n, Err: first})
-		a.log.Warn("pubsubflow: ack retries exhausted", "subscription", a.sub, "count", n, "err", err)
-		s.exhausted = true
-		return
-	}
-	again.due = now.Add(delay)
-	s.again = again
-	s.evs = append(s.evs, event.Event{Kind: event.Retry, Subscription: a.sub, Count: n, Delay: delay, Err: err})
-	a.log.Debug("pubsubflow: ack retry", "subscription", a.sub, "count", n, "delay", delay, "err", err)
-}
-
-// endAttemptLocked gives back r's slot and queues again (its ids to
-// retry, or nil), then starts what the free slot lets go. The attempt
-// counts as reporting until complete has told the events, so
-// that Flush and Close wait for that.
-func (a *Acknowledger) endAttemptLocked(r, again *request) {
-	finished := len(r.ids)
-	if again != nil {
-		finished -= len(again.ids)
-		a.retries = append(a.retries, again)
-		a.armRetryLocked()
 	}
 	a.inflight[r.key.kind]--
 	if r.key.eo {
 		a.eoInflight[r.key.kind]--
 	}
-	if r.key.counts() {
-		a.unacked -= int64(finished)
-	}
-	a.reporting++
 	a.dispatchLocked()
 	a.armRetryLocked()
+	a.noteIdleLocked()
+	a.mu.Unlock()
+	if lost != nil {
+		a.fail(lost, nil, nil, ErrClosed, err)
+	}
 }
 
-// resolveOK tells the tags of the ids the server accepted.
-func (a *Acknowledger) resolveOK(r *request, o outcome, all bool, now time.Time) {
-	if o.ok == 0 {
-		return
+// settle resolves the ids the server accepted and fails the permanent
+// failures. The transient ones it returns as the request to retry after
+// their backoff, unless that would pass their retry deadline or they are
+// best-effort and Close has begun: then they fail with ErrRetryExhausted.
+func (a *Acknowledger) settle(r *request, err error, closed bool) (outcome, *request) {
+	now := time.Now()
+	var o outcome
+	if err != nil {
+		o = classify(r.ids, err)
 	}
-	if all {
-		if a.cfg.Confirmed != nil {
-			a.cfg.Confirmed(r.tags, now)
-			return
+	if n := a.resolve(r, err, o, now); n > 0 && (r.key.kind == kindAck || r.key.nack) {
+		kind := event.Nack
+		if r.key.kind == kindAck {
+			kind = event.Ack
 		}
-		for _, t := range r.tags {
-			if t != nil {
+		a.cfg.Events.Emit(event.Event{Kind: kind, Subscription: a.sub, Count: n})
+	}
+	if len(o.failed) > 0 {
+		a.fail(r, o.failed, o.reasons, ErrPermanent, err)
+	}
+	if len(o.retry) == 0 {
+		return o, nil
+	}
+	again := r.subset(o.retry)
+	again.err = err
+	delay := again.pauses().Pause()
+	limit := cmp.Or(a.cfg.RetryDeadline, defaultRetryDeadline)
+	if r.key.eo {
+		limit = cmp.Or(a.cfg.RetryDeadline, eoRetryDeadline)
+	}
+	if now.Add(delay).After(r.start.Add(limit)) || closed && r.key.bestEffort() {
+		a.fail(again, nil, nil, ErrRetryExhausted, err)
+		o.failed, o.retry = append(o.failed, o.retry...), nil
+		return o, nil
+	}
+	again.due = now.Add(delay)
+	a.cfg.Events.Emit(event.Event{Kind: event.Retry, Subscription: a.sub, Count: len(again.ids), Delay: delay, Err: err})
+	a.cfg.Logger.Debug("pubsubflow: ack retry", "subscription", a.sub, "count", len(again.ids), "delay", delay, "err", err)
+	return o, again
+}
+
+// resolve tells the tags of the ids the server accepted (all of them at
+// once through Config.Confirmed when err is nil) and returns how many.
+func (a *Acknowledger) resolve(r *request, err error, o outcome, now time.Time) int {
+	if err != nil {
+		for _, i := range o.ok {
+			if t := r.tags[i]; t != nil {
 				t.AckDone(nil)
 			}
 		}
-		return
+		return len(o.ok)
 	}
-	done := make([]bool, len(r.ids))
-	for _, i := range o.failed {
-		done[i] = true
+	if a.cfg.Confirmed != nil && len(r.tags) > 0 {
+		a.cfg.Confirmed(r.tags, now)
+		return len(r.tags)
 	}
-	for _, i := range o.retry {
-		done[i] = true
-	}
-	for i, t := range r.tags {
-		if !done[i] && t != nil {
+	for _, t := range r.tags {
+		if t != nil {
 			t.AckDone(nil)
 		}
 	}
+	return len(r.tags)
 }
 
-// subset is a new request for the given indexes of r (for a retry).
+// subset is the request of r's ids at idx (for a retry).
 func (r *request) subset(idx []int) *request {
-	if len(idx) == len(r.ids) {
-		return &request{key: r.key, ids: r.ids, tags: r.tags, start: r.start, attempt: r.attempt, bo: r.bo}
+	s := *r
+	if len(idx) < len(r.ids) {
+		s.ids, s.tags = make([]string, len(idx)), make([]Tag, len(idx))
+		for j, i := range idx {
+			s.ids[j], s.tags[j] = r.ids[i], r.tags[i]
+		}
 	}
-	s := &request{key: r.key, ids: make([]string, len(idx)), tags: make([]Tag, len(idx)), start: r.start, attempt: r.attempt, bo: r.bo}
-	for j, i := range idx {
-		s.ids[j] = r.ids[i]
-		s.tags[j] = r.tags[i]
-	}
-	return s
+	return &s
 }
 
-// failIndexes tells the tags of the given indexes of r (all when idx is
-// nil) that they failed with an *IDError of kind, and returns the first
-// such error (for the event). Exactly-once ids get an error each (their
-// reason differs); the others share the first.
-func (a *Acknowledger) failIndexes(r *request, idx []int, reasons []string, kind, err error) error {
-	n := len(idx)
-	if idx == nil {
-		n = len(r.ids)
-	}
-	var first error
-	for j := range n {
-		i := j
-		if idx != nil {
-			i = idx[j]
-		}
-		t := r.tags[i]
-		if first != nil && !r.key.eo {
-			if t != nil {
-				t.AckDone(first)
-			}
-			continue
-		}
-		e := &IDError{AckID: r.ids[i], Kind: kind, Err: err}
-		if reasons != nil {
-			e.Reason = reasons[j]
-		}
-		if first == nil {
-			first = e
-		}
-		if t != nil {
-			t.AckDone(e)
-		}
-	}
-	return first
-}
-
-// failAll fails every ack id of r with kind and reports them.
-func (a *Acknowledger) failAll(r *request, kind, err error) {
-	if len(r.ids) == 0 {
-		return
-	}
-	a.emitFailed(len(r.ids), a.failIndexes(r, nil, nil, kind, err))
-}
-
-// pauses returns the request's retry pauses (internal/retry's backoff):
-// from 100 ms up to 60 s, or for exactly-once from 1 s up to 64 s, as
-// Google's clients.
+// pauses returns the request's retry pauses: from 100 ms up to 60 s, or
+// for exactly-once from 1 s up to 64 s, as Google's clients.
 func (r *request) pauses() *gax.Backoff {
 	if r.bo == nil {
 		bo := retry.Backoff(100*time.Millisecond, 60*time.Second)
@@ -445,4 +398,41 @@ func (r *request) pauses() *gax.Backoff {
 		r.bo = &bo
 	}
 	return r.bo
+}
+
+// fail tells the tags of r's ids at idx (all when idx is nil) that they
+// failed with an *IDError of kind, reports them as one AckFailed event,
+// and returns the indexes. Exactly-once ids get an error each (their
+// reasons differ); the others share the first.
+func (a *Acknowledger) fail(r *request, idx []int, reasons map[string]string, kind, err error) []int {
+	if idx == nil {
+		idx = make([]int, len(r.ids))
+		for i := range idx {
+			idx[i] = i
+		}
+	}
+	if len(idx) == 0 {
+		return idx
+	}
+	var first, e error
+	for _, i := range idx {
+		if first == nil || r.key.eo {
+			e = &IDError{AckID: r.ids[i], Reason: reasons[r.ids[i]], Kind: kind, Err: err}
+			if first == nil {
+				first = e
+			}
+		}
+		if t := r.tags[i]; t != nil {
+			t.AckDone(e)
+		}
+	}
+	a.cfg.Events.Emit(event.Event{Kind: event.AckFailed, Subscription: a.sub, Count: len(idx), Err: first})
+	a.cfg.Logger.Warn(failMsg[kind], "subscription", a.sub, "count", len(idx), "err", first)
+	return idx
+}
+
+var failMsg = map[error]string{
+	ErrPermanent:      "pubsubflow: ack ids failed for good",
+	ErrRetryExhausted: "pubsubflow: ack retries exhausted",
+	ErrClosed:         "pubsubflow: ack ids failed",
 }

@@ -26,8 +26,8 @@ func ExampleNew() {
 		fmt.Println(err)
 		return
 	}
-	acks.Ack(resp.ReceivedMessages[0].AckId) // sent at once: nothing is in flight
-	acks.Nack(resp.ReceivedMessages[1].AckId, 0)
+	acks.AckTag(resp.ReceivedMessages[0].AckId, false, nil) // sent at once: nothing is in flight
+	acks.NackTag(resp.ReceivedMessages[1].AckId, 0, false, nil)
 	if err := acks.Close(ctx); err != nil { // flushes first
 		fmt.Println(err)
 	}
@@ -36,7 +36,7 @@ func ExampleNew() {
 	// Output: acked: 1 nacked: 1
 }
 
-func ExampleAcknowledger_AckWithResult() {
+func ExampleAcknowledger_AckTag() {
 	ctx := context.Background()
 	srv, _ := pubsubtest.NewServer()
 	defer srv.Close()
@@ -49,9 +49,12 @@ func ExampleAcknowledger_AckWithResult() {
 
 	acks, _ := ack.New(client, sub, ack.Config{})
 	defer acks.Close(ctx)
-	live := acks.AckWithResult(resp.ReceivedMessages[0].AckId)
+	var live, bogus ack.Result // an exactly-once ack's Tag: its fate can be waited on
+	live.Init()
+	bogus.Init()
+	acks.AckTag(resp.ReceivedMessages[0].AckId, true, &live)
 	fmt.Println("live:", live.Wait(ctx))
-	bogus := acks.AckWithResult("no-such-ack-id")
+	acks.AckTag("no-such-ack-id", true, &bogus)
 	fmt.Println("bogus:", bogus.Wait(ctx) != nil)
 	// Output:
 	// live: <nil>

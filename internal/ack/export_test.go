@@ -6,55 +6,52 @@ import "time"
 // and ModackTags, the calls production makes; each returns a Result when
 // it is exactly-once.
 
+func newResult() *Result {
+	r := new(Result)
+	r.Init()
+	return r
+}
+
 // Ack queues an ack (fire and forget: failures are reported as events).
-func (a *Acknowledger) Ack(ackID string) *Result {
-	return a.enqueue(batchKey{kind: kindAck}, ackID)
-}
+func (a *Acknowledger) Ack(ackID string) { a.AckTag(ackID, false, nil) }
 
-// AckWithResult queues an exactly-once ack: the Result settles with nil
-// when the server confirmed it, or with an *IDError.
+// AckWithResult queues an exactly-once ack.
 func (a *Acknowledger) AckWithResult(ackID string) *Result {
-	return a.enqueue(batchKey{kind: kindAck, eo: true}, ackID)
+	r := newResult()
+	a.AckTag(ackID, true, r)
+	return r
 }
 
-// Nack queues a nack: redelivery after delay (a ModifyAckDeadline of delay
-// rounded up to whole seconds, at most 600 s; 0 means now).
-func (a *Acknowledger) Nack(ackID string, delay time.Duration) *Result {
-	return a.enqueue(batchKey{kind: kindModack, seconds: DelaySeconds(delay), nack: true}, ackID)
-}
+// Nack queues a nack after delay.
+func (a *Acknowledger) Nack(ackID string, delay time.Duration) { a.NackTag(ackID, delay, false, nil) }
 
-// NackWithResult is Nack with exactly-once handling (see AckWithResult).
+// NackWithResult queues an exactly-once nack after delay.
 func (a *Acknowledger) NackWithResult(ackID string, delay time.Duration) *Result {
-	return a.enqueue(batchKey{kind: kindModack, seconds: DelaySeconds(delay), nack: true, eo: true}, ackID)
+	r := newResult()
+	a.NackTag(ackID, delay, true, r)
+	return r
 }
 
-// Modack queues a deadline modification to seconds from now (clamped to
-// 0–600; 0 is a nack).
-func (a *Acknowledger) Modack(ackID string, seconds int32) *Result {
-	return a.enqueue(batchKey{kind: kindModack, seconds: clampSeconds(seconds)}, ackID)
+// Modack queues a deadline modification to seconds from now.
+func (a *Acknowledger) Modack(ackID string, seconds int32) {
+	a.ModackTags([]string{ackID}, seconds, false, nil)
 }
 
-// ModackWithResult is Modack with exactly-once handling (see
-// AckWithResult): its Result settles when the server confirmed the
-// deadline.
+// ModackWithResult queues an exactly-once deadline modification.
 func (a *Acknowledger) ModackWithResult(ackID string, seconds int32) *Result {
-	return a.enqueue(batchKey{kind: kindModack, seconds: clampSeconds(seconds), eo: true}, ackID)
+	r := newResult()
+	a.ModackTags([]string{ackID}, seconds, true, []Tag{r})
+	return r
 }
 
-// Modacks queues one deadline modification for many ack ids (lease
-// extension), without results and without exactly-once handling.
+// Modacks queues one deadline modification for many ack ids.
 func (a *Acknowledger) Modacks(ackIDs []string, seconds int32) {
 	a.ModackTags(ackIDs, seconds, false, nil)
 }
 
-// enqueue queues ackID under key, with a Result when key is exactly-once.
-func (a *Acknowledger) enqueue(key batchKey, ackID string) *Result {
-	var r *Result
-	if key.eo {
-		r = NewResult()
-		a.enqueueTag(key, ackID, r)
-	} else {
-		a.enqueueTag(key, ackID, nil)
-	}
-	return r
+// isIdle reports whether nothing is pending, in flight or retrying.
+func (a *Acknowledger) isIdle() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.pending == 0 && len(a.retries) == 0 && a.inflight == [numKinds]int{}
 }

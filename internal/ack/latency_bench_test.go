@@ -62,7 +62,7 @@ func benchmarkAckLatency(b *testing.B, eo bool) {
 				}
 				id := ackIDs[i]
 				start := time.Now()
-				r := NewResult()
+				r := newResult()
 				a.AckTag(id, eo, r)
 				if err := r.Wait(ctx); err != nil {
 					b.Error(err)

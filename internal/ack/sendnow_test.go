@@ -29,7 +29,7 @@ func sendsAtOnceThenCoalesces(t *testing.T, eo bool) {
 		}}
 		a := newAck(t, c, Config{})
 		start := time.Now()
-		first := NewResult()
+		first := newResult()
 		a.AckTag("first", eo, first)
 		synctest.Wait()
 		calls := c.snapshot()

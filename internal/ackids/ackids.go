@@ -33,11 +33,10 @@ func Split(ids []string, maxIDs, maxBytes int, emit func(chunk []string)) {
 	if maxBytes <= 0 {
 		maxBytes = MaxBytes
 	}
-	budget := maxBytes - overhead
 	start, size := 0, 0
 	for i, id := range ids {
 		n := EncodedSize(id)
-		if i > start && (i-start >= maxIDs || size+n > budget) {
+		if i > start && (i-start >= maxIDs || size+n > maxBytes-overhead) {
 			emit(ids[start:i])
 			start, size = i, 0
 		}
