@@ -19,20 +19,16 @@ import (
 )
 
 // BatchOptions configure RunBatches. The zero value means batches of up
-// to 100 messages, none waiting more than a second.
-//
-// A Size (or Bytes) larger than the flow budget is allowed: a batch is
-// also handed on as soon as the budget is spent and every message
-// received has reached the batcher, since nothing more can arrive until
-// something is settled.
+// to 100 messages, none waiting more than a second. A Size above the flow
+// budget is allowed: a batch also goes once the budget is spent.
 type BatchOptions struct {
 	// Size is the most messages in a batch (default 100).
 	Size int
-	// Bytes, if set, is the most bytes in a batch, counted as flow control
-	// counts them (Message.Size); a larger message goes alone.
+	// Bytes, if set, is the most bytes (Message.Size) in a batch; a larger
+	// message goes alone.
 	Bytes int
 	// Wait is the longest a message waits for its batch to fill (default
-	// 1 s). Messages stay leased while they wait.
+	// 1 s), leased meanwhile.
 	Wait time.Duration
 }
 
@@ -48,31 +44,20 @@ func (o BatchOptions) operators() operators.BatchOptions[*Message] {
 	return operators.BatchOptions[*Message]{Size: o.Size, Bytes: o.Bytes, SizeOf: (*Message).Size, Wait: o.Wait, Ordered: true}
 }
 
-// BatchHandler processes a batch of messages. It may settle messages one
-// by one (m.Nack() for a bad row); returning nil then applies OnSuccess
-// (default ack) to the messages it left unsettled, an error OnFailure
-// (default nack). A panic nacks the unsettled messages. It must return
-// when ctx is done. The slice is the handler's to change: what is settled
-// is what it was handed.
+// BatchHandler processes a batch of messages. It may settle some itself;
+// returning nil applies OnSuccess (default ack) to the rest, an error
+// OnFailure (default nack), a panic nacks them. It must return when ctx
+// is done. The slice is the handler's to change.
 type BatchHandler func(ctx context.Context, ms []*Message) error
 
 // RunBatches is Run for a handler that takes batches: parallelism workers
-// each call handler with a batch, handed on when it has Size messages or
-// Bytes bytes, when its oldest message has waited Wait, or when the flow
-// budget is spent and every message received has reached the batcher.
-// That last flush assumes RunBatches is the subscriber's only consumer.
-// Messages count as Processing once they leave the source for the
-// batcher; one whose lease ended while it waited is left out.
-//
-// When the subscription orders by key (or Ordering is set, or a message
-// arrives marked Ordered), a batch holds one ordering key's messages in
-// order, and a key's next batch goes only after the previous one was
-// settled. Messages without a key are batched over parallelism lanes.
-//
-// Stopping is Run's: what was received is batched and handled within
-// DrainTimeout, then RunBatches returns nil; a terminal stream error is
-// returned. With a TracerProvider each message gets its process span,
-// ended when the handler returns; the handler's ctx carries none.
+// each call handler with a batch, handed on at Size messages or Bytes
+// bytes, after Wait, or when the flow budget is spent and every message
+// received has reached the batcher (assuming RunBatches is the only
+// consumer). A message whose lease ended while it waited is left out.
+// When the subscription orders by key (or a message says so), a batch
+// holds one key's messages in order, and a key's next batch goes only
+// once the previous one is settled. Stopping is Run's.
 func (s *Subscriber) RunBatches(ctx context.Context, parallelism int, opt BatchOptions, handler BatchHandler) error {
 	if err := checkRun("RunBatches", parallelism, handler == nil); err != nil {
 		return err
@@ -84,12 +69,9 @@ func (s *Subscriber) RunBatches(ctx context.Context, parallelism int, opt BatchO
 		w := &batchWorkers{s: s, n: parallelism, h: handler, handedBase: uint64(s.c.handed.Load())}
 		bopt := opt.operators()
 		bopt.Idle = w.noMoreForNow
+		bopt.Key, bopt.OrderedKey = orderedKeyOf, isOrderingKey // only what needsOrder keeps order
 		if s.ordered {
-			bopt.Key = batchKey(parallelism)
-		} else {
-			// Only the messages whose response says so keep their order;
-			// the others share one free key.
-			bopt.Key, bopt.OrderedKey = orderedKeyOf, isOrderingKey
+			bopt.Key, bopt.OrderedKey = batchKey(parallelism), nil
 		}
 		b := operators.Batch(bopt)
 		w.release = b.Release
@@ -98,12 +80,9 @@ func (s *Subscriber) RunBatches(ctx context.Context, parallelism int, opt BatchO
 }
 
 // noMoreForNow is the batcher's Idle: all the source handed on reached the
-// batcher (received), the source holds nothing, and the unsettled messages
-// fill the budget, so the server sends nothing until one is settled. Acks
-// on their way and messages being settled after their handler returned
-// are left out of the message count: they are about to make room. The
-// counters are read apart, so a racing settle may make one batch go early
-// or at the next event.
+// batcher, the source holds nothing, and the unsettled messages (less
+// those about to make room) fill the budget, so nothing more comes until
+// one is settled. A racing settle may make one batch go early or late.
 func (w *batchWorkers) noMoreForNow(received uint64) bool {
 	s := w.s
 	handed := s.c.handed.Load()
@@ -168,8 +147,8 @@ func (w *batchWorkers) Run(g *stage.Group, in <-chan []*Message) error {
 	return workers.Wait()
 }
 
-// handle runs the handler on a copy of b's live messages, settles what it
-// left by its result, and then releases b (its key's next batch may go).
+// handle runs the handler on b's live messages, settles what it left, and
+// releases b so its key's next batch may go.
 func (w *batchWorkers) handle(ctx context.Context, b []*Message) {
 	defer w.release(b)
 	s := w.s

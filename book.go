@@ -33,7 +33,7 @@ func (b *book) Receipt(message.Key) source.Receipt {
 
 func (b *book) receive(_ int, ms []*Message) {
 	if len(ms) > 0 {
-		b.s.own(ms[0]) // once: Streams finds the subscriber by its messages
+		b.s.own(ms[0])
 		b.s.told.check(b.s, ms[0])
 	}
 	nodes := make([]message.HoldNode, len(ms))

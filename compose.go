@@ -18,22 +18,16 @@ import (
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// Source returns the subscriber's source: its source.Source with
-// EagerTrack (on the subscriber's extender) and FlowGate (on its budget)
-// fused in, so every message is leased and counted where its response is
-// decoded. Pair it with Acknowledge, or settle each message yourself.
-//
-// Every pipeline from Source, and every Run, shares the subscriber's one
-// budget. A message counts as processing (Stats) once it leaves the
-// source. A pipeline started after Close began fails with ErrClosed. The
-// source ends when the subscriber shuts down (after settling its queued
-// messages with the OnShutdown outcome) or on a terminal stream error,
-// which the pipeline returns. A pipeline stopped by its own context or a
-// failing stage nacks what it was handed but did not settle.
+// Source returns the subscriber's source, with EagerTrack and FlowGate
+// fused in so every message is leased and counted where it is decoded;
+// pair it with Acknowledge. Every pipeline from Source, and every Run,
+// shares the subscriber's one budget. A pipeline started after Close
+// began fails with ErrClosed; one stopped by its own context or a failing
+// stage nacks what it was handed but did not settle.
 func (s *Subscriber) Source() stage.Source[*Message] { return &subSource{s: s, src: s.src} }
 
-// subSource is one run of the subscriber's source (src: Source's, or
-// Run's, which counts processing only once a handler starts).
+// subSource is one run of src: Source's, or Run's (which counts
+// processing only once a handler starts).
 type subSource struct {
 	s   *Subscriber
 	src *source.Source
@@ -82,23 +76,16 @@ func (s *Subscriber) Acknowledge() stage.Sink[*Message] { return sink.Acknowledg
 type Handler func(ctx context.Context, m *Message) error
 
 // Process returns the processing stage Run uses: parallelism workers
-// calling handler; when the subscription orders by key (or Ordering is
-// set), one message per ordering key at a time, in order. Once a message
-// arrives marked Ordered, the stage lets the handlers it started finish
-// and runs each key's messages one at a time from then on. A panicking
-// handler nacks its message and is logged.
-//
-// On a subscription not known to order by key, the stage stops taking
-// input and closes its output once Close has given up on the runs (past
-// the drain timeout), so it does not outlive Close in a pipeline of your
-// own.
+// calling handler, one message per ordering key at a time once the
+// subscription or a message says it orders by key (or Ordering is set).
+// A panicking handler nacks its message and is logged. It does not
+// outlive Close's drain timeout in a pipeline of your own.
 func (s *Subscriber) Process(parallelism int, handler Handler) stage.Flow[*Message, *Message] {
 	return s.process(parallelism, handler, nil)
 }
 
-// process is Process; emit, if set, filters what the workers pass on (Run
-// passes on only the unsettled messages). While the subscriber drains, a
-// worker settles what it takes with OnShutdown instead of handling it.
+// process is Process; emit, if set, filters what the workers pass on.
+// While draining, a worker settles what it takes with OnShutdown.
 func (s *Subscriber) process(parallelism int, handler Handler, emit func(*Message) bool) stage.Flow[*Message, *Message] {
 	var hc handlerCtx
 	call := func(ctx context.Context, m *Message) (*Message, error) {
@@ -185,16 +172,12 @@ func (h *handlerCtx) of(parent context.Context, s *Subscriber) context.Context {
 	return c.ctx
 }
 
-// Run receives and processes messages with parallelism workers calling
-// handler until ctx is done or the subscriber is closed (both mean: stop
-// and drain, then return nil), or a terminal error (subscription deleted,
-// permission denied), which it returns. It returns only after every
-// goroutine it started has exited, except handlers that ignore their
-// ctx: a second after the drain timeout, when their ctx was cancelled,
-// Run returns a *StuckHandlersError counting them (their messages nacked).
-//
-// Several Runs (and Source pipelines) may run at once on one subscriber;
-// they share its one budget.
+// Run processes messages with parallelism workers calling handler until
+// ctx is done or the subscriber is closed (both: drain, then return nil),
+// or a terminal error, which it returns. It returns once every goroutine
+// it started has exited; handlers that ignore their ctx are reported a
+// second past the drain timeout as a *StuckHandlersError. Several Runs
+// and Source pipelines may share one subscriber and its budget.
 func (s *Subscriber) Run(ctx context.Context, parallelism int, handler Handler) error {
 	if err := checkRun("Run", parallelism, handler == nil); err != nil {
 		return err
@@ -217,10 +200,8 @@ func checkRun(name string, parallelism int, nilHandler bool) error {
 	return nil
 }
 
-// runPipeline runs pipe (Run's or RunBatches') until ctx is done or the
-// subscriber is closed (both: stop, drain, return nil), or until it ends
-// with a terminal error, which it returns. pipe's context is cancelled
-// only past the drain timeout: cancelling ctx means drain, not abandon.
+// runPipeline runs pipe as Run says. pipe's context is cancelled only
+// past the drain timeout: cancelling ctx means drain, not abandon.
 func (s *Subscriber) runPipeline(ctx context.Context, pipe func(pctx context.Context) error) error {
 	if s.life.draining() {
 		return ErrClosed
@@ -229,7 +210,6 @@ func (s *Subscriber) runPipeline(ctx context.Context, pipe func(pctx context.Con
 	stop := context.AfterFunc(s.life.abandoned, cancel)
 	defer stop()
 	defer cancel()
-
 	done := make(chan error, 1)
 	go func() { done <- pipe(pctx) }()
 	select {
@@ -260,13 +240,11 @@ func runResult(err, closeErr error) error {
 	return closeErr
 }
 
-// stuckGrace is how long Run waits, after the drain timeout and the
-// cancellation of its handlers' ctx, for handlers to return.
+// stuckGrace is how long Run waits for handlers past their ctx's end.
 const stuckGrace = time.Second
 
 // StuckHandlersError is what Run returns when handlers ignore their ctx
-// and are still running after the drain timeout. Their messages were
-// nacked; Go cannot stop their goroutines.
+// past the drain timeout; their messages were nacked.
 type StuckHandlersError struct {
 	Running int // handlers still running when Run returned
 }

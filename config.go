@@ -24,16 +24,14 @@ import (
 // bound); it is flow.Unlimited, the one "no limit" of every config.
 const Unlimited = flow.Unlimited
 
-// minHeartbeatInterval bounds HeartbeatInterval: the service answers every
-// heartbeat on every stream.
+// minHeartbeatInterval: the service answers every heartbeat.
 const minHeartbeatInterval = time.Second
 
 // SubscriberConfig configures a Subscriber. The zero value means the
 // documented defaults; Validate reports bad values by field name.
 type SubscriberConfig struct {
-	// Conn or Client connect the subscriber (Client is the seam for tests);
-	// when both are nil it dials with Connect (PUBSUB_EMULATOR_HOST, or TLS
-	// and Application Default Credentials to pubsub.googleapis.com).
+	// Conn or Client connect the subscriber; when both are nil it dials
+	// with Connect.
 	Conn    grpc.ClientConnInterface
 	Client  pubsubpb.SubscriberClient
 	Connect ConnectOptions
@@ -41,37 +39,31 @@ type SubscriberConfig struct {
 	// StreamAckDeadline is the deadline the server gives each delivered
 	// message before the first extension: 10–600 s, default 60 s.
 	StreamAckDeadline time.Duration
-	// ClientID is sent on every stream; default random, stable for the
-	// subscriber's life.
+	// ClientID is sent on every stream; default random.
 	ClientID string
 	// MaxOutstandingMessages and MaxOutstandingBytes bound what the client
-	// holds unsettled, asked of the server and enforced by FlowGate.
-	// Defaults 1000 and 100 MiB; Unlimited turns a dimension off.
+	// holds unsettled: defaults 1000 and 100 MiB; Unlimited for none.
 	MaxOutstandingMessages int64
 	MaxOutstandingBytes    int64
 	// Streams is the number of StreamingPull streams, default 1.
 	Streams int
 	// HeartbeatInterval (default 30 s, 1 s–10 min) and HeartbeatTimeout
-	// (default 15 s or the interval if shorter, 1 ms–10 min, at most the
-	// interval): no server response within the timeout after a heartbeat
-	// restarts the stream.
+	// (default 15 s or the interval if shorter, at most the interval): no
+	// answer within the timeout after a heartbeat restarts the stream.
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
-	// Backoff is the delay between reconnects, reset only after a healthy
-	// stream (see source.Config.Backoff). Reconnect decides which stream
-	// failures are reconnected (true) and which end Run; nil means
-	// source.DefaultClassifier.
+	// Backoff is the delay between reconnects (see source.Config.Backoff).
+	// Reconnect decides which stream failures are retried (nil:
+	// source.DefaultClassifier).
 	Backoff   gax.Backoff
 	Reconnect func(source.Failure) bool
-	// ReconnectTimeout bounds how long the streams may keep failing without
-	// one healthy stream; then Run and Source pipelines end with a
-	// *source.UnreachableError. Default 2 min; Unlimited retries until the
-	// context ends.
+	// ReconnectTimeout bounds how long the streams may fail without one
+	// healthy stream before Run ends with a *source.UnreachableError
+	// (default 2 min; Unlimited for none).
 	ReconnectTimeout time.Duration
 
-	// Lease chooses the deadline strategy (default flow.Adaptive; or
-	// flow.Fixed). MaxExtension (default 60 min; Unlimited for none)
-	// bounds how long one message is held.
+	// Lease is the deadline strategy (default flow.Adaptive). MaxExtension
+	// bounds how long one message is held (default 60 min).
 	Lease        flow.Strategy
 	MaxExtension time.Duration
 
@@ -80,9 +72,8 @@ type SubscriberConfig struct {
 	OnSuccess Outcome
 	OnFailure Outcome
 	NackDelay time.Duration
-	// OnShutdown settles messages received but not yet processing at
-	// shutdown: default NackAfter with ShutdownNackDelay (5 s); Nack or
-	// NoOp also allowed.
+	// OnShutdown settles what was received but not processing at shutdown:
+	// default NackAfter with ShutdownNackDelay (5 s); or Nack, NoOp.
 	OnShutdown        Outcome
 	ShutdownNackDelay time.Duration
 	// DrainTimeout bounds how long shutdown waits for messages in
@@ -93,23 +84,19 @@ type SubscriberConfig struct {
 	// order, even if the subscription does not report message ordering.
 	Ordering bool
 
-	// Logger receives connection, lease and ack events and warnings (nil:
-	// slog.Default()).
+	// Logger receives events and warnings (nil: slog.Default()).
 	Logger *slog.Logger
-	// MeterProvider receives OpenTelemetry metrics (default none), each
-	// with a "subscription" attribute: counters pubsubflow.subscriber.
-	// received, .acked, .nacked, .extended, .expired, .reconnects; gauges
-	// .outstanding, .buffered, .processing; histogram .ack_latency
-	// (receipt to ack, seconds).
+	// MeterProvider receives the metrics pubsubflow.subscriber.received,
+	// .acked, .nacked, .extended, .expired, .reconnects, .outstanding,
+	// .buffered, .processing and .ack_latency (default none).
 	MeterProvider metric.MeterProvider
 	// TracerProvider, if set, traces every message as Google's clients do
-	// (the README's Tracing section). Default none: nothing is traced.
+	// (the README's Tracing section).
 	TracerProvider trace.TracerProvider
 }
 
-// ValidateSubscription checks a subscription name by the service's rules:
-// projects/PROJECT/subscriptions/ID, the id 3–255 of letters, digits and
-// -._~%+, starting with a letter and not with "goog".
+// ValidateSubscription checks a subscription name by the service's rules
+// (projects/PROJECT/subscriptions/ID).
 func ValidateSubscription(name string) error {
 	if err := limits.CheckName(limits.Subscriptions, name); err != nil {
 		return fmt.Errorf("pubsubflow: %w", err)
@@ -121,9 +108,8 @@ func fieldError(field string, format string, args ...any) error {
 	return fmt.Errorf("pubsubflow: SubscriberConfig.%s: %s", field, fmt.Sprintf(format, args...))
 }
 
-// Validate reports every bad value, each naming its field. The fields an
-// operator takes are checked by that operator's Validate on the configs
-// parts maps them to, so each rule is written once.
+// Validate reports every bad value, each naming its field. An operator's
+// fields are checked by its own Validate, so each rule is written once.
 func (c *SubscriberConfig) Validate() error {
 	src, ext, pol := c.parts("projects/p/subscriptions/stand-in")
 	errs := []error{wrapPart("", src.Validate()), wrapPart(" (Lease, MaxExtension)", ext.Validate()), wrapPart("", pol.Validate())}
@@ -165,8 +151,7 @@ func durationIn(field string, d, lo, hi time.Duration) error {
 	return nil
 }
 
-// parts maps c onto the configs of the operators the Subscriber composes:
-// the one place a SubscriberConfig field reaches an operator.
+// parts maps c onto the configs of the operators the Subscriber composes.
 func (c SubscriberConfig) parts(sub string) (source.Config, flow.ExtenderConfig, sink.Policy) {
 	src := source.Config{
 		Subscription:           sub,
@@ -190,28 +175,19 @@ func (c SubscriberConfig) parts(sub string) (source.Config, flow.ExtenderConfig,
 		MaxExtension:      c.MaxExtension,
 		TracerProvider:    c.TracerProvider,
 		Logger:            c.Logger,
-		// By the time shutdown closes the extender what was held is
-		// settled, so its modacks may not delay the shutdown much.
-		CloseTimeout: shutdownSlack,
+		CloseTimeout:      shutdownSlack, // what was held is settled by then
 	}
 	return src, ext, sink.Policy{OnSuccess: c.OnSuccess, OnFailure: c.OnFailure, NackDelay: c.NackDelay}
 }
 
-// withDefaults returns a copy with every zero field set to its default.
+// withDefaults sets the defaults the Subscriber reads itself; the
+// operators default the rest.
 func (c SubscriberConfig) withDefaults() SubscriberConfig {
-	c.StreamAckDeadline = cmp.Or(c.StreamAckDeadline, source.DefaultStreamAckDeadline)
-	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, source.DefaultHeartbeatInterval)
-	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, min(source.DefaultHeartbeatTimeout, c.HeartbeatInterval))
-	c.ReconnectTimeout = cmp.Or(c.ReconnectTimeout, source.DefaultReconnectTimeout)
-	c.MaxExtension = cmp.Or(c.MaxExtension, 60*time.Minute)
+	interval := cmp.Or(c.HeartbeatInterval, source.DefaultHeartbeatInterval)
+	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, min(source.DefaultHeartbeatTimeout, interval))
 	c.ShutdownNackDelay = cmp.Or(c.ShutdownNackDelay, 5*time.Second)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, source.DefaultDrainTimeout)
-	c.MaxOutstandingMessages = cmp.Or(c.MaxOutstandingMessages, source.DefaultMaxOutstandingMessages)
-	c.MaxOutstandingBytes = cmp.Or(c.MaxOutstandingBytes, source.DefaultMaxOutstandingBytes)
-	c.Streams = cmp.Or(c.Streams, 1)
-	c.OnSuccess = cmp.Or(c.OnSuccess, Ack) // the zero Outcome is "none set"
-	c.OnFailure = cmp.Or(c.OnFailure, Nack)
-	c.OnShutdown = cmp.Or(c.OnShutdown, NackAfter)
+	c.OnShutdown = cmp.Or(c.OnShutdown, NackAfter) // the zero Outcome is "none set"
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }

@@ -7,22 +7,18 @@ import (
 	"time"
 )
 
-// shutdownSlack is how far past its deadline each of a shutdown's last
-// waits (the runs' grace, the ack flush, the extender's modacks) may run,
-// so a flush started at the deadline still gets a moment.
+// shutdownSlack is how far past the deadline each of a shutdown's last
+// waits may run, so a flush started at the deadline still gets a moment.
 const shutdownSlack = 300 * time.Millisecond
 
-// Close shuts the subscriber down gracefully (see Shutdown), bounded by the
-// drain timeout. A second Close returns the first result. From a handler,
-// call Shutdown with the handler's ctx instead: Close would wait for it.
+// Close is Shutdown bounded by the drain timeout; a second Close returns
+// the first result. From a handler, call Shutdown with its ctx instead.
 func (s *Subscriber) Close() error { return s.Shutdown(context.Background()) }
 
-// Shutdown stops the streams; settles messages not yet processing with
-// the OnShutdown outcome (default: nack after 5 s); waits up to the drain
-// timeout (or ctx) for the runs to finish what they hold; nacks what is
-// left; flushes the acks; stops lease extension; and returns after every
-// goroutine the subscriber started has exited. A run started after
-// Shutdown began fails with ErrClosed. Called with a handler's ctx, it
+// Shutdown stops the streams, settles what is not yet processing with
+// OnShutdown, waits up to the drain timeout (or ctx) for the runs, nacks
+// what is left, flushes the acks, stops lease extension, and returns once
+// every goroutine it started has exited. Called with a handler's ctx, it
 // starts the shutdown and returns nil at once.
 func (s *Subscriber) Shutdown(ctx context.Context) error {
 	if from, _ := ctx.Value(handlerKey{}).(*Subscriber); from == s {
@@ -44,9 +40,7 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 			return ctx.Err()
 		}
 	}
-	// The drain is the source's (its DrainTimeout is ours); ctx only ends
-	// it earlier.
-	s.src.Stop()
+	s.src.Stop() // the drain is the source's; ctx only ends it earlier
 	end := time.Now().Add(s.cfg.DrainTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(end) {
 		end = d
@@ -58,8 +52,8 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 		case <-ctx.Done():
 		}
 	}
-	// Cancel Run's pipelines and give the runs a moment to end, so what
-	// their workers settle on the way out still reaches the acknowledger.
+	// Give the cancelled runs a moment, so what their workers settle on
+	// the way out still reaches the acknowledger.
 	s.life.abandon()
 	grace := time.NewTimer(min(stuckGrace, time.Until(end)+shutdownSlack))
 	select {
@@ -67,8 +61,7 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 	case <-grace.C:
 	}
 	grace.Stop()
-	// What the flush cannot send by the deadline fails, counted in
-	// AckFailures and logged, never reported as acked.
+	// What the flush cannot send by then fails, counted in AckFailures.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(time.Until(end), 0)+shutdownSlack)
 	defer cancel()
 	errs := []error{s.src.Close(fctx), s.ext.Close()}
@@ -81,8 +74,8 @@ func (s *Subscriber) shutdown(ctx context.Context, drain bool) error {
 	return err
 }
 
-// closeParts releases what NewSubscriber made; safe on a partly built one
-// (failed: construction failed, so stop what was started too).
+// closeParts releases what NewSubscriber made, on a failed one (partly
+// built) what it started too.
 func (s *Subscriber) closeParts(failed bool) {
 	s.disown()
 	if failed {
@@ -101,20 +94,17 @@ func (s *Subscriber) closeParts(failed bool) {
 	}
 }
 
-// lifecycle is a Subscriber's one state (open, draining, closed) and the
-// runs (Run calls, Source pipelines) that hold it open. A run joins only
-// while it is open, under the lock that starts the drain, so none starts
-// after Close began and none is missed by it.
+// lifecycle is a Subscriber's state (open, draining, closed) and the runs
+// that hold it open. A run joins under the lock that starts the drain, so
+// none starts after Close began and none is missed by it.
 type lifecycle struct {
 	mu    sync.Mutex
 	state lifeState
 	runs  int
 	idle  chan struct{} // closed once the drain began and no run is left
 
-	closingCh chan struct{} // closed when the drain begins
-	// abandoned is done once the drain timeout has passed: the runs left
-	// are stopped, their pipelines' leftovers nacked.
-	abandoned context.Context
+	closingCh chan struct{}   // closed when the drain begins
+	abandoned context.Context // done past the drain timeout: the runs left are stopped
 	abandon   context.CancelFunc
 	done      chan struct{} // closed when shutdown has finished
 	err       error         // shutdown's result, written before done closes

@@ -11,28 +11,23 @@ import (
 // kept apart. Received − settled (Acked, Nacked, NoOps, Expired and
 // AckRefused) = Buffered + Processing = Outstanding.
 type Stats struct {
-	// Outstanding and OutstandingBytes are what flow control counts: every
-	// received message not settled, from the moment its response was
-	// decoded.
+	// Outstanding and OutstandingBytes are what flow control counts: the
+	// received messages not settled.
 	Outstanding      int64
 	OutstandingBytes int64
 	// Leases is the number of messages whose deadline is being extended.
 	Leases int
-	// Buffered messages were received but are not processing yet;
-	// Processing messages are in Run's handlers (or have left Source) and
-	// are not settled.
+	// Buffered messages are not processing yet; Processing ones are in
+	// Run's handlers (or have left Source), not settled.
 	Buffered   int64
 	Processing int64
-	// Acking messages were acked and their ack is not yet final; their
-	// leases are still extended.
+	// Acking messages were acked, the ack not yet final.
 	Acking int64
 	// Totals since the subscriber started.
 	Received    uint64
 	Redelivered uint64 // received with a delivery attempt above 1
-	// Acked counts the acks the server accepted and those on their way.
-	// An ack refused, or not sent before a shutdown's deadline, counts in
-	// AckRefused and AckFailures; one not sent before the message's
-	// deadline, in Expired.
+	// Acked counts the acks accepted and on their way; an ack refused or
+	// not sent counts in AckRefused and AckFailures, or in Expired.
 	Acked       uint64
 	Nacked      uint64
 	NoOps       uint64
@@ -42,12 +37,9 @@ type Stats struct {
 	AckFailures uint64 // acks and nacks that failed for good
 	AckRefused  uint64 // of AckFailures, the acks: settled, but not acked
 	// EmptyAckIDs, DuplicateAckIDs and MissingMessages count response
-	// elements refused on receipt from a misbehaving server: no ack id
-	// (dropped); an ack id already held (the copy dropped, the held copy
-	// answers for it); an ack id without a message (nacked).
+	// elements a misbehaving server sent, refused on receipt.
 	EmptyAckIDs, DuplicateAckIDs, MissingMessages uint64
-	// OverGrant counts messages a server sent past the flow control the
-	// stream asked for (at most one response per stream).
+	// OverGrant counts messages sent past the flow control a stream asked.
 	OverGrant uint64
 	// StreamsLost counts messages settled by a Streams sub-graph's Hold.
 	StreamsLost uint64
@@ -57,8 +49,7 @@ type Stats struct {
 	LastError error
 }
 
-// counters are what only the Subscriber counts; the rest comes from its
-// parts' Stats.
+// counters are what only the Subscriber counts.
 type counters struct {
 	inHandler, handed, settledHanded atomic.Int64
 	streamsLost                      atomic.Uint64

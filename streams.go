@@ -1,13 +1,13 @@
 package pubsubflow
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/reugn/go-streams"
@@ -18,29 +18,26 @@ import (
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
-// DefaultStreamsHold is StreamsOptions.Hold's default: longer than the
-// windows a stream graph commonly holds messages in, and short next to
-// MaxExtension, so a dropped message does not hold its permit for long.
+// DefaultStreamsHold is StreamsOptions.Hold's default: longer than common
+// windows, short next to MaxExtension so a dropped message frees its
+// permit soon.
 const DefaultStreamsHold = time.Minute
 
 // streamsWarnEvery is how often, at most, Streams logs what it settled.
 const streamsWarnEvery = time.Minute
 
-// StreamsOptions configure Streams. The zero value nacks a message that
-// went into the sub-graph and has not come out a minute later, counts it
-// in Stats.StreamsLost, and logs it.
+// StreamsOptions configure Streams. The zero value nacks, counts and logs
+// a message still inside the sub-graph a minute after it went in.
 type StreamsOptions struct {
 	// Name names the sub-graph in the log (default: the file and line of
 	// the Streams call).
 	Name string
-	// Hold is the longest a message may stay inside without coming out
-	// (default DefaultStreamsHold); each is settled between 7/8 Hold and
-	// Hold after it went in. Set it above the longest a window of the
-	// graph holds a message.
+	// Hold is the longest a message may stay inside (default
+	// DefaultStreamsHold; settled between 7/8 Hold and Hold): set it above
+	// the graph's longest window.
 	Hold time.Duration
 	// Lost is the outcome of such a message (zero: Nack, which loses
-	// nothing). Ack when the graph drops what it does not want (a
-	// go-streams Filter); NoOp lets its deadline pass.
+	// nothing); Ack when the graph drops what it does not want.
 	Lost Outcome
 	// NackDelay is the delay of a NackAfter Lost, 0–600 s.
 	NackDelay time.Duration
@@ -66,17 +63,13 @@ func (o StreamsOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Streams embeds a go-streams sub-graph between a Subscriber's stages, for
-// *Message elements; build is as in pipeline.Streams. Its outlet must
-// emit *Message; another type ends the pipeline at once with a
-// *pipeline.TypeError.
-//
-// A message that goes in and does not come out is settled Hold after it
-// went in with the Lost outcome, counted in Stats.StreamsLost, and logged
-// (at most once a minute per sub-graph). A sub-graph that holds half the
-// MaxOutstandingMessages or more for longer than Hold is warned of too.
-// When the sub-graph closes, what is still inside is nacked. Invalid
-// options end the pipeline with the error of Validate.
+// Streams embeds a go-streams sub-graph between a Subscriber's stages;
+// build is as in pipeline.Streams, and an outlet emitting anything but
+// *Message ends the pipeline with a *pipeline.TypeError. A message that
+// does not come out is settled Hold after it went in with Lost, counted
+// in Stats.StreamsLost and logged (at most once a minute); a sub-graph
+// holding half the MaxOutstandingMessages for longer than Hold is warned
+// of. What is inside when it closes is nacked.
 func Streams(build func(g *stage.Group, in streams.Source) streams.Outlet, opt StreamsOptions) stage.Flow[*Message, *Message] {
 	if err := opt.Validate(); err != nil {
 		return failing(err)
@@ -87,12 +80,7 @@ func Streams(build func(g *stage.Group, in streams.Source) streams.Outlet, opt S
 			opt.Name = fmt.Sprintf("go-streams sub-graph at %s:%d", filepath.Base(file), line)
 		}
 	}
-	if opt.Hold == 0 {
-		opt.Hold = DefaultStreamsHold
-	}
-	if opt.Lost == 0 {
-		opt.Lost = Nack
-	}
+	opt.Hold, opt.Lost = cmp.Or(opt.Hold, DefaultStreamsHold), cmp.Or(opt.Lost, Nack)
 	w := &graphWatch{opt: opt}
 	return pipeline.Streams[*Message, *Message](build, pipeline.StreamsOptions[*Message]{
 		Lost:  func(m *Message) { m.Nack() },
@@ -110,8 +98,7 @@ func failing(err error) stage.Flow[*Message, *Message] {
 	})
 }
 
-// graphWatch settles, counts and logs what one Streams sub-graph held too
-// long, over every run of its flow.
+// graphWatch settles, counts and logs what a sub-graph held too long.
 type graphWatch struct {
 	opt StreamsOptions
 
@@ -142,8 +129,7 @@ func (w *graphWatch) late(ms []*Message) {
 	w.flush()
 }
 
-// flush logs the messages settled since the last Warn, unless that Warn
-// is less than streamsWarnEvery old.
+// flush logs the count settled since the last Warn, rate-limited.
 func (w *graphWatch) flush() {
 	w.mu.Lock()
 	now := time.Now()
@@ -158,14 +144,10 @@ func (w *graphWatch) flush() {
 		"graph", w.opt.Name, "count", count, "hold", w.opt.Hold, "outcome", w.opt.Lost, "subscription", subscription)
 }
 
-// watch logs, once per spell, a graph that has held half the budget or
-// more at every check for longer than Hold, and any count flush held back.
+// watch warns, once per spell, of a graph that has held half the budget
+// at every check for longer than Hold.
 func (w *graphWatch) watch(inside int, oldest *Message) {
-	var owner *Subscriber
-	if oldest != nil {
-		owner = ownerOf(oldest)
-	}
-	limit := int64(0)
+	owner, limit := ownerOf(oldest), int64(0)
 	if owner != nil {
 		limit = owner.fc.MaxMessages()
 	}
@@ -198,40 +180,34 @@ func (w *graphWatch) logger(owner *Subscriber) *slog.Logger {
 	return slog.Default()
 }
 
-// owners maps a Subscriber's settle path to the Subscriber, so that
-// Streams, which any pipeline may use, counts and logs in its name.
+// owners maps a Subscriber's settle path to it, so that Streams, in any
+// pipeline, counts and logs in its name.
 var owners sync.Map
-
-// ownership is a Subscriber's entry in owners.
-type ownership struct {
-	once sync.Once
-	path atomic.Pointer[message.Path]
-}
 
 // own records s as the owner of m's settle path (on its first message).
 func (s *Subscriber) own(m *Message) {
-	s.owned.once.Do(func() {
-		if p := message.Of(m).Path; p != nil {
-			s.owned.path.Store(&p)
+	if s.owned.Load() == nil {
+		if p := message.Of(m).Path; p != nil && s.owned.CompareAndSwap(nil, &p) {
 			owners.Store(p, s)
 		}
-	})
+	}
 }
 
 func (s *Subscriber) disown() {
-	if p := s.owned.path.Load(); p != nil {
+	if p := s.owned.Load(); p != nil {
 		owners.Delete(*p)
 	}
 }
 
-// ownerOf is the Subscriber m came from, or nil (a hand-built chain).
+// ownerOf is the Subscriber m came from, or nil (none, or a hand-built
+// chain).
 func ownerOf(m *Message) *Subscriber {
-	if p := message.Of(m).Path; p != nil {
-		if s, ok := owners.Load(p); ok {
-			return s.(*Subscriber)
-		}
+	if m == nil || message.Of(m).Path == nil {
+		return nil
 	}
-	return nil
+	s, _ := owners.Load(message.Of(m).Path)
+	owner, _ := s.(*Subscriber)
+	return owner
 }
 
 // Filter passes on the messages keep reports true for and settles every

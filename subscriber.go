@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pubsubflow/pubsubflow/flow"
+	"github.com/pubsubflow/pubsubflow/internal/message"
 	"github.com/pubsubflow/pubsubflow/sink"
 	"github.com/pubsubflow/pubsubflow/source"
 )
@@ -27,10 +29,8 @@ var ErrClosed = source.ErrClosed
 //	source.Subscribe ─ receipt steps on decode: EagerTrack, FlowGate
 //	    ══batches══▶ [your stages, or Run's workers] ─▶ sink.Acknowledge
 //
-// Its extender, budget and source outlive every stream restart and are
-// shared by every run. Source and Acknowledge are the two ends for custom
-// topologies; Run is the whole thing with a handler. Close (or Shutdown)
-// drains and stops it.
+// Source and Acknowledge are the two ends for custom topologies; Run is
+// the whole thing with a handler. Close drains and stops it.
 type Subscriber struct {
 	cfg    SubscriberConfig
 	sub    string
@@ -46,21 +46,18 @@ type Subscriber struct {
 	tel     *telemetry
 	tracing *subTracer // nil unless TracerProvider is set
 	c       counters
-	ordered bool       // GetSubscription (or cfg.Ordering) said it orders by key
-	told    *toldProps // what GetSubscription said; nil if not asked or not answered
-	owned   ownership
+	ordered bool                         // GetSubscription (or cfg.Ordering) said it orders by key
+	told    *toldProps                   // what GetSubscription said; nil if not asked or not answered
+	owned   atomic.Pointer[message.Path] // the settle path in owners
 
 	life *lifecycle
 }
 
 // NewSubscriber validates cfg, connects, and prepares a subscriber for
-// subscription (projects/P/subscriptions/S); nothing is received until
-// Run or a pipeline from Source runs. Unless cfg.Ordering is set it asks
-// the server, within ctx, whether the subscription orders by key: if
-// that fails so does NewSubscriber, rather than process ordered messages
-// out of order; only PERMISSION_DENIED or UNIMPLEMENTED fall back to
-// cfg.Ordering, with a warning. A failed NewSubscriber leaves nothing
-// running.
+// subscription; nothing is received until Run or Source runs. Unless
+// cfg.Ordering is set it asks the server whether the subscription orders
+// by key, and fails if it cannot tell (but on PERMISSION_DENIED or
+// UNIMPLEMENTED, warned). A failed NewSubscriber leaves nothing running.
 func NewSubscriber(ctx context.Context, subscription string, cfg SubscriberConfig) (*Subscriber, error) {
 	if ctx == nil {
 		return nil, errors.New("pubsubflow: NewSubscriber: nil context")
@@ -103,8 +100,6 @@ func (s *Subscriber) connect(ctx context.Context) error {
 	return nil
 }
 
-// build makes the long-lived parts: telemetry, the extender, the budget
-// and the source with its receipt steps.
 func (s *Subscriber) build() error {
 	var err error
 	s.tel, err = newTelemetry(s.sub, s.cfg.MeterProvider, s.Stats)
@@ -134,9 +129,7 @@ func (s *Subscriber) build() error {
 	return nil
 }
 
-// detectOrdering asks the server whether the subscription orders by key,
-// unless cfg.Ordering says so. Without the permission (or the method)
-// the answer cannot be had, and cfg.Ordering decides.
+// detectOrdering asks the server whether the subscription orders by key.
 func (s *Subscriber) detectOrdering(ctx context.Context) error {
 	if s.cfg.Ordering {
 		return nil
