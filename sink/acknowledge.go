@@ -1,19 +1,28 @@
+// Package sink holds the end of a subscriber pipeline.
+//
+// Acknowledge is the sink: a message that reaches it without an outcome
+// was processed successfully and gets Policy's OnSuccess (ack by default);
+// a message already settled is left as it is. Handlers report failure by
+// settling the message (Apply, or m.Nack()).
+//
+// The sink sends nothing itself. Whatever ends a message — the sink's
+// policy, a handler's Ack anywhere in the pipeline, lease expiry,
+// shutdown — goes through its source's settle path, which gives back what
+// every stage took for it and queues the ack or nack on the source's
+// acknowledger (batched Acknowledge and ModifyAckDeadline RPCs with
+// retry). So the sink can never be paired wrong, and a pipeline without it
+// still releases everything.
 package sink
 
 import (
-	"context"
-
 	"github.com/pubsubflow/pubsubflow/source"
 	"github.com/pubsubflow/pubsubflow/stage"
 )
 
 // Acknowledge returns the sink that ends a subscriber pipeline. A message
 // that reaches it unsettled was processed successfully: it gets
-// p.OnSuccess (ack by default). A message already settled (the handler
-// acked or nacked it, or Apply ran) is left as it is. The settling itself
-// — permits, lease, the batched RPC — is done by the message's own settle
-// path, owned by the source that received it, so the sink never blocks on
-// an RPC.
+// p.OnSuccess (ack by default); a settled one is left as it is. The sink
+// never blocks on an RPC: the message's own settle path sends it.
 //
 // Run returns nil when its input closes, the context's error when the
 // group is cancelled first, or p's validation error.
@@ -26,48 +35,43 @@ type ackSink struct{ p Policy }
 var _ stage.BatchSink[*source.Message] = ackSink{}
 
 func (a ackSink) Run(g *stage.Group, in <-chan *source.Message) error {
-	return a.run(g, func(ctx context.Context) (bool, error) {
-		select {
-		case m, ok := <-in:
-			if ok {
-				a.settle(m)
-			}
-			return ok, nil
-		case <-ctx.Done():
-			return false, ctx.Err()
-		}
-	})
-}
-
-func (a ackSink) RunBatches(g *stage.Group, in <-chan []*source.Message) error {
-	return a.run(g, func(ctx context.Context) (bool, error) {
-		select {
-		case b, ok := <-in:
-			for _, m := range b {
-				a.settle(m)
-			}
-			return ok, nil
-		case <-ctx.Done():
-			return false, ctx.Err()
-		}
-	})
-}
-
-// run validates the policy, then calls next until it reports the end.
-func (a ackSink) run(g *stage.Group, next func(ctx context.Context) (bool, error)) error {
 	if err := a.p.Validate(); err != nil {
 		return err
 	}
-	ctx := g.Context()
 	for {
-		if more, err := next(ctx); !more {
-			return err
+		select {
+		case m, ok := <-in:
+			if !ok {
+				return nil
+			}
+			a.settle(m)
+		case <-g.Context().Done():
+			return g.Context().Err()
+		}
+	}
+}
+
+func (a ackSink) RunBatches(g *stage.Group, in <-chan []*source.Message) error {
+	if err := a.p.Validate(); err != nil {
+		return err
+	}
+	for {
+		select {
+		case b, ok := <-in:
+			if !ok {
+				return nil
+			}
+			for _, m := range b {
+				a.settle(m)
+			}
+		case <-g.Context().Done():
+			return g.Context().Err()
 		}
 	}
 }
 
 func (a ackSink) settle(m *source.Message) {
 	if !m.Settled() {
-		Settle(m, a.p.success(), a.p.NackDelay)
+		Apply(m, nil, a.p)
 	}
 }

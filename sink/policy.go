@@ -8,15 +8,14 @@ import (
 )
 
 // Policy decides the outcome of a processed message, as
-// SubscriberConfig's OnSuccess and OnFailure do. The zero value acks on success and
-// nacks at once on failure.
+// SubscriberConfig's OnSuccess and OnFailure do. The zero value acks on
+// success and nacks at once on failure.
 type Policy struct {
 	// OnSuccess is the outcome of a message processed without error
 	// (zero: source.Ack). One of Ack, Nack, NackAfter, NoOp.
 	OnSuccess source.Outcome
 	// OnFailure is the outcome of a message whose processing failed
-	// (zero: source.Nack, immediate redelivery). One of Ack, Nack,
-	// NackAfter, NoOp.
+	// (zero: source.Nack). One of Ack, Nack, NackAfter, NoOp.
 	OnFailure source.Outcome
 	// NackDelay is the redelivery delay of a NackAfter outcome, 0–600 s.
 	NackDelay time.Duration
@@ -24,14 +23,9 @@ type Policy struct {
 
 // Validate reports an outcome users may not choose or a delay out of range.
 func (p Policy) Validate() error {
-	for _, o := range []struct {
-		name string
-		o    source.Outcome
-	}{{"OnSuccess", p.OnSuccess}, {"OnFailure", p.OnFailure}} {
-		switch o.o {
-		case source.Pending, source.Ack, source.Nack, source.NackAfter, source.NoOp:
-		default:
-			return fmt.Errorf("sink: Policy.%s %v must be ack, nack, nack-after or no-op", o.name, o.o)
+	for i, o := range []source.Outcome{p.OnSuccess, p.OnFailure} {
+		if o > source.NoOp {
+			return fmt.Errorf("sink: Policy.%s %v must be ack, nack, nack-after or no-op", [...]string{"OnSuccess", "OnFailure"}[i], o)
 		}
 	}
 	if p.NackDelay < 0 || p.NackDelay > 600*time.Second {
@@ -40,28 +34,16 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-func (p Policy) success() source.Outcome {
-	if p.OnSuccess == source.Pending {
-		return source.Ack
-	}
-	return p.OnSuccess
-}
-
-func (p Policy) failure() source.Outcome {
-	if p.OnFailure == source.Pending {
-		return source.Nack
-	}
-	return p.OnFailure
-}
-
 // Apply settles m by p: OnSuccess when err is nil, OnFailure otherwise.
-// Handler wrappers call it with the handler's error. It reports whether it
-// set the outcome (false: the message was settled already, e.g. the
-// handler acked it or its lease expired).
+// It reports whether it set the outcome (false: the message was settled
+// already, e.g. the handler acked it or its lease expired).
 func Apply(m *source.Message, err error, p Policy) bool {
-	o := p.success()
+	o, zero := p.OnSuccess, source.Ack
 	if err != nil {
-		o = p.failure()
+		o, zero = p.OnFailure, source.Nack
+	}
+	if o == source.Pending {
+		o = zero
 	}
 	return Settle(m, o, p.NackDelay)
 }

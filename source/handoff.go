@@ -2,15 +2,15 @@ package source
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
 
-// handoff is the queue between the streams and the consumer. Streams push
-// each decoded response (already through the receipt steps) and go back to
-// reading; one pump goroutine hands on everything queued as one batch. Its
-// size is bounded by what the streams may read: the Budget's room, or,
-// without a Budget, one response per stream (reads on demand).
+// handoff is the queue between the streams and the consumer: streams push
+// each response after its receipt and read on; one pump hands on all that
+// is queued as one batch. What the streams may read bounds it (a Budget's
+// room, or one response per stream).
 type handoff struct {
 	mu      sync.Mutex
 	batches [][]*Message
@@ -39,22 +39,17 @@ func (h *handoff) take() []*Message {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var b []*Message
-	switch len(h.batches) {
-	case 0:
-	case 1:
+	if len(h.batches) == 1 {
 		b = h.batches[0]
-	default:
-		b = make([]*Message, 0, h.n)
-		for _, x := range h.batches {
-			b = append(b, x...)
-		}
+	} else if len(h.batches) > 1 {
+		b = slices.Concat(h.batches...)
 	}
 	clear(h.batches)
 	h.batches, h.n = h.batches[:0], 0
 	return b
 }
 
-// emptied wakes the streams waiting in drained: what they read was handed on.
+// emptied wakes the streams waiting in drained.
 func (h *handoff) emptied() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -76,9 +71,8 @@ func (h *handoff) drained() <-chan struct{} {
 }
 
 // pump hands on what the streams queue until they have all stopped; what
-// is then still queued, or could not be handed on, is unsent. Each message
-// handed on is marked as the run's, so the run can find what its pipeline
-// left unsettled.
+// is left, or could not be handed on, is unsent. Each message handed on is
+// marked as the run's (run.stranded).
 func (s *Source) pump(ctx context.Context, r *run, h *handoff, out chan<- []*Message, streamsDone <-chan struct{}) {
 	for {
 		select {
@@ -113,12 +107,10 @@ func (s *Source) pump(ctx context.Context, r *run, h *handoff, out chan<- []*Mes
 	}
 }
 
-// send hands b on. While downstream does not take it, its messages keep
-// lapsing: at the earliest one's lapse (its deadline less its margin) the lapsed
-// ones are expired and the rest offered again, so no copy the server may
-// have given out again is handed on. An expiry elsewhere (the Extender's,
-// when an extension brought a deadline forward) closes expired, fetched
-// before b was last checked: the settled are dropped and the rest offered.
+// send hands b on. While downstream does not take it, at the earliest
+// lapse, or at an expiry elsewhere (expired, fetched before b was last
+// checked), the settled are dropped and the rest offered again, so no
+// copy the server may have given out again is handed on.
 func (s *Source) send(ctx context.Context, r *run, out chan<- []*Message, b []*Message, expired <-chan struct{}) {
 	var t *time.Timer
 	defer func() {
@@ -140,22 +132,19 @@ func (s *Source) send(ctx context.Context, r *run, out chan<- []*Message, b []*M
 		select {
 		case out <- b:
 			return
-		case <-lapse:
-			expired = s.expiries.Wait()
-			b = s.dropSettled(b)
-		case <-expired:
-			expired = s.expiries.Wait()
-			b = s.dropSettled(b)
 		case <-ctx.Done():
 			r.unsent(b)
 			return
+		case <-lapse:
+		case <-expired:
 		}
+		expired = s.expiries.Wait()
+		b = s.dropSettled(b)
 	}
 }
 
-// handOffSlack is how early the hand-off re-checks a waiting message
-// before it lapses, so a send and a lapse at the same instant cannot hand
-// on a copy as it lapses.
+// handOffSlack is how early the hand-off checks for a lapse, so that a
+// copy is not handed on as it lapses.
 const handOffSlack = time.Millisecond
 
 // earliestLapse is the earliest lapse in b (zero if no deadline is known).
@@ -169,13 +158,10 @@ func earliestLapse(b []*Message) time.Time {
 	return first
 }
 
-// dropSettled removes messages settled while queued, and expires those
-// whose server deadline has passed (the server may have given them out
-// again): there is nothing left to do with them.
+// dropSettled removes the messages settled while queued, expiring the
+// lapsed first.
 func (s *Source) dropSettled(b []*Message) []*Message {
 	keep := b[:0]
-	// handOffSlack ahead: a copy that lapses the moment it is handed on is
-	// as good as lapsed.
 	now := time.Now().Add(handOffSlack)
 	for _, m := range b {
 		if !m.st.ExpireIfLate(m, now) {

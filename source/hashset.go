@@ -1,11 +1,10 @@
 package source
 
-// hashSet is a set of nonzero 64-bit hashes: linear probing in a table of
-// a power-of-two size at most half full, deletion by shifting the run
-// back. A Go map under the same churn (an insert and a delete per
-// message) fills with tombstones and its probes grow long; this one has
-// none. The table doubles as it fills and never shrinks: it is sized by
-// the most held at once, which the flow budget bounds.
+// hashSet is a set of nonzero 64-bit hashes: linear probing in a
+// power-of-two table at most half full, deleting by shifting the run back,
+// so the churn of an insert and a delete per message leaves no tombstones
+// (a Go map's probes grow long under it). It never shrinks; the flow
+// budget bounds it.
 type hashSet struct {
 	slots []uint64 // 0: empty
 	n     int
@@ -32,8 +31,8 @@ func (s *hashSet) add(k uint64) bool {
 	}
 }
 
-// remove deletes k if it is there, moving back the entries after it
-// that probed past its slot, so no probe meets a hole it should not.
+// remove deletes k, moving back the entries after it that probed past its
+// slot, so no probe meets a hole it should not.
 func (s *hashSet) remove(k uint64) {
 	if s.n == 0 {
 		return
@@ -47,8 +46,7 @@ func (s *hashSet) remove(k uint64) {
 		i = (i + 1) & mask
 	}
 	for j := (i + 1) & mask; s.slots[j] != 0; j = (j + 1) & mask {
-		// The entry at j may fill the hole at i unless its home lies
-		// cyclically in (i, j].
+		// The entry at j fills the hole unless its home is in (i, j].
 		if home := s.slot(s.slots[j]); (j-home)&mask >= (j-i)&mask {
 			s.slots[i] = s.slots[j]
 			i = j

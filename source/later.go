@@ -6,19 +6,16 @@ import (
 	"time"
 )
 
-// later tells a settled message's holders that the server no longer
-// counts it (State.Done) once its deadline has passed: a message released
-// with NoOp, expired, or nacked with a delay stays the server's until then,
-// so a flow budget must not hand its room to a new stream earlier. One
-// timer serves every waiting message; the queue holds at most the
-// source's settled-but-counted messages.
+// later calls a settled message's Done once its deadline has passed: a
+// message released with NoOp, expired, or nacked with a delay stays the
+// server's until then, so a flow budget must not give its room to a new
+// stream earlier. One timer serves every waiting message.
 type later struct {
 	mu     sync.Mutex
 	q      dueHeap
 	timer  *time.Timer
-	at     time.Time
 	closed bool
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // a fire in progress
 }
 
 type due struct {
@@ -49,40 +46,31 @@ func (l *later) done(m *Message, at time.Time) {
 		return
 	}
 	heap.Push(&l.q, due{at: at, m: m})
-	l.armLocked()
+	if l.q[0].m == m { // the earliest now: the timer fires for it
+		if l.timer == nil {
+			l.timer = time.AfterFunc(time.Until(at), l.fire)
+		} else {
+			l.timer.Reset(time.Until(at))
+		}
+	}
 	l.mu.Unlock()
 }
 
-func (l *later) armLocked() {
-	if len(l.q) == 0 {
+func (l *later) fire() {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
 		return
 	}
-	next := l.q[0].at
-	if l.timer != nil {
-		if !next.Before(l.at) {
-			return
-		}
-		if !l.timer.Stop() {
-			return // firing now: it re-arms for what is left
-		}
-		l.wg.Done()
-	}
-	l.at = next
-	l.wg.Add(1)
-	l.timer = time.AfterFunc(time.Until(next), l.fire)
-}
-
-func (l *later) fire() {
+	l.wg.Add(1) // before close can wait: it sets closed under mu
 	defer l.wg.Done()
 	now := time.Now()
 	var ready []*Message
-	l.mu.Lock()
-	l.timer = nil
 	for len(l.q) > 0 && !now.Before(l.q[0].at) {
 		ready = append(ready, heap.Pop(&l.q).(due).m)
 	}
-	if !l.closed {
-		l.armLocked()
+	if len(l.q) > 0 {
+		l.timer.Reset(time.Until(l.q[0].at))
 	}
 	l.mu.Unlock()
 	for _, m := range ready {
@@ -90,14 +78,13 @@ func (l *later) fire() {
 	}
 }
 
-// close tells every waiting message's holders at once and stops the timer.
+// close calls every waiting message's Done at once and stops the timer.
 func (l *later) close() {
 	l.mu.Lock()
 	l.closed = true
-	if l.timer != nil && l.timer.Stop() {
-		l.wg.Done()
+	if l.timer != nil {
+		l.timer.Stop()
 	}
-	l.timer = nil
 	q := l.q
 	l.q = nil
 	l.mu.Unlock()

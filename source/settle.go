@@ -8,69 +8,58 @@ import (
 
 	"github.com/pubsubflow/pubsubflow/internal/ack"
 	"github.com/pubsubflow/pubsubflow/internal/event"
-	"github.com/pubsubflow/pubsubflow/internal/message"
 )
 
-// path is a Source's settle path (message.Path). Every message the source
-// decodes is bound to it, so whatever ends the message — a handler's Ack,
-// a stage's Nack, the sink's policy, lease expiry, Close — reaches it
-// exactly once: after the holders (leases, permits) were told, it counts
-// the outcome and queues what the server is to hear.
+// path is a Source's settle path (message.Path), the one place every
+// cause of a settle — a handler's Ack, a stage's Nack, the sink's policy,
+// expiry, Close — reaches once, after the holders (leases, permits) were
+// told: it counts the outcome and queues what the server is to hear.
 type path struct{ c *core }
 
 func (p *path) Settle(mi any, o uint32, delay time.Duration) {
-	m := mi.(*Message)
-	c := p.c
+	m, c, out := mi.(*Message), p.c, Outcome(o)
 	// Another copy of its ack id is a redelivery from now on: accepted.
 	c.heldIDs.release(m.AckID)
 	c.held.remove(m)
-	c.c.settled(o)
+	c.c.settled[out].Add(1)
 	if c.trace != nil {
-		c.trace.settled(m, o)
+		c.trace.settled(m, out)
 	}
-	switch o {
-	case message.Ack:
-		if m.ExactlyOnce {
-			m.result.Store(newAckResult())
+	if m.ExactlyOnce && out != NoOp {
+		r := new(AckResult)
+		r.r.Init()
+		if out == Expired {
+			r.r.AckDone(ErrLeaseExpired) // an ack now would not count
 		}
+		m.result.Store(r)
+	}
+	switch out {
+	case Ack:
 		c.acks.AckTag(m.AckID, m.ExactlyOnce, (*ackTag)(m))
-	case message.Nack, message.NackAfter:
-		if o == message.Nack {
-			delay = 0
-		} else {
-			// Once the nack lands the server holds the message this long.
-			m.st.SetDeadline(time.Now().Add(delay), delay)
-		}
-		if m.ExactlyOnce {
-			m.result.Store(newAckResult())
-		}
+	case Nack:
+		c.acks.NackTag(m.AckID, 0, m.ExactlyOnce, (*ackTag)(m))
+	case NackAfter:
+		// Once the nack lands the server holds the message this long.
+		m.st.SetDeadline(time.Now().Add(delay), delay)
 		c.acks.NackTag(m.AckID, delay, m.ExactlyOnce, (*ackTag)(m))
-	case message.Expired:
-		if m.ExactlyOnce {
-			// An ack now would not count: say so to whoever asks.
-			r := newAckResult()
-			r.resolve(ErrLeaseExpired)
-			m.result.Store(r)
-		}
+	case Expired:
 		c.later.done(m, m.st.Deadline())
 		c.expiries.Broadcast() // a hand-off waiting with m drops it
-	default: // NoOp: nothing to send; the server counts it until its deadline
+	default: // NoOp: the server counts it until its deadline
 		c.later.done(m, m.st.Deadline())
 	}
 }
 
 // ErrLeaseExpired is the AckResult of an exactly-once message whose lease
-// ended before it was settled (past max extension, or its deadline passed
-// without a confirmed extension): the server may have given it out again,
-// so an ack of this copy does not count.
+// ended before it was settled: the server may have given it out again, so
+// an ack of this copy does not count.
 var ErrLeaseExpired = errors.New("pubsubflow/source: the message's lease expired before it was settled")
 
-// ackTag is a message as the acknowledger's Tag: it hears when the
-// message's ack or nack is final.
+// ackTag is a message as the acknowledger's Tag.
 type ackTag Message
 
 // Lapsed tells the acknowledger, as it sends the ack, that the message's
-// deadline is too close (or past) for the ack to count: it is left out.
+// deadline is too close for the ack to count: it is left out.
 func (t *ackTag) Lapsed(now time.Time) bool { return t.st.Lapsed(now) }
 
 func (t *ackTag) AckDone(err error) {
@@ -81,8 +70,7 @@ func (t *ackTag) AckDone(err error) {
 	}
 	switch {
 	case errors.Is(err, ack.ErrLapsed):
-		// Acked in time, but the ack could not leave before the deadline
-		// (behind a slow request): an expiry, not an ack.
+		// Acked in time, but the ack could not leave before the deadline.
 		c.c.ackLapsed.Add(1)
 		err = ErrLeaseExpired
 	case err != nil:
@@ -92,20 +80,11 @@ func (t *ackTag) AckDone(err error) {
 		}
 		err = ackError(err)
 	}
-	if r := m.result.Load(); r != nil {
-		r.resolve(err)
-	}
-	if m.Outcome() == NackAfter {
-		c.later.done(m, m.st.Deadline())
-		return
-	}
-	m.st.Done(m)
+	c.finish(m, err, time.Now())
 }
 
-// confirmed is the acknowledger's Confirmed: the acks and nacks of one
-// request the server accepted whole, answered at now. It does for each
-// what AckDone(nil) does, with one clock read and one counter update for
-// the batch.
+// confirmed is the acknowledger's Confirmed: AckDone(nil) for each tag of
+// a request the server accepted whole, answered at now.
 func (c *core) confirmed(tags []ack.Tag, now time.Time) {
 	var acks int64
 	for _, t := range tags {
@@ -117,22 +96,27 @@ func (c *core) confirmed(tags []ack.Tag, now time.Time) {
 			continue
 		}
 		m := (*Message)(at)
-		o := m.Outcome()
-		if o == Ack {
+		if m.Outcome() == Ack {
 			acks++
 		}
-		if r := m.result.Load(); r != nil {
-			r.resolve(nil)
-		}
-		if o == NackAfter {
-			c.later.done(m, m.st.Deadline())
-			continue
-		}
-		m.st.DoneAt(m, now)
+		c.finish(m, nil, now)
 	}
 	if acks > 0 {
 		c.c.ackFinal.Add(acks)
 	}
+}
+
+// finish ends m's ack or nack, final at now with err. A nack with a delay
+// leaves the message the server's until that delay has passed.
+func (c *core) finish(m *Message, err error, now time.Time) {
+	if r := m.result.Load(); r != nil {
+		r.r.AckDone(err)
+	}
+	if m.Outcome() == NackAfter {
+		c.later.done(m, m.st.Deadline())
+		return
+	}
+	m.st.DoneAt(m, now)
 }
 
 // Stats is a snapshot of a Source's counters.
@@ -141,29 +125,24 @@ type Stats struct {
 	// attempt above 1.
 	Received    uint64
 	Redelivered uint64
-	// Settled messages by outcome. Acked counts the acks the server
-	// accepted and those on their way (Acking): an ack it refused counts in
-	// AckFailures only, and one that could not be sent before the
-	// message's deadline counts as an expiry.
+	// Settled messages by outcome. Acked counts acks the server accepted
+	// or that are on their way (Acking); a refused ack counts in
+	// AckFailures only, and one sent too late for its deadline as Expired.
 	Acked, Nacked, NoOps, Expired uint64
 	// AckRefused counts acks that failed for good (also in AckFailures):
-	// settled, but not acked, so the server delivers them again.
+	// the server delivers them again.
 	AckRefused uint64
-	// Unsettled is what the source's messages hold now, wherever they
-	// are: Received less the settled ones (Acked, Nacked, NoOps, Expired
-	// and AckRefused).
+	// Unsettled is Received less the settled (Acked, Nacked, NoOps,
+	// Expired and AckRefused).
 	Unsettled int64
 	// Acking counts acked messages whose ack is not final yet.
 	Acking int64
 	// AckFailures counts acks and nacks that failed for good.
 	AckFailures uint64
 	// EmptyAckIDs, DuplicateAckIDs and MissingMessages count response
-	// elements the source refused before any bookkeeping (a misbehaving
-	// server or proxy): no ack id; an ack id already held, within a
-	// response or from an earlier one on any stream and not settled yet
-	// (neither acked nor nacked: the held copy answers for it; once that
-	// one is settled the same ack id is accepted again); an ack id without
-	// a message (nacked). No handler sees them.
+	// elements refused before any bookkeeping (a misbehaving server): no
+	// ack id; an ack id held by an unsettled copy (received again once
+	// that copy is settled); an ack id without a message (nacked).
 	EmptyAckIDs, DuplicateAckIDs, MissingMessages uint64
 	// Reconnects counts stream restarts.
 	Reconnects uint64
@@ -173,29 +152,16 @@ type Stats struct {
 
 // counters back Stats; each is one atomic add on its hot path.
 type counters struct {
-	received, redelivered         atomic.Uint64
-	acked, nacked, noops, expired atomic.Uint64
-	ackFailures, reconnects       atomic.Uint64
-	ackLapsed                     atomic.Uint64 // acks left out: their lease lapsed first
-	ackRefused                    atomic.Uint64 // acks that failed for good
-	emptyAckIDs, duplicateAckIDs  atomic.Uint64
-	missingMessages               atomic.Uint64
-	ackFinal                      atomic.Int64 // acks whose fate is final: Acking is acked − ackFinal
-	mu                            sync.Mutex
-	lastErr                       error
-}
-
-func (c *counters) settled(o uint32) {
-	switch o {
-	case message.Ack:
-		c.acked.Add(1)
-	case message.Nack, message.NackAfter:
-		c.nacked.Add(1)
-	case message.NoOp:
-		c.noops.Add(1)
-	case message.Expired:
-		c.expired.Add(1)
-	}
+	received, redelivered        atomic.Uint64
+	settled                      [Expired + 1]atomic.Uint64 // by outcome
+	ackFailures, reconnects      atomic.Uint64
+	ackLapsed                    atomic.Uint64 // acks left out: their lease lapsed first
+	ackRefused                   atomic.Uint64
+	emptyAckIDs, duplicateAckIDs atomic.Uint64
+	missingMessages              atomic.Uint64
+	ackFinal                     atomic.Int64 // Acking is acked − ackFinal
+	mu                           sync.Mutex
+	lastErr                      error
 }
 
 func (c *counters) event(e event.Event) {
@@ -213,21 +179,25 @@ func (c *counters) stats(*ack.Acknowledger) Stats {
 	c.mu.Lock()
 	last := c.lastErr
 	c.mu.Unlock()
-	// The settled counts before received, and the final acks before the
-	// acks: a message counted in between shows up in the larger figure
-	// only, so Unsettled and Acking are never negative.
+	// The settled before received, the final acks before the acks: a
+	// message counted in between shows in the larger figure only, so
+	// Unsettled and Acking are never negative.
 	ackFinal, lapsed, refused := c.ackFinal.Load(), c.ackLapsed.Load(), c.ackRefused.Load()
-	acked, nacked, noops, expired := c.acked.Load(), c.nacked.Load(), c.noops.Load(), c.expired.Load()
+	var by [Expired + 1]uint64
+	for o := range by {
+		by[o] = c.settled[o].Load()
+	}
+	acked, nacked := by[Ack], by[Nack]+by[NackAfter]
 	received := c.received.Load()
 	return Stats{
 		Received:        received,
 		Redelivered:     c.redelivered.Load(),
 		Acked:           acked - lapsed - refused,
 		Nacked:          nacked,
-		NoOps:           noops,
-		Expired:         expired + lapsed,
+		NoOps:           by[NoOp],
+		Expired:         by[Expired] + lapsed,
 		AckRefused:      refused,
-		Unsettled:       int64(received - acked - nacked - noops - expired),
+		Unsettled:       int64(received - acked - nacked - by[NoOp] - by[Expired]),
 		Acking:          int64(acked) - ackFinal,
 		AckFailures:     c.ackFailures.Load(),
 		EmptyAckIDs:     c.emptyAckIDs.Load(),
@@ -239,19 +209,15 @@ func (c *counters) stats(*ack.Acknowledger) Stats {
 }
 
 // registry is every message a source received and has not seen settled,
-// linked through the messages themselves (Message.reg, prev, next) in
-// regShards lists: a message joins on receipt and leaves when it settles
-// (path.Settle), whatever settles it. So it holds exactly the unsettled
-// messages, costs no allocation, needs no clean-up pass, and a settled
-// message points at no other: one held for long keeps only its own data
-// alive.
+// linked through the messages themselves (Message.reg, prev, next) over
+// regShards locks: joined on receipt, left on settle. It allocates
+// nothing, and a settled message points at no other, so one held for long
+// keeps only its own data alive.
 type registry struct {
 	shards [regShards]regShard
 	next   atomic.Uint32 // where the next batch starts spreading
 }
 
-// regShards is how many locks the registry is spread over, so that the
-// handlers settling in parallel rarely meet on one.
 const regShards = 16
 
 type regShard struct {
@@ -261,9 +227,9 @@ type regShard struct {
 	_      [48]byte // one cache line each
 }
 
-// add links a response's messages, spread over the shards (one lock per
-// shard for the batch); false once the registry is closed (some may be
-// linked then: settling them unlinks them).
+// add links a response's messages, one lock per shard for the batch;
+// false once the registry is closed (those linked are unlinked as they
+// settle).
 func (r *registry) add(ms []*Message) bool {
 	start := int(r.next.Add(1))
 	for j := range min(len(ms), regShards) {
@@ -286,27 +252,26 @@ func (r *registry) add(ms []*Message) bool {
 	return true
 }
 
-// remove unlinks m (settled); it does nothing if m is not linked.
+// remove unlinks m if it is linked.
 func (r *registry) remove(m *Message) {
 	sh := m.reg
 	if sh == nil {
 		return
 	}
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	switch {
 	case m.prev != nil:
 		m.prev.next = m.next
 	case sh.head == m:
 		sh.head = m.next
-	default: // not linked (any more)
-		sh.mu.Unlock()
+	default:
 		return
 	}
 	if m.next != nil {
 		m.next.prev = m.prev
 	}
 	m.prev, m.next = nil, nil
-	sh.mu.Unlock()
 }
 
 // each calls f for every unsettled message, outside the locks.
@@ -321,7 +286,7 @@ func (r *registry) each(f func(*Message)) {
 		sh.mu.Unlock()
 	}
 	for _, m := range ms {
-		if m.st.Outcome() == message.Pending {
+		if !m.Settled() {
 			f(m)
 		}
 	}
@@ -339,15 +304,12 @@ func (r *registry) close(f func(*Message)) {
 }
 
 // AckError is why an ack or nack on an exactly-once subscription failed
-// (AckResult.Get). errors.Is tells the kind (ErrAckRefused,
-// ErrAckRetriesExhausted, ErrClosed); status.Code(err) is the RPC's status
-// code.
+// (AckResult.Get). errors.Is tells the kind; status.Code(err) is the
+// RPC's status code.
 type AckError struct {
 	AckID string // the message's ack id
-	// Reason is the server's per-ack-id reason, if it gave one:
-	// "PERMANENT_FAILURE_INVALID_ACK_ID" for an ack id that expired, was
-	// already settled or is malformed (the message will be, or was,
-	// redelivered).
+	// Reason is the server's per-ack-id reason, if it gave one, such as
+	// "PERMANENT_FAILURE_INVALID_ACK_ID" for an expired ack id.
 	Reason string
 	Kind   error // ErrAckRefused, ErrAckRetriesExhausted or ErrClosed
 	Err    error // the RPC's error; nil when the source was closed first
@@ -355,9 +317,7 @@ type AckError struct {
 
 // Kinds of AckError.
 var (
-	// ErrAckRefused: the server refused the ack id for good (a
-	// PERMANENT_FAILURE_* reason such as an expired ack id, or a status
-	// that is not retried).
+	// ErrAckRefused: the server refused the ack id for good.
 	ErrAckRefused = errors.New("pubsubflow/source: ack refused")
 	// ErrAckRetriesExhausted: transient failures lasted past the retry
 	// deadline (60 s; 600 s exactly-once).

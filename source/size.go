@@ -10,14 +10,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// protoSize is the size flow control counts: the encoded PubsubMessage
-// (data, attributes, ids, publish time), as the service counts it against
-// a stream's max_outstanding_bytes, so the client's count and the
-// server's agree. It is proto.Size(rm.GetMessage()), worked out from the
-// fields (every field number of PubsubMessage and Timestamp takes a
-// one-byte tag; a map entry always carries its key and value), which
-// costs a fraction of the generic walk on the receive path.
-// TestProtoSize checks it against proto.Size.
+// protoSize is proto.Size(rm.GetMessage()), the size the service counts
+// against max_outstanding_bytes, worked out from the fields (each takes a
+// one-byte tag) at a fraction of the generic walk's cost. TestProtoSize
+// checks it against proto.Size.
 func protoSize(rm *pubsubpb.ReceivedMessage) int {
 	pm := rm.GetMessage()
 	if pm == nil {
@@ -40,11 +36,9 @@ func protoSize(rm *pubsubpb.ReceivedMessage) int {
 	return n + unknownPM.size(unsafe.Pointer(pm), pm)
 }
 
-// unknownAt reads a generated message's unknown fields straight from its
-// unknownFields field (found once, by reflection, at init), which costs a
-// load where ProtoReflect().GetUnknown() costs a walk through the
-// message's reflection state; ok false (that field not found: generated
-// code of another shape) falls back to GetUnknown.
+// unknownAt reads a generated message's unknownFields field at its offset
+// (found once by reflection): a load, where ProtoReflect().GetUnknown()
+// costs several times the rest of protoSize. Not found: GetUnknown.
 type unknownAt struct {
 	off uintptr
 	ok  bool
@@ -71,8 +65,7 @@ func (u unknownAt) size(p unsafe.Pointer, m proto.Message) int {
 	return len(*(*[]byte)(unsafe.Add(p, u.off)))
 }
 
-// bytesField is the encoded size of a proto3 string or bytes field of
-// length l (absent when empty).
+// bytesField is the encoded size of a proto3 string or bytes field.
 func bytesField(l int) int {
 	if l == 0 {
 		return 0

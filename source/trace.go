@@ -3,6 +3,8 @@ package source
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -18,12 +20,11 @@ import (
 )
 
 // tracer is a source's tracing (Config.TracerProvider): each message's
-// "<subscription> subscribe" span, open from receipt until the server took
-// its ack or nack (or it expired, or was released with NoOp), a child of
-// the trace context its publisher put in its attributes; and the "ack",
-// "nack" and "modack" RPC spans of the acknowledger, linked both ways to
-// the messages they settle. A source without a TracerProvider holds nil,
-// and every hook is behind that one nil check.
+// "<subscription> subscribe" span, a child of its publisher's trace
+// context, open from receipt until the server took its ack or nack (or it
+// expired, or was released), and the acknowledger's RPC spans, linked
+// both ways to the messages they settle. Without a TracerProvider a
+// source holds nil, and every hook is behind that one check.
 type tracer struct {
 	tracing.Names
 	subscribe string // the subscribe span's name
@@ -40,11 +41,7 @@ func newTracer(tp trace.TracerProvider, subscription string) *tracer {
 }
 
 // received starts the subscribe span of each message of a response. A
-// span the sampler does not record costs its start and nothing more: its
-// attributes are set only on a recording span (so a sampler sees none),
-// no event is added to it, and it is not kept for Close; the trace
-// context is read from the attributes only when they carry one. The
-// messages' Trace records come in one slab per response.
+// span the sampler does not record costs its start and nothing more.
 func (t *tracer) received(ms []*Message) {
 	traces := make([]message.Trace, len(ms))
 	for i, m := range ms {
@@ -52,7 +49,7 @@ func (t *tracer) received(ms []*Message) {
 		if _, ok := m.Attributes[traceparent]; ok {
 			ctx = propagation.TraceContext{}.Extract(ctx, carrier.Carrier(m.Attributes))
 		}
-		// Internal, as Google's clients make it; the process span is the
+		// Internal, as Google's clients make it: the process span is the
 		// consumer span.
 		_, span := t.Tracer.Start(ctx, t.subscribe, subscribeStart...)
 		mt := &traces[i]
@@ -74,32 +71,28 @@ func (t *tracer) received(ms []*Message) {
 	}
 }
 
-// subscribeStart are the start options of every subscribe span, made
-// once (an option built per span would be an allocation per message).
+// subscribeStart is made once: an option built per span allocates.
 var subscribeStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
 
-// traceparent is the attribute that carries a message's W3C trace
-// context, if it has one.
 const traceparent = carrier.Prefix + "traceparent"
 
-// settled records m's outcome on its subscribe span. A no-op or an
-// expiry sends nothing, so it ends the span here; an ack or nack ends it
-// when the server took it (StartRPC).
-func (t *tracer) settled(m *Message, o uint32) {
+// settled records m's outcome on its subscribe span, and ends it for a
+// no-op or an expiry, which send nothing (StartRPC ends the others).
+func (t *tracer) settled(m *Message, o Outcome) {
 	mt := m.st.Trace
 	if mt == nil || !mt.Recording {
 		return
 	}
 	s := mt.Subscribe
 	switch o {
-	case message.Ack:
+	case Ack:
 		s.AddEvent("ack called")
-	case message.Nack, message.NackAfter:
+	case Nack, NackAfter:
 		s.AddEvent("nack called")
-	case message.NoOp:
+	case NoOp:
 		s.AddEvent("no-op called")
 		t.end(m, tracing.AttrResult.String(tracing.ResultNoOp), nil)
-	case message.Expired:
+	case Expired:
 		s.AddEvent("expired")
 		t.end(m, tracing.AttrResult.String(tracing.ResultExpired), errExpired)
 	}
@@ -110,8 +103,7 @@ var (
 	errClosed  = errors.New("pubsubflow/source: source closed before the server confirmed the message's outcome")
 )
 
-// end ends m's subscribe span once, with result and, if failed is set, an
-// error status.
+// end ends m's subscribe span once, with result and failed's status.
 func (t *tracer) end(m *Message, result attribute.KeyValue, failed error) {
 	mt := m.st.Trace
 	if mt == nil || !mt.Recording || !mt.End() {
@@ -133,9 +125,8 @@ func (t *tracer) end(m *Message, result attribute.KeyValue, failed error) {
 	s.End()
 }
 
-// StartRPC traces one Acknowledge or ModifyAckDeadline attempt of the
-// acknowledger (ack.Tracer). An ack or nack the server took ends the
-// subscribe spans it settles.
+// StartRPC traces one Acknowledge or ModifyAckDeadline attempt
+// (ack.Tracer); the subscribe spans of what the server took end with it.
 func (t *tracer) StartRPC(op string, seconds int32, _ []string, tags []ack.Tag) func(ack.Attempt) {
 	var ms []*Message
 	var spans []trace.Span
@@ -186,14 +177,10 @@ func (t *tracer) StartRPC(op string, seconds int32, _ []string, tags []ack.Tag) 
 	}
 }
 
-// close ends every subscribe span still open when the source has closed:
-// the acks and nacks the server never confirmed.
+// close ends the subscribe spans whose outcome the server never confirmed.
 func (t *tracer) close() {
 	t.mu.Lock()
-	left := make([]*Message, 0, len(t.open))
-	for m := range t.open {
-		left = append(left, m)
-	}
+	left := slices.Collect(maps.Keys(t.open))
 	t.mu.Unlock()
 	for _, m := range left {
 		t.end(m, attribute.KeyValue{}, errClosed)

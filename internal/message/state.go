@@ -1,13 +1,32 @@
 // Package message is the plumbing of a received message (source.Message):
-// its outcome, the settle path it is bound to, and what the stages that
-// hold it (a lease, a flow permit) must give back when it settles. Users
-// never reach it: source registers the accessor (Of) and binds each
-// message when it decodes it; flow and the Subscriber use it.
+// its outcome, the settle path it is bound to, its lease deadline, and
+// what the stages that hold it (a lease, a flow permit) must give back.
+// Users never reach it; source registers the accessor (Of).
+//
+// A message moves through these states:
+//
+//   - receiving: the source decodes it (BeginReceipt) and binds Path,
+//     Clock, Acks and the first deadline, on the stream's goroutine,
+//     before any other goroutine sees it. Its receipt steps' Holds are
+//     only staged; EndReceipt, on the same goroutine, attaches them with
+//     one compare-and-swap. These plain fields are ordered by the hand-off
+//     (a channel send) that publishes the message.
+//   - held: any goroutine may Hold, extend the lease (SetDeadline) or set
+//     the outcome. Settle's compare-and-swap on the outcome decides the
+//     one winner; from a deadline less its Margin on, every outcome is
+//     Expired.
+//   - settled: the winner seals the hold list, tells each Holder
+//     (Settled), then the Path, on its own goroutine. Later Holds are told
+//     at once.
+//   - done: the Path calls Done (once) when the server no longer counts
+//     the message: its ack or nack is final, or its deadline passed.
 package message
 
 import (
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pubsubflow/pubsubflow/internal/ack"
 )
@@ -22,77 +41,59 @@ const (
 	Expired
 )
 
-// Path is a message's one settle path (its source's). Settle is called
-// exactly once per message, on the goroutine that set the outcome, after
-// every Holder's Settled; it calls State.Done once the server no longer
-// counts the message (at once, or when the ack or nack is final).
+// Path is a message's settle path (its source's): Settle runs once per
+// message, after every Holder's Settled, and calls State.Done once the
+// server no longer counts the message.
 type Path interface {
 	Settle(m any, o uint32, delay time.Duration)
 }
 
 // Holder is a stage that took something for a message (a lease, a flow
-// permit) and gives it back when the message settles: Settled once the
-// outcome is set, Done once the server no longer counts the message (its
-// ack or nack is final, or its deadline passed), with the time that
-// became known (the caller reads the clock once for a whole batch). Both
-// are called exactly once, in that order, and must not block.
+// permit): Settled once the outcome is set, then Done once the server no
+// longer counts the message, each exactly once. Neither may block.
 type Holder interface {
 	Settled(m any, o uint32)
 	Done(m any, now time.Time)
 }
 
 // HoldNode is one Holder on a message's list; the holder provides it (one
-// slab per batch), so attaching costs no allocation per message.
+// slab per batch), so attaching allocates nothing.
 type HoldNode struct {
 	h    Holder
 	next *HoldNode
 }
 
-// sealed ends a settled message's hold list: nothing attaches after it.
-var sealed = new(HoldNode)
+var (
+	sealed    = new(HoldNode) // ends a settled message's list
+	receiving = new(HoldNode) // ends the list staged during the receipt
+)
 
-// receiving ends the list of holders staged while the message is in its
-// source's receipt (BeginReceipt … EndReceipt).
-var receiving = new(HoldNode)
+// Key is the argument of source.Step's Receipt: only this module can make
+// one, so only a source calls a step's receipt hooks.
+type Key struct{}
 
 // State is the plumbing part of a message.
 type State struct {
 	// Size is the encoded size flow control counts.
 	Size int
-	// Path is set once, when the source decodes the message, before any
-	// other goroutine can see it; nil for a message built by hand.
-	Path Path
-	// Clock is the clock of the source that decoded the message (set with
-	// Path), which the deadline checks read; nil: time.Now.
+	// Path, Clock and Acks are the decoding source's (nil for a message
+	// built by hand): its settle path, the clock of its deadline checks,
+	// and the acknowledger its acks and lease extensions go to.
+	Path  Path
 	Clock *Clock
-	// Acks is the acknowledger of the source that decoded the message (set
-	// with Path; nil for a message built by hand): its client and
-	// subscription are the message's own, where its acks and its lease
-	// extensions go.
-	Acks *ack.Acknowledger
+	Acks  *ack.Acknowledger
 	// Trace is the span state of a traced message (nil otherwise).
 	Trace *Trace
 
 	outcome atomic.Uint32
-	doneRun atomic.Bool // Done ran
+	doneRun atomic.Bool
 	// deadline is when the server releases the message as far as the
-	// client knows (unix nanoseconds): receipt plus the stream ack
-	// deadline, then each confirmed extension's send time plus its
-	// seconds. Past it the server may give the message out again.
-	deadline atomic.Int64
-	// lapse is deadline less its margin (Margin): from then on an outcome
-	// is an expiry, and the message is not handed on.
-	lapse atomic.Int64
-	holds atomic.Pointer[HoldNode]
-	done  *HoldNode // the hold list, kept for Done once sealed
-	// staged is the list of holders attached during the message's
-	// receipt, ended by receiving; nil outside it. Only the goroutine that
-	// decodes the message touches it, before the message is handed on, so
-	// attaching there costs no atomic operation; EndReceipt moves the list
-	// onto holds with one.
-	staged *HoldNode
-	handed atomic.Uint64 // 0: not handed off; else the hand-off's owner
-	owner  atomic.Uint64 // the source run that handed it on (0: none yet)
+	// client knows (unix nanoseconds); lapse is deadline less its Margin.
+	deadline, lapse atomic.Int64
+	holds           atomic.Pointer[HoldNode]
+	done            *HoldNode // the sealed hold list, for Done
+	staged          *HoldNode // Holds during the receipt; nil outside it
+	handed, owner   atomic.Uint64
 }
 
 var of func(any) *State
@@ -107,30 +108,21 @@ func Of(m any) *State { return of(m) }
 func (st *State) Outcome() uint32 { return st.outcome.Load() }
 
 // SettleMargin is how long before its server deadline a message can
-// still be acked (or nacked): an ack made later would reach the server
-// after the deadline, when the message may already be someone else's. A
-// message settled within it is expired instead. A working lease keeps the
-// deadline further away than that; only a lapsing one gets this close.
+// still be acked: a later ack would reach the server after the deadline,
+// when the message may already be someone else's.
 const SettleMargin = time.Second
 
-// Margin is the settle margin of a deadline length long: SettleMargin, or
-// a quarter of a shorter lease (test servers allow leases of 1 s).
+// Margin is the settle margin of a lease length long: SettleMargin, or a
+// quarter of a shorter lease (test servers allow leases of 1 s).
 func Margin(length time.Duration) time.Duration { return min(SettleMargin, length/4) }
 
-// Settle sets outcome o if none is set yet; the one call that does tells
-// every Holder (Settled), then the Path. It reports whether this call set
-// the outcome. Lock-free: one compare-and-swap decides. A user's outcome
-// (ack, nack, no-op) made within SettleMargin of the server deadline, or
-// after it, becomes Expired, and Settle reports false.
+// Settle sets outcome o if none is set yet, tells every Holder, then the
+// Path, and reports whether this call set it. A user's outcome made past
+// the lapse (deadline less Margin) becomes Expired, and Settle reports
+// false.
 func (st *State) Settle(m any, o uint32, delay time.Duration) bool {
-	if o == Pending {
+	if o == Pending || o != Expired && st.ExpireIfLateNow(m) {
 		return false
-	}
-	if o != Expired {
-		if d := st.lapse.Load(); d != 0 && st.Clock.Now() >= d {
-			st.Settle(m, Expired, 0)
-			return false
-		}
 	}
 	if !st.outcome.CompareAndSwap(Pending, o) {
 		return false
@@ -148,8 +140,8 @@ func (st *State) Settle(m any, o uint32, delay time.Duration) bool {
 	return true
 }
 
-// Done tells every Holder that the server no longer counts m, as of now.
-// It runs once, after Settle; later calls do nothing.
+// Done tells every Holder that the server no longer counts m; it runs
+// once, after Settle.
 func (st *State) Done(m any) { st.DoneAt(m, time.Now()) }
 
 // DoneAt is Done at a time the caller read (once for a batch).
@@ -163,13 +155,15 @@ func (st *State) DoneAt(m any, now time.Time) {
 	st.done = nil
 }
 
-// Hold puts h on m's list, using n (the caller's storage), so that h
-// hears when m settles. If m has already settled it reports false and h is
-// told at once (Settled, then Done): nothing it took can leak.
-//
-// During the message's receipt (between BeginReceipt and EndReceipt, on
-// the goroutine that runs them) it only stages n: EndReceipt attaches the
-// staged holders at once, or tells them if m settled meanwhile.
+// tell gives h what a settled message gives its holders, at once.
+func (st *State) tell(m any, h Holder) {
+	h.Settled(m, st.outcome.Load())
+	h.Done(m, time.Now())
+}
+
+// Hold puts h on m's list in n (the caller's storage). If m has settled
+// it reports false and tells h at once, so nothing h took can leak.
+// During the receipt it only stages n.
 func (st *State) Hold(m any, n *HoldNode, h Holder) bool {
 	n.h = h
 	if st.staged != nil {
@@ -180,8 +174,7 @@ func (st *State) Hold(m any, n *HoldNode, h Holder) bool {
 	for {
 		head := st.holds.Load()
 		if head == sealed {
-			h.Settled(m, st.outcome.Load())
-			h.Done(m, time.Now())
+			st.tell(m, h)
 			return false
 		}
 		n.next = head
@@ -191,17 +184,13 @@ func (st *State) Hold(m any, n *HoldNode, h Holder) bool {
 	}
 }
 
-// BeginReceipt starts the message's receipt: until EndReceipt, Hold
-// stages holders without an atomic operation. The source calls it when
-// it decodes the message, before any other goroutine can reach it except
-// through a settle (which EndReceipt then catches up with).
+// BeginReceipt starts the receipt: until EndReceipt, Hold stages holders
+// without an atomic operation.
 func (st *State) BeginReceipt() { st.staged = receiving }
 
-// EndReceipt ends the receipt on the goroutine that began it: the staged
-// holders join the hold list in one compare-and-swap, in the order they
-// were staged (newest first, as Hold would have put them), or, if m has
-// settled meanwhile, each is told at once (Settled, then Done), as Hold
-// does after a settle.
+// EndReceipt puts the staged holders on the hold list in one
+// compare-and-swap, newest first as Hold would, or tells each at once if
+// m settled meanwhile.
 func (st *State) EndReceipt(m any) {
 	list := st.staged
 	st.staged = nil
@@ -215,12 +204,10 @@ func (st *State) EndReceipt(m any) {
 	for {
 		head := st.holds.Load()
 		if head == sealed {
-			o, now := st.outcome.Load(), time.Now()
 			for n := list; n != receiving; {
 				next := n.next
 				n.next = nil
-				n.h.Settled(m, o)
-				n.h.Done(m, now)
+				st.tell(m, n.h)
 				n = next
 			}
 			return
@@ -233,7 +220,7 @@ func (st *State) EndReceipt(m any) {
 }
 
 // Holders calls f for each Holder on m's list, newest first, until f
-// returns false. A settled message has none (its holders were told).
+// returns false; a settled message has none.
 func (st *State) Holders(f func(Holder) bool) {
 	head := st.holds.Load()
 	if head == sealed {
@@ -247,11 +234,10 @@ func (st *State) Holders(f func(Holder) bool) {
 }
 
 // HeldBefore reports whether a Holder for which f is true was put on m's
-// list before n (a node Hold put there): the nodes older than n never
-// change, so this is safe whatever else happens to m.
+// list before n; the nodes older than n never change.
 func (st *State) HeldBefore(n *HoldNode, f func(Holder) bool) bool {
 	for p := n.next; p != nil && p != receiving; p = p.next {
-		if p != sealed && f(p.h) {
+		if f(p.h) {
 			return true
 		}
 	}
@@ -259,7 +245,7 @@ func (st *State) HeldBefore(n *HoldNode, f func(Holder) bool) bool {
 }
 
 // MarkHandedOff records that m left its source for processing, naming
-// the owner (a non-zero id); false if it was already marked.
+// the owner (non-zero); false if it was already marked.
 func (st *State) MarkHandedOff(owner uint64) bool { return st.handed.CompareAndSwap(0, owner) }
 
 // HandedOffBy is the owner given to MarkHandedOff (0: not handed off).
@@ -271,66 +257,96 @@ func (st *State) SetOwner(run uint64) { st.owner.Store(run) }
 // Owner is the source run that handed m on (0: none yet).
 func (st *State) Owner() uint64 { return st.owner.Load() }
 
-// Deadline is when the server releases m as far as the client knows (zero
-// when no one has told: a message built by hand).
-func (st *State) Deadline() time.Time {
-	if d := st.deadline.Load(); d != 0 {
-		return time.Unix(0, d)
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
 	}
-	return time.Time{}
+	return time.Unix(0, ns)
 }
+
+// Deadline is when the server releases m as far as the client knows (zero
+// when unknown: a message built by hand).
+func (st *State) Deadline() time.Time { return unixTime(st.deadline.Load()) }
 
 // DeadlineNanos is Deadline in unix nanoseconds (0: unknown).
 func (st *State) DeadlineNanos() int64 { return st.deadline.Load() }
 
-// SetDeadline records a new server deadline, of a lease length long: at
-// confirmed extension.
+// SetDeadline records a new server deadline, of a lease length long.
 func (st *State) SetDeadline(t time.Time, length time.Duration) {
 	st.lapse.Store(t.Add(-Margin(length)).UnixNano())
 	st.deadline.Store(t.UnixNano())
 }
 
-// LapseAt is when m stops being settleable (its deadline less its margin;
-// zero when no deadline is known).
-func (st *State) LapseAt() time.Time {
-	if d := st.lapse.Load(); d != 0 {
-		return time.Unix(0, d)
-	}
-	return time.Time{}
-}
+// LapseAt is when m stops being settleable (zero when unknown).
+func (st *State) LapseAt() time.Time { return unixTime(st.lapse.Load()) }
 
-// Lapsed reports whether m's server deadline is less than SettleMargin
-// away (or past) at now: too late for an ack or nack to reach the server
-// in time.
+// Lapsed reports whether m is past its lapse at now: too late for an ack
+// or nack to reach the server in time.
 func (st *State) Lapsed(now time.Time) bool {
 	d := st.lapse.Load()
 	return d != 0 && now.UnixNano() >= d
 }
 
-// ExpireIfLate settles m as Expired when its server deadline is less than
-// SettleMargin away (or past) at now: the server may give it out again
-// before a handler could settle it, so it must not reach one. It reports whether m is settled (now or
-// before).
+// ExpireIfLate settles m as Expired if it has lapsed at now, so that no
+// handler gets a copy the server may give out again. It reports whether m
+// is settled.
 func (st *State) ExpireIfLate(m any, now time.Time) bool {
-	if st.Outcome() != Pending {
-		return true
-	}
-	if st.Lapsed(now) {
+	if st.Outcome() == Pending && st.Lapsed(now) {
 		st.Settle(m, Expired, 0)
-		return true
 	}
-	return false
+	return st.Outcome() != Pending
 }
 
-// ExpireIfLateNow is ExpireIfLate at the time m's Clock reads now (read
-// only if m has a deadline and no outcome).
+// ExpireIfLateNow is ExpireIfLate at m's Clock's now (read only if m has
+// a deadline and no outcome).
 func (st *State) ExpireIfLateNow(m any) bool {
-	if st.Outcome() != Pending {
-		return true
-	}
-	if d := st.lapse.Load(); d != 0 && st.Clock.Now() >= d {
+	if d := st.lapse.Load(); d != 0 && st.Outcome() == Pending && st.Clock.Now() >= d {
 		st.Settle(m, Expired, 0)
-		return true
 	}
-	return false
+	return st.Outcome() != Pending
 }
+
+// Clock tells the time in unix nanoseconds with one clock read (time.Now
+// takes two): its wall time at creation plus the monotonic time since.
+// Deadlines are seconds away and checked with SettleMargin to spare, so a
+// wall-clock step shifts a check by the step, as it would with time.Now.
+type Clock struct {
+	base   time.Time
+	baseNs int64
+}
+
+// NewClock returns a Clock that starts now.
+func NewClock() *Clock {
+	t := time.Now()
+	return &Clock{base: t, baseNs: t.UnixNano()}
+}
+
+// Now is the time in unix nanoseconds. A nil Clock reads time.Now.
+func (c *Clock) Now() int64 {
+	if c == nil {
+		return time.Now().UnixNano()
+	}
+	return c.baseNs + int64(time.Since(c.base))
+}
+
+// Trace is the span state of a message whose subscriber traces; other
+// messages carry a nil pointer.
+type Trace struct {
+	// Subscribe is the "<subscription> subscribe" span, open from receipt
+	// until the server confirmed the ack or nack, or the message expired.
+	Subscribe trace.Span
+	// Process is the "<subscription> process" span while the handler runs.
+	Process atomic.Pointer[trace.Span]
+	// Recording is whether Subscribe records, set before the message is
+	// shared; a message that does not record gets no other span or event.
+	Recording bool
+
+	ended atomic.Bool
+}
+
+// End reports whether this call is the first to end the subscribe span
+// (the settle path, the confirming RPC and Close may race).
+func (t *Trace) End() bool { return t.ended.CompareAndSwap(false, true) }
+
+// Ended reports whether End was called.
+func (t *Trace) Ended() bool { return t.ended.Load() }
