@@ -159,7 +159,8 @@ func TestExpiredCopiesNeverReachHandlers(t *testing.T) {
 }
 
 // TestTwoRunsShareOneBudget: two Runs at once on one subscriber with a
-// budget of 50 and handlers that hold every message: the server has
+// budget of 50 and handlers that hold every message, the second started
+// once the first's stream holds the whole budget: the server has
 // exactly 50 outstanding and the subscriber says it holds exactly 50, at
 // every sample, and the open streams were granted at most 50 together (a
 // stream asks only for the room left, and none opens while there is none;
@@ -180,7 +181,12 @@ func TestTwoRunsShareOneBudget(t *testing.T) {
 			}
 			return nil
 		}
-		a, b := runAsync(ctx, s, 4, handler), runAsync(ctx, s, 4, handler)
+		a := runAsync(ctx, s, 4, handler)
+		synctest.Wait()
+		if n := e.srv.SubscriptionStats(e.sub).Outstanding; n != 50 {
+			t.Fatalf("the first run alone has %d outstanding, want the whole budget of 50", n)
+		}
+		b := runAsync(ctx, s, 4, handler)
 		for range 50 {
 			time.Sleep(100 * time.Millisecond)
 			synctest.Wait()
